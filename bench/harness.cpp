@@ -1,0 +1,177 @@
+#include "harness.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <iterator>
+
+namespace corodist::bench {
+
+// ---- latency_recorder ------------------------------------------------------
+
+void latency_recorder::add_us(double sample_us) {
+  samples_ns_.push_back(static_cast<std::int64_t>(std::llround(sample_us * 1000.0)));
+  sorted_ = false;
+}
+
+double latency_recorder::percentile(double q) const {
+  if (samples_ns_.empty()) return not_applicable;
+  if (!sorted_) {
+    std::sort(samples_ns_.begin(), samples_ns_.end());
+    sorted_ = true;
+  }
+  q = std::clamp(q, 0.0, 1.0);
+  const double pos = q * static_cast<double>(samples_ns_.size() - 1);
+  const auto lo = static_cast<std::size_t>(pos);
+  const auto hi = std::min(lo + 1, samples_ns_.size() - 1);
+  const double frac = pos - static_cast<double>(lo);
+  const double ns = static_cast<double>(samples_ns_[lo]) +
+                    frac * static_cast<double>(samples_ns_[hi] - samples_ns_[lo]);
+  return ns / 1000.0;
+}
+
+double latency_recorder::mean_us() const {
+  if (samples_ns_.empty()) return not_applicable;
+  long double sum = 0;
+  for (auto s : samples_ns_) sum += static_cast<long double>(s);
+  return static_cast<double>(sum / static_cast<long double>(samples_ns_.size())) / 1000.0;
+}
+
+record latency_record(std::string suite, std::string name, const latency_recorder& latency,
+                      double elapsed_s) {
+  record r;
+  r.suite = std::move(suite);
+  r.name = std::move(name);
+  r.p50_us = latency.percentile(0.50);
+  r.p99_us = latency.percentile(0.99);
+  if (elapsed_s > 0) r.ops_per_s = static_cast<double>(latency.size()) / elapsed_s;
+  return r;
+}
+
+// ---- reporting -------------------------------------------------------------
+
+namespace {
+
+bool present(double v) { return std::isfinite(v); }
+
+/// Table cell: "-" for NaN, else fixed with `decimals` places.
+std::string cell(double v, int decimals) {
+  if (!present(v)) return "-";
+  return fmt::format("{:.{}f}", v, decimals);
+}
+
+double ratio_of(const record& r) {
+  if (present(r.p50_us) && present(r.raw_p50_us) && r.raw_p50_us > 0) return r.p50_us / r.raw_p50_us;
+  if (present(r.gbytes_per_s) && present(r.raw_gbytes_per_s) && r.raw_gbytes_per_s > 0)
+    return r.gbytes_per_s / r.raw_gbytes_per_s;
+  return not_applicable;
+}
+
+void append_json_string(fmt::memory_buffer& out, std::string_view s) {
+  out.push_back('"');
+  for (char c : s) {
+    switch (c) {
+    case '"': out.append(std::string_view("\\\"")); break;
+    case '\\': out.append(std::string_view("\\\\")); break;
+    case '\n': out.append(std::string_view("\\n")); break;
+    case '\r': out.append(std::string_view("\\r")); break;
+    case '\t': out.append(std::string_view("\\t")); break;
+    default:
+      if (static_cast<unsigned char>(c) < 0x20)
+        fmt::format_to(std::back_inserter(out), "\\u{:04x}", static_cast<unsigned>(c));
+      else
+        out.push_back(c);
+    }
+  }
+  out.push_back('"');
+}
+
+/// Appends `,"key":value`, or nothing when the value is NaN/inf (not valid JSON).
+void append_json_number(fmt::memory_buffer& out, std::string_view key, double v) {
+  if (!present(v)) return;
+  out.push_back(',');
+  append_json_string(out, key);
+  // "{}" is the shortest representation that round-trips: exact and valid JSON.
+  fmt::format_to(std::back_inserter(out), ":{}", v);
+}
+
+constexpr const char* row_format = "{:<8} {:<32} {:>10} {:>10} {:>12} {:>8} {:>7}\n";
+
+} // namespace
+
+const char* backend_name() noexcept {
+#ifdef CORODIST_IO_URING
+  return "io_uring";
+#else
+  return "epoll";
+#endif
+}
+
+void context::report(record r) {
+  if (!present(r.raw_p50_us)) r.raw_p50_us = raw_p50_us;
+  if (!present(r.raw_gbytes_per_s)) r.raw_gbytes_per_s = raw_gbytes_per_s;
+
+  fmt::print(table_out, row_format, r.suite, r.name, cell(r.p50_us, 2), cell(r.p99_us, 2),
+             cell(r.ops_per_s, 0), cell(r.gbytes_per_s, 2), cell(ratio_of(r), 2));
+  std::fflush(table_out);
+
+  if (json_out == nullptr) return;
+  fmt::memory_buffer out;
+  out.append(std::string_view("{\"suite\":"));
+  append_json_string(out, r.suite);
+  out.append(std::string_view(",\"case\":"));
+  append_json_string(out, r.name);
+  append_json_number(out, "p50_us", r.p50_us);
+  append_json_number(out, "p99_us", r.p99_us);
+  append_json_number(out, "ops_per_s", r.ops_per_s);
+  append_json_number(out, "gbytes_per_s", r.gbytes_per_s);
+  append_json_number(out, "raw_p50_us", r.raw_p50_us);
+  append_json_number(out, "raw_gbytes_per_s", r.raw_gbytes_per_s);
+  for (const auto& [key, value] : r.extra) append_json_number(out, key, value);
+  out.append(std::string_view(",\"backend\":"));
+  append_json_string(out, backend);
+  fmt::format_to(std::back_inserter(out), ",\"pinned\":{}}}\n", pinned);
+  std::fwrite(out.data(), 1, out.size(), json_out);
+  std::fflush(json_out);
+}
+
+void context::print_header() const {
+  char date[64] = "?";
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  if (localtime_r(&now, &tm) != nullptr) std::strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %z", &tm);
+  fmt::print(table_out, "# corodist-bench  backend={}  date={}  mode={}  pinned={}\n", backend, date,
+             quick ? "quick" : "full", pinned ? "yes" : "no");
+  fmt::print(table_out, "# raw floor: 64 B TCP ping-pong p50 {} us, bulk {} GB/s (ratio = p50/raw p50, "
+             "or GB/s / raw GB/s for throughput cases)\n",
+             cell(raw_p50_us, 2), cell(raw_gbytes_per_s, 2));
+  fmt::print(table_out, row_format, "suite", "case", "p50_us", "p99_us", "ops/s", "GB/s", "ratio");
+  std::fflush(table_out);
+}
+
+// ---- registry --------------------------------------------------------------
+
+namespace {
+/// Function-local static: safe to use from other translation units' static
+/// initialisers, whatever the initialisation order.
+std::vector<suite_entry>& registry() {
+  static std::vector<suite_entry> suites;
+  return suites;
+}
+} // namespace
+
+suite_registrar::suite_registrar(const char* name, suite_fn fn, int order) {
+  registry().push_back(suite_entry{name, fn, order});
+}
+
+std::vector<suite_entry> registered_suites() {
+  auto suites = registry();
+  std::sort(suites.begin(), suites.end(), [](const suite_entry& a, const suite_entry& b) {
+    return a.order != b.order ? a.order < b.order : a.name < b.name;
+  });
+  return suites;
+}
+
+} // namespace corodist::bench

@@ -1,0 +1,152 @@
+#pragma once
+/// \file
+/// corodist-bench harness: result records, latency percentiles, the table/JSON
+/// reporter, the suite registry, and the raw-socket floor every case is
+/// compared against.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace corodist::bench {
+
+/// "Not applicable": a NaN field is omitted from JSON and printed as "-".
+inline constexpr double not_applicable = std::numeric_limits<double>::quiet_NaN();
+
+/// One result row. Fields left NaN do not apply to the case.
+struct record {
+  std::string suite;
+  std::string name;
+  double p50_us = not_applicable;
+  double p99_us = not_applicable;
+  double ops_per_s = not_applicable;
+  double gbytes_per_s = not_applicable; ///< 1e9 bytes per second
+  double raw_p50_us = not_applicable;   ///< filled from the context when NaN
+  double raw_gbytes_per_s = not_applicable; ///< filled from the context when NaN
+  std::vector<std::pair<std::string, double>> extra; ///< extra JSON keys (not in the table)
+};
+
+/// Collects latency samples (stored as integer nanoseconds) and answers
+/// percentiles in microseconds. Reserve up-front so recording never allocates.
+class latency_recorder {
+public:
+  /// Creates a recorder with room for `capacity` samples.
+  explicit latency_recorder(std::size_t capacity = 0) { samples_ns_.reserve(capacity); }
+
+  /// Reserves room for `capacity` samples in total.
+  void reserve(std::size_t capacity) { samples_ns_.reserve(capacity); }
+
+  /// Records one sample.
+  void add(std::chrono::nanoseconds sample) {
+    samples_ns_.push_back(sample.count());
+    sorted_ = false;
+  }
+
+  /// Records one sample given in microseconds.
+  void add_us(double sample_us);
+
+  /// Number of samples recorded.
+  std::size_t size() const noexcept { return samples_ns_.size(); }
+
+  /// Drops all samples (keeps the capacity).
+  void clear() noexcept {
+    samples_ns_.clear();
+    sorted_ = true;
+  }
+
+  /// The `q`-quantile (q in [0, 1], e.g. 0.5, 0.99) in microseconds, linearly
+  /// interpolated between neighbouring samples; NaN when empty. Sorts the
+  /// samples on first use after an `add` (not thread-safe).
+  double percentile(double q) const;
+
+  /// Mean in microseconds; NaN when empty.
+  double mean_us() const;
+
+private:
+  mutable std::vector<std::int64_t> samples_ns_;
+  mutable bool sorted_ = true;
+};
+
+/// Builds a latency record: p50/p99 from `latency`, ops_per_s = samples / elapsed_s.
+record latency_record(std::string suite, std::string name, const latency_recorder& latency,
+                      double elapsed_s);
+
+/// What every suite receives: the run settings, the raw floor, and the sinks.
+struct context {
+  bool quick = false;
+  bool pinned = false;
+  double raw_p50_us = not_applicable;       ///< raw 64 B TCP ping-pong p50
+  double raw_gbytes_per_s = not_applicable; ///< raw TCP bulk throughput
+  std::string backend;                      ///< "io_uring" or "epoll"
+  std::FILE* table_out = stdout;            ///< human table (never null)
+  std::FILE* json_out = nullptr;            ///< JSON lines, or null for none
+
+  /// Fills the record's NaN raw_* fields from the context, prints one table
+  /// row (flushed) and writes one JSON line to `json_out` if set.
+  void report(record r);
+
+  /// Prints the banner (backend, date, settings, raw floor) and the column header.
+  void print_header() const;
+};
+
+/// "io_uring" when built with CORODIST_IO_URING, else "epoll".
+const char* backend_name() noexcept;
+
+// ---- suite registry -------------------------------------------------------
+
+using suite_fn = void (*)(context&);
+
+struct suite_entry {
+  std::string name;
+  suite_fn fn = nullptr;
+  int order = 0;
+};
+
+/// Registers a suite at static-initialisation time:
+/// `static corodist::bench::suite_registrar reg("net", &run_net_suite, 20);`
+struct suite_registrar {
+  /// Adds `fn` under `name`; suites run by ascending `order`.
+  suite_registrar(const char* name, suite_fn fn, int order);
+};
+
+/// All registered suites, sorted by order (ties: by name).
+std::vector<suite_entry> registered_suites();
+
+// ---- raw-socket floor (implemented in raw_suite.cpp) -----------------------
+
+struct pingpong_result {
+  latency_recorder latency; ///< one sample per timed round trip
+  double elapsed_s = 0;     ///< wall time of the timed round trips
+  std::size_t round_trips = 0;
+};
+
+/// Blocking-socket TCP ping-pong over 127.0.0.1 (TCP_NODELAY, echo server on
+/// its own thread): `warmup` untimed round trips, then up to `samples` timed
+/// ones (fewer if the timed loop passes `max_seconds`). Throws on socket
+/// errors and on any 10 s stall.
+pingpong_result raw_pingpong(std::size_t message_bytes, std::size_t warmup,
+                             std::size_t samples, double max_seconds = 30.0);
+
+struct bulk_result {
+  std::uint64_t bytes = 0;   ///< bytes received in the measured window
+  double seconds = 0;        ///< first byte to last byte, at the receiver
+  double gbytes_per_s = 0;   ///< bytes / seconds / 1e9
+};
+
+/// Blocking-socket TCP bulk transfer over 127.0.0.1: a sender thread send()s
+/// `total_bytes` in `chunk_bytes` calls; the calling thread recv()s into a
+/// `chunk_bytes` buffer and times first byte to last byte.
+bulk_result raw_bulk(std::uint64_t total_bytes, std::size_t chunk_bytes);
+
+/// Raw 64 B ping-pong p50 in microseconds (same sample counts as the raw suite).
+double measure_raw_floor(bool quick);
+
+/// Raw bulk throughput in GB/s (same volume as the raw suite).
+double measure_raw_bulk(bool quick);
+
+} // namespace corodist::bench

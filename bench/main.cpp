@@ -1,0 +1,158 @@
+/// \file
+/// corodist-bench [--suite a,b] [--quick] [--json FILE|-] [--pin] [--list]
+
+#include "harness.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <sched.h>
+#include <dirent.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace {
+
+using corodist::bench::suite_entry;
+
+std::string join_names(const std::vector<suite_entry>& suites) {
+  std::string out;
+  for (const auto& s : suites) {
+    if (!out.empty()) out += ", ";
+    out += s.name;
+  }
+  return out;
+}
+
+/// Pins every thread of the process to one CPU (CPU 0, or the lowest CPU we
+/// may use if 0 is outside our affinity mask). Threads created later inherit
+/// it. Returns the CPU, or -1 with a message on stderr.
+int pin_process_to_one_cpu() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
+    fmt::print(stderr, "corodist-bench: sched_getaffinity: {}\n", std::strerror(errno));
+    return -1;
+  }
+  int cpu = -1;
+  for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
+    if (CPU_ISSET(c, &allowed)) cpu = c;
+  if (cpu < 0) return -1;
+  if (cpu != 0) fmt::print(stderr, "corodist-bench: CPU 0 not available, pinning to CPU {}\n", cpu);
+
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  if (::sched_setaffinity(0, sizeof one, &one) != 0) {
+    fmt::print(stderr, "corodist-bench: sched_setaffinity: {}\n", std::strerror(errno));
+    return -1;
+  }
+  // sched_setaffinity(0) covers the calling thread only: pin any thread that
+  // already exists (e.g. started by a static initialiser) as well.
+  if (DIR* dir = ::opendir("/proc/self/task")) {
+    while (const dirent* entry = ::readdir(dir)) {
+      const int tid = std::atoi(entry->d_name);
+      if (tid > 0) ::sched_setaffinity(tid, sizeof one, &one);
+    }
+    ::closedir(dir);
+  }
+  return cpu;
+}
+
+struct file_closer {
+  void operator()(std::FILE* f) const noexcept { std::fclose(f); }
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  namespace cb = corodist::bench;
+  const auto all_suites = cb::registered_suites();
+
+  CLI::App app{"corodist latency/throughput microbenchmarks. Every case is also reported as a ratio "
+               "to a raw blocking-socket TCP floor measured at start.",
+               "corodist-bench"};
+  std::vector<std::string> requested;
+  bool quick = false;
+  bool pin = false;
+  bool list = false;
+  std::string json_path;
+  app.add_option("--suite", requested, "Comma-separated suites to run (default: all): " + join_names(all_suites))
+      ->delimiter(',');
+  app.add_flag("--quick", quick, "Fewer samples and bytes (a smoke run, seconds instead of minutes)");
+  app.add_option("--json", json_path, "Also write one JSON object per case to FILE; '-' = stdout "
+                                      "(the table then goes to stderr)");
+  app.add_flag("--pin", pin, "Pin the whole process to CPU 0, so all threads share one CPU");
+  app.add_flag("--list", list, "List the registered suites and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  if (list) {
+    for (const auto& s : all_suites) fmt::print("{}\n", s.name);
+    return 0;
+  }
+
+  // Selected suites, in registration order, each once.
+  std::vector<suite_entry> selected;
+  for (const auto& name : requested) {
+    if (name.empty()) continue;
+    if (std::none_of(all_suites.begin(), all_suites.end(), [&](const suite_entry& s) { return s.name == name; })) {
+      fmt::print(stderr, "corodist-bench: unknown suite '{}' (known suites: {})\n", name, join_names(all_suites));
+      return 2;
+    }
+  }
+  for (const auto& s : all_suites)
+    if (requested.empty() || std::find(requested.begin(), requested.end(), s.name) != requested.end())
+      selected.push_back(s);
+
+  cb::context ctx;
+  ctx.quick = quick;
+  ctx.backend = cb::backend_name();
+
+  std::unique_ptr<std::FILE, file_closer> json_file;
+  if (json_path == "-") {
+    ctx.json_out = stdout;
+    ctx.table_out = stderr;
+  } else if (!json_path.empty()) {
+    json_file.reset(std::fopen(json_path.c_str(), "w"));
+    if (!json_file) {
+      fmt::print(stderr, "corodist-bench: cannot open '{}' for writing: {}\n", json_path, std::strerror(errno));
+      return 1;
+    }
+    ctx.json_out = json_file.get();
+  }
+
+  if (pin) {
+    if (pin_process_to_one_cpu() < 0) return 1;
+    ctx.pinned = true;
+  }
+
+  try {
+    fmt::print(ctx.table_out, "# measuring raw floor (64 B TCP ping-pong, bulk)...\n");
+    std::fflush(ctx.table_out);
+    ctx.raw_p50_us = cb::measure_raw_floor(quick);
+    ctx.raw_gbytes_per_s = cb::measure_raw_bulk(quick);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "corodist-bench: raw floor failed: {}\n", e.what());
+    return 1;
+  }
+  ctx.print_header();
+
+  int rc = 0;
+  for (const auto& s : selected) {
+    try {
+      s.fn(ctx);
+    } catch (const std::exception& e) {
+      std::fflush(ctx.table_out);
+      fmt::print(stderr, "corodist-bench: suite '{}' failed: {}\n", s.name, e.what());
+      rc = 1;
+    }
+  }
+  return rc;
+}

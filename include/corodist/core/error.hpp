@@ -1,0 +1,69 @@
+#pragma once
+/// \file
+/// corodist's exception types. Layers above net/ throw these; net/ itself
+/// reports std::error_code (see corodist/net/errors.hpp).
+
+#include <stdexcept>
+#include <string>
+
+namespace corodist {
+
+/// Base of every exception corodist throws.
+class error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// An operation did not finish before its deadline.
+class timeout_error : public error {
+public:
+  using error::error;
+};
+
+/// A connection could not be made, or was lost with the operation pending.
+class connection_error : public error {
+public:
+  using error::error;
+};
+
+/// The peer broke the wire protocol (bad magic, version, frame, or payload).
+class protocol_error : public error {
+public:
+  using error::error;
+};
+
+/// A store operation failed (bad key, limit exceeded, server refused).
+class store_error : public error {
+public:
+  using error::error;
+};
+
+/// An API was used in a way that cannot work, e.g. a blocking call made on
+/// the event-loop thread (which would deadlock) or start() on an embedded loop.
+class usage_error : public error {
+public:
+  using error::error;
+};
+
+/// A remote function threw: carries the worker, the exception's type and message.
+class remote_error : public error {
+public:
+  /// Builds "remote_error on <worker>: <type>: <message>".
+  remote_error(std::string worker, std::string type, std::string message)
+      : error("on worker '" + worker + "': " + type + ": " + message),
+        worker_(std::move(worker)), type_(std::move(type)), message_(std::move(message)) {}
+
+  /// The name of the worker the exception was raised on.
+  const std::string& worker() const noexcept { return worker_; }
+  /// The remote exception's type name (demangled where possible).
+  const std::string& type() const noexcept { return type_; }
+  /// The remote exception's what() text.
+  const std::string& message() const noexcept { return message_; }
+
+private:
+  std::string worker_;
+  std::string type_;
+  std::string message_;
+};
+
+} // namespace corodist

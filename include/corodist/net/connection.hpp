@@ -1,0 +1,192 @@
+#pragma once
+/// \file
+/// corodist::net::connection: a framed, multiplexed TCP connection.
+
+#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/net/errors.hpp>
+#include <corodist/net/frame.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/buffer.hpp>
+#include <asio/ip/tcp.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace corodist::net {
+
+using namespace std::chrono_literals;
+
+/// Owned bytes of a frame payload.
+using bytes = std::vector<std::byte>;
+
+/// A payload segment that lives elsewhere and is written with scatter/gather,
+/// never copied: `owner` keeps `data` alive until the frame has been written.
+struct segment {
+  std::shared_ptr<const void> owner;
+  asio::const_buffer data;
+};
+
+/// Limits and deadlines of a connection. The defaults are the named constants.
+struct connection_options {
+  static constexpr std::size_t default_max_frame_size = std::size_t{1} << 30;          // 1 GiB
+  static constexpr std::size_t default_max_pending_requests = 65536;
+  static constexpr std::size_t default_max_buffered_output = std::size_t{2} << 30;     // 2 GiB
+  static constexpr std::chrono::milliseconds default_request_timeout = 60s;
+  static constexpr std::chrono::milliseconds default_handshake_timeout = 10s;
+
+  /// Largest payload accepted from the peer (and sent to it).
+  std::size_t max_frame_size = default_max_frame_size;
+  /// Most requests this side may have awaiting a response at once.
+  std::size_t max_pending_requests = default_max_pending_requests;
+  /// Queued, unwritten output above which the peer is deemed not to read and is dropped.
+  std::size_t max_buffered_output = default_max_buffered_output;
+  /// Default deadline of `request()`; zero means none.
+  std::chrono::milliseconds request_timeout = default_request_timeout;
+  /// Deadline of TCP connect plus the hello exchange.
+  std::chrono::milliseconds handshake_timeout = default_handshake_timeout;
+};
+
+/// A received frame.
+struct message {
+  frame_header header;
+  bytes payload;
+};
+
+/// The result of `request()`: an error code (zero on success) and the response.
+/// With `errc::remote_failure` the payload holds the peer's error text.
+struct response {
+  std::error_code ec;
+  message msg;
+};
+
+/// A framed TCP connection that multiplexes many requests by request id.
+///
+/// Loop-affine: every member function must be called on the thread running
+/// the connection's executor (the socket's). Frames queued by many coroutines
+/// in one turn of the loop go out in one gathered write; payload segments are
+/// written in place. On connection loss every pending request completes at
+/// once with `errc::connection_closed`. Owned through `std::shared_ptr`; the
+/// read loop and in-flight writes keep it alive until it closes.
+class connection : public std::enable_shared_from_this<connection> {
+public:
+  /// Called on the loop for each incoming request or one-way frame.
+  using request_handler = std::function<void(const std::shared_ptr<connection>&, message&&)>;
+  /// Called once on the loop when the connection closes, with the reason.
+  using close_handler = std::function<void(std::error_code)>;
+
+  /// Connects to `ep` and exchanges hellos within `opts.handshake_timeout`.
+  /// Returns the error (or zero) and, on success, the unstarted connection.
+  [[nodiscard]] static asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
+  connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts = {});
+
+  /// Server side: reads the peer's hello from an accepted socket and answers it,
+  /// within `opts.handshake_timeout`. Wrong magic or version is an error; the
+  /// socket is then closed.
+  [[nodiscard]] static asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
+  accept(asio::ip::tcp::socket socket, connection_options opts = {});
+
+  connection(asio::ip::tcp::socket socket, connection_options opts);
+  ~connection();
+  connection(const connection&) = delete;
+  connection& operator=(const connection&) = delete;
+
+  /// Starts the read loop. `on_request` receives requests and one-way frames;
+  /// `on_close` runs once when the connection closes. Call once.
+  void start(request_handler on_request = {}, close_handler on_close = {});
+
+  /// Sends a request and waits for its response, at most `timeout` (default:
+  /// options' request_timeout; zero: none). Never throws for network errors:
+  /// they come back in `response::ec` (connection_closed, request_timeout,
+  /// too_many_pending, frame_too_large, remote_failure). Cancellable through
+  /// the awaiting coroutine's cancellation slot (ec = operation_aborted).
+  [[nodiscard]] asio::awaitable<response> request(std::uint16_t kind, bytes payload,
+                                                  std::vector<segment> segments = {},
+                                                  std::optional<std::chrono::milliseconds> timeout = {});
+
+  /// Queues the response to request `request_id`. Returns an error if closed
+  /// or the payload is too large; never blocks.
+  std::error_code respond(std::uint64_t request_id, std::uint16_t kind, bytes payload,
+                          std::vector<segment> segments = {});
+
+  /// Queues an error response whose payload is `text`.
+  std::error_code respond_error(std::uint64_t request_id, std::uint16_t kind, std::string_view text);
+
+  /// Queues a one-way frame (no response).
+  std::error_code send(std::uint16_t kind, bytes payload, std::vector<segment> segments = {});
+
+  /// Closes the socket; pending requests fail with `reason`. Idempotent.
+  void close(std::error_code reason = errc::connection_closed);
+
+  /// True until closed.
+  bool is_open() const noexcept { return open_; }
+
+  /// Requests awaiting a response.
+  std::size_t pending_requests() const noexcept { return pending_.size(); }
+
+  /// The peer's address (unspecified after close).
+  asio::ip::tcp::endpoint remote_endpoint() const noexcept { return remote_; }
+
+  /// The executor the connection lives on.
+  asio::any_io_executor get_executor() noexcept { return socket_.get_executor(); }
+
+  /// Native socket handle (for tests and diagnostics).
+  int native_handle() noexcept { return socket_.native_handle(); }
+
+private:
+  struct pending_request {
+    corodist::detail::unique_function<void(response)> complete;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  // A frame whose body is written in place; its header sits in the stage
+  // buffer at `stage_offset`.
+  struct large_frame {
+    std::size_t stage_offset;
+    bytes body;
+    std::vector<segment> segments;
+  };
+  // One batch of output: small frames copied into `stage`, large ones by reference.
+  struct batch {
+    bytes stage;
+    std::vector<large_frame> large;
+    void clear() noexcept;
+  };
+
+  std::error_code enqueue(frame_header h, bytes&& body, std::vector<segment>&& segments);
+  void schedule_write();
+  void start_write();
+  asio::awaitable<void> read_loop();
+  void dispatch(message&& m);
+  void complete(std::uint64_t id, response r);
+  void arm_timer(std::chrono::steady_clock::time_point deadline);
+  void on_timer();
+
+  asio::ip::tcp::socket socket_;
+  connection_options opts_;
+  asio::ip::tcp::endpoint remote_;
+  asio::steady_timer timer_;
+  std::optional<std::chrono::steady_clock::time_point> timer_deadline_;
+  request_handler on_request_;
+  close_handler on_close_;
+  std::unordered_map<std::uint64_t, pending_request> pending_;
+  std::uint64_t next_id_ = 1;
+  batch queued_;  // frames waiting for the next write
+  batch writing_batch_; // frames of the write in flight
+  std::vector<asio::const_buffer> iov_;
+  std::size_t queued_bytes_ = 0; // bytes in queued_
+  bool open_ = true;
+  bool started_ = false;
+  bool writing_ = false;
+  bool write_scheduled_ = false;
+};
+
+} // namespace corodist::net

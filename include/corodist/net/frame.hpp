@@ -1,0 +1,107 @@
+#pragma once
+/// \file
+/// The native wire format: a 16-byte hello, then frames with a fixed
+/// little-endian 16-byte header `{u32 payload_len, u16 kind, u16 flags,
+/// u64 request_id}` followed by `payload_len` bytes.
+
+#include <array>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace corodist::net {
+
+/// "CDST" read as a little-endian u32: the first four bytes of a native connection.
+inline constexpr std::uint32_t protocol_magic = 0x54534443;
+/// The version this build speaks.
+inline constexpr std::uint16_t protocol_version = 1;
+/// Size of the hello and of a frame header, in bytes.
+inline constexpr std::size_t hello_size = 16;
+inline constexpr std::size_t header_size = 16;
+
+/// Frame flags.
+namespace frame_flags {
+inline constexpr std::uint16_t response = 1u << 0; ///< answers the request with the same id
+inline constexpr std::uint16_t error = 1u << 1;    ///< response carrying an error text
+inline constexpr std::uint16_t one_way = 1u << 2;  ///< no response expected
+} // namespace frame_flags
+
+/// The opening message of each side: magic, version, flags, and the length of
+/// an extension block that follows it (0 in version 1).
+struct hello {
+  std::uint32_t magic = protocol_magic;
+  std::uint16_t version = protocol_version;
+  std::uint16_t flags = 0;
+  std::uint32_t extension_len = 0;
+  std::uint32_t reserved = 0;
+};
+
+/// A frame header.
+struct frame_header {
+  std::uint32_t payload_len = 0;
+  std::uint16_t kind = 0;
+  std::uint16_t flags = 0;
+  std::uint64_t request_id = 0;
+};
+
+namespace detail {
+template <typename T>
+inline void store_le(std::byte* p, T v) noexcept {
+  if constexpr (std::endian::native == std::endian::big) {
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
+  } else {
+    std::memcpy(p, &v, sizeof(T));
+  }
+}
+template <typename T>
+inline T load_le(const std::byte* p) noexcept {
+  if constexpr (std::endian::native == std::endian::big) {
+    T v = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      v |= static_cast<T>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
+    return v;
+  } else {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+  }
+}
+} // namespace detail
+
+/// Writes `h` as 16 little-endian bytes.
+inline std::array<std::byte, header_size> encode(const frame_header& h) noexcept {
+  std::array<std::byte, header_size> b;
+  detail::store_le(b.data(), h.payload_len);
+  detail::store_le(b.data() + 4, h.kind);
+  detail::store_le(b.data() + 6, h.flags);
+  detail::store_le(b.data() + 8, h.request_id);
+  return b;
+}
+
+/// Reads a frame header from 16 bytes.
+inline frame_header decode_header(const std::byte* p) noexcept {
+  return {detail::load_le<std::uint32_t>(p), detail::load_le<std::uint16_t>(p + 4),
+          detail::load_le<std::uint16_t>(p + 6), detail::load_le<std::uint64_t>(p + 8)};
+}
+
+/// Writes `h` as 16 little-endian bytes.
+inline std::array<std::byte, hello_size> encode(const hello& h) noexcept {
+  std::array<std::byte, hello_size> b;
+  detail::store_le(b.data(), h.magic);
+  detail::store_le(b.data() + 4, h.version);
+  detail::store_le(b.data() + 6, h.flags);
+  detail::store_le(b.data() + 8, h.extension_len);
+  detail::store_le(b.data() + 12, h.reserved);
+  return b;
+}
+
+/// Reads a hello from 16 bytes.
+inline hello decode_hello(const std::byte* p) noexcept {
+  return {detail::load_le<std::uint32_t>(p), detail::load_le<std::uint16_t>(p + 4),
+          detail::load_le<std::uint16_t>(p + 6), detail::load_le<std::uint32_t>(p + 8),
+          detail::load_le<std::uint32_t>(p + 12)};
+}
+
+} // namespace corodist::net

@@ -1,0 +1,51 @@
+#pragma once
+/// \file
+/// corodist::net::listener: accepts TCP connections and performs the hello.
+
+#include <corodist/net/connection.hpp>
+
+#include <asio/ip/tcp.hpp>
+
+#include <functional>
+#include <memory>
+#include <system_error>
+
+namespace corodist::net {
+
+/// Accepts connections on an endpoint (port 0: the kernel picks; read it back
+/// with `local_endpoint()`), runs the server side of the hello on each, and
+/// hands every good connection, unstarted, to the accept handler. A bad or
+/// slow hello closes that socket only, with a log line. Loop-affine.
+class listener : public std::enable_shared_from_this<listener> {
+public:
+  /// Receives each connection after a successful hello; it must call start().
+  using accept_handler = std::function<void(std::shared_ptr<connection>)>;
+
+  /// Binds and listens (backlog SOMAXCONN, SO_REUSEADDR) on `ep`. On failure
+  /// returns the error and a null pointer.
+  static std::pair<std::error_code, std::shared_ptr<listener>>
+  listen(asio::any_io_executor ex, const asio::ip::tcp::endpoint& ep, connection_options opts,
+         accept_handler on_accept);
+
+  listener(asio::ip::tcp::acceptor acceptor, connection_options opts, accept_handler on_accept);
+
+  /// Starts the accept loop. Call once, on the loop.
+  void start();
+
+  /// Stops accepting; connections already handed out are not affected. Idempotent.
+  void close();
+
+  /// The bound address (with the real port when bound to port 0).
+  asio::ip::tcp::endpoint local_endpoint() const { return local_; }
+
+private:
+  asio::awaitable<void> accept_loop();
+  asio::awaitable<void> handshake(asio::ip::tcp::socket socket);
+
+  asio::ip::tcp::acceptor acceptor_;
+  connection_options opts_;
+  accept_handler on_accept_;
+  asio::ip::tcp::endpoint local_;
+};
+
+} // namespace corodist::net

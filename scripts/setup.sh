@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs corodist's build and test dependencies from Debian packages.
+# Idempotent and quiet: packages already present are skipped; apt runs only
+# when something is missing. Usage: scripts/setup.sh [--python]
+#   --python   also install python3-torch (PyTorch compatibility tests)
+set -euo pipefail
+
+pkgs=(g++ meson ninja-build ccache pkg-config
+      liburing-dev libasio-dev libboost-test-dev libmsgpack-cxx-dev
+      libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev)
+[[ " $* " == *" --python "* ]] && pkgs+=(python3 python3-torch)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq >/dev/null
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,137 @@
+#include <corodist/core/error.hpp>
+#include <corodist/core/event_loop.hpp>
+
+#include "core/log.hpp"
+
+#include <asio/executor_work_guard.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#if CORODIST_IO_URING
+#include <liburing.h>
+#endif
+
+namespace corodist {
+
+namespace {
+
+// Contexts of live event_loops, for on_loop_thread(). Touched only at loop
+// construction/destruction and by blocking facades, never on a hot path.
+std::mutex registry_mutex;
+std::vector<asio::io_context*>& registry() {
+  static std::vector<asio::io_context*> contexts;
+  return contexts;
+}
+
+void register_context(asio::io_context* ctx) {
+  std::lock_guard lk(registry_mutex);
+  registry().push_back(ctx);
+}
+
+void unregister_context(asio::io_context* ctx) {
+  std::lock_guard lk(registry_mutex);
+  auto& r = registry();
+  if (auto it = std::find(r.begin(), r.end(), ctx); it != r.end())
+    r.erase(it);
+}
+
+[[noreturn]] void throw_io_uring_unavailable(int err, const char* where) {
+  std::string why = std::strerror(err);
+  std::string hint;
+  if (err == EPERM || err == ENOSYS || err == EACCES)
+    hint = " The kernel or a sandbox forbids io_uring (e.g. Docker's default seccomp profile, "
+           "or sysctl kernel.io_uring_disabled=1/2).";
+  else if (err == ENOMEM)
+    hint = " The ring could not be allocated (RLIMIT_MEMLOCK too low on older kernels?).";
+  throw error(std::string("corodist: io_uring is unavailable (") + where + ": " + why + ")." + hint +
+              " Rebuild with `meson setup -Dio_uring=disabled` for the epoll backend.");
+}
+
+} // namespace
+
+namespace detail {
+bool on_loop_thread() noexcept {
+  std::lock_guard lk(registry_mutex);
+  for (auto* ctx : registry())
+    if (ctx->get_executor().running_in_this_thread())
+      return true;
+  return false;
+}
+} // namespace detail
+
+std::string_view event_loop::backend() noexcept {
+#if CORODIST_IO_URING
+  return "io_uring";
+#else
+  return "epoll";
+#endif
+}
+
+void event_loop::probe_io_uring() {
+#if CORODIST_IO_URING
+  io_uring ring;
+  if (int rc = io_uring_queue_init(4, &ring, 0); rc < 0)
+    throw_io_uring_unavailable(-rc, "io_uring_queue_init");
+  io_uring_queue_exit(&ring);
+#endif
+}
+
+event_loop::event_loop() {
+  probe_io_uring();
+  try {
+    owned_ = std::make_unique<asio::io_context>(1);
+  } catch (const std::system_error& e) {
+    throw_io_uring_unavailable(e.code().value(), "asio::io_context");
+  }
+  ctx_ = owned_.get();
+  register_context(ctx_);
+}
+
+event_loop::event_loop(asio::io_context& ctx) : ctx_(&ctx) { register_context(ctx_); }
+
+event_loop::~event_loop() {
+  stop();
+  if (thread_.joinable())
+    thread_.detach(); // destroyed on its own loop thread: cannot join self
+  unregister_context(ctx_);
+}
+
+void event_loop::start() {
+  if (!owned_)
+    throw usage_error("event_loop::start(): this loop wraps a user's io_context; run that context instead");
+  if (thread_.joinable())
+    return;
+  ctx_->restart();
+  thread_ = std::thread([ctx = ctx_] {
+    auto guard = asio::make_work_guard(*ctx);
+    try {
+      ctx->run();
+    } catch (const std::exception& e) {
+      CORODIST_LOG_ERROR("event loop terminated by an exception: {}", e.what());
+      throw;
+    }
+  });
+}
+
+void event_loop::stop() {
+  if (!owned_)
+    return;
+  ctx_->stop();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id())
+    thread_.join();
+}
+
+} // namespace corodist
+
+namespace corodist::detail {
+void throw_blocking_on_loop(const char* what) {
+  throw usage_error(std::string("corodist: ") + what +
+                    " would block an event-loop thread while the result is not ready, deadlocking it; "
+                    "co_await the future (or use then()) on the loop instead");
+}
+} // namespace corodist::detail

@@ -1,0 +1,16 @@
+#pragma once
+// Private logging entry point: every corodist source logs through logger().
+#include <spdlog/spdlog.h>
+
+namespace corodist::detail {
+
+/// The "corodist" spdlog logger (stderr), created on first use with the
+/// level from CORODIST_LOG. Thread-safe.
+spdlog::logger& logger();
+
+} // namespace corodist::detail
+
+#define CORODIST_LOG_DEBUG(...) ::corodist::detail::logger().debug(__VA_ARGS__)
+#define CORODIST_LOG_INFO(...) ::corodist::detail::logger().info(__VA_ARGS__)
+#define CORODIST_LOG_WARN(...) ::corodist::detail::logger().warn(__VA_ARGS__)
+#define CORODIST_LOG_ERROR(...) ::corodist::detail::logger().error(__VA_ARGS__)

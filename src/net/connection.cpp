@@ -1,0 +1,429 @@
+#include <corodist/net/connection.hpp>
+
+#include "core/log.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+#include <cstring>
+#include <span>
+
+namespace corodist::net {
+
+namespace {
+
+constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+// Reads land here; a frame that does not fit is read straight into its own buffer.
+constexpr std::size_t read_buffer_size = 64 * 1024;
+// Bodies up to this size are copied next to their header (one iovec per batch);
+// larger ones are written in place.
+constexpr std::size_t copy_threshold = 2048;
+// Largest hello extension accepted (reserved for authentication).
+constexpr std::uint32_t max_hello_extension = 64 * 1024;
+
+using clock = std::chrono::steady_clock;
+
+std::string endpoint_text(const asio::ip::tcp::socket& s) {
+  std::error_code ec;
+  auto ep = s.remote_endpoint(ec);
+  if (ec)
+    return "?";
+  return ep.address().to_string() + ":" + std::to_string(ep.port());
+}
+
+// Reads the peer's hello and validates it.
+asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out) {
+  std::array<std::byte, hello_size> buf;
+  auto [ec, n] = co_await asio::async_read(s, asio::buffer(buf), use_tuple);
+  if (ec)
+    co_return ec == asio::error::eof ? std::error_code(errc::bad_hello) : ec;
+  out = decode_hello(buf.data());
+  if (out.magic != protocol_magic)
+    co_return errc::bad_magic;
+  if (out.extension_len > max_hello_extension)
+    co_return errc::bad_hello;
+  if (out.extension_len) { // version-1 peers send none; skip what later versions add
+    bytes ext(out.extension_len);
+    auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(ext), use_tuple);
+    if (ec2)
+      co_return ec2;
+  }
+  co_return std::error_code{};
+}
+
+asio::awaitable<std::error_code> write_hello(asio::ip::tcp::socket& s) {
+  auto buf = encode(hello{});
+  auto [ec, n] = co_await asio::async_write(s, asio::buffer(buf), use_tuple);
+  co_return ec;
+}
+
+asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep) {
+  auto [ec] = co_await s.async_connect(ep, use_tuple);
+  if (ec)
+    co_return ec;
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
+  if (auto wec = co_await write_hello(s))
+    co_return wec;
+  hello h;
+  if (auto rec = co_await read_hello(s, h))
+    co_return rec;
+  if (h.version != protocol_version)
+    co_return errc::unsupported_version;
+  co_return std::error_code{};
+}
+
+asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s) {
+  hello h;
+  if (auto ec = co_await read_hello(s, h))
+    co_return ec;
+  // Answer even on a version mismatch so the client can report which we speak.
+  if (auto ec = co_await write_hello(s))
+    co_return ec;
+  if (h.version != protocol_version)
+    co_return errc::unsupported_version;
+  co_return std::error_code{};
+}
+
+// Runs `op`, giving up with hello_timeout after `timeout` (the op is cancelled).
+asio::awaitable<std::error_code> with_deadline(asio::awaitable<std::error_code> op,
+                                               std::chrono::milliseconds timeout) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
+  auto r = co_await (std::move(op) || timer.async_wait(use_tuple));
+  if (r.index() == 0)
+    co_return std::get<0>(r);
+  co_return errc::hello_timeout;
+}
+
+} // namespace
+
+void connection::batch::clear() noexcept {
+  stage.clear();
+  large.clear();
+}
+
+asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
+connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts) {
+  asio::ip::tcp::socket s(ex);
+  auto ec = co_await with_deadline(client_handshake(s, ep), opts.handshake_timeout);
+  if (ec) {
+    std::error_code ignored;
+    s.close(ignored);
+    co_return std::pair{ec, std::shared_ptr<connection>{}};
+  }
+  co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};
+}
+
+asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
+connection::accept(asio::ip::tcp::socket s, connection_options opts) {
+  std::error_code ec;
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
+  ec = co_await with_deadline(server_handshake(s), opts.handshake_timeout);
+  if (ec) {
+    std::error_code ignored;
+    s.close(ignored);
+    co_return std::pair{ec, std::shared_ptr<connection>{}};
+  }
+  co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};
+}
+
+connection::connection(asio::ip::tcp::socket socket, connection_options opts)
+    : socket_(std::move(socket)), opts_(opts), timer_(socket_.get_executor()) {
+  std::error_code ec;
+  remote_ = socket_.remote_endpoint(ec);
+}
+
+connection::~connection() {
+  std::error_code ignored;
+  socket_.close(ignored);
+}
+
+void connection::start(request_handler on_request, close_handler on_close) {
+  if (started_)
+    return;
+  started_ = true;
+  on_request_ = std::move(on_request);
+  on_close_ = std::move(on_close);
+  asio::co_spawn(socket_.get_executor(), read_loop(), asio::detached);
+}
+
+std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<segment>&& segments) {
+  if (!open_)
+    return errc::connection_closed;
+  std::size_t len = body.size();
+  for (auto& s : segments)
+    len += s.data.size();
+  if (len > opts_.max_frame_size)
+    return errc::frame_too_large;
+  h.payload_len = static_cast<std::uint32_t>(len);
+  auto hdr = encode(h);
+  auto& st = queued_.stage;
+  if (segments.empty() && body.size() <= copy_threshold) {
+    st.insert(st.end(), hdr.begin(), hdr.end());
+    st.insert(st.end(), body.begin(), body.end());
+  } else {
+    st.insert(st.end(), hdr.begin(), hdr.end());
+    queued_.large.push_back(large_frame{st.size(), std::move(body), std::move(segments)});
+  }
+  queued_bytes_ += header_size + len;
+  if (queued_bytes_ > opts_.max_buffered_output) {
+    CORODIST_LOG_WARN("closing connection to {}: peer does not read ({} bytes of output queued, cap {})",
+                      endpoint_text(socket_), queued_bytes_, opts_.max_buffered_output);
+    close(errc::output_overflow);
+    return errc::output_overflow;
+  }
+  schedule_write();
+  return {};
+}
+
+void connection::schedule_write() {
+  if (writing_ || write_scheduled_)
+    return;
+  write_scheduled_ = true;
+  // Deferred to the end of this turn of the loop, so that frames queued by
+  // other coroutines meanwhile go out in the same gathered write.
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    self->write_scheduled_ = false;
+    self->start_write();
+  });
+}
+
+void connection::start_write() {
+  if (writing_ || !open_ || (queued_.stage.empty() && queued_.large.empty()))
+    return;
+  writing_ = true;
+  std::swap(queued_, writing_batch_);
+  queued_bytes_ = 0;
+  iov_.clear();
+  const auto& b = writing_batch_;
+  std::size_t pos = 0;
+  for (auto& f : b.large) {
+    iov_.push_back(asio::buffer(b.stage.data() + pos, f.stage_offset - pos));
+    pos = f.stage_offset;
+    if (!f.body.empty())
+      iov_.push_back(asio::buffer(f.body));
+    for (auto& s : f.segments)
+      if (s.data.size())
+        iov_.push_back(s.data);
+  }
+  if (pos < b.stage.size())
+    iov_.push_back(asio::buffer(b.stage.data() + pos, b.stage.size() - pos));
+  asio::async_write(socket_, std::span<const asio::const_buffer>(iov_),
+                    [self = shared_from_this()](std::error_code ec, std::size_t) {
+                      self->writing_ = false;
+                      self->writing_batch_.clear();
+                      if (ec) {
+                        if (self->open_)
+                          CORODIST_LOG_DEBUG("write to {} failed: {}", endpoint_text(self->socket_), ec.message());
+                        self->close(errc::connection_closed);
+                        return;
+                      }
+                      self->start_write();
+                    });
+}
+
+asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload, std::vector<segment> segments,
+                                              std::optional<std::chrono::milliseconds> timeout) {
+  if (!open_)
+    co_return response{errc::connection_closed, {}};
+  if (pending_.size() >= opts_.max_pending_requests)
+    co_return response{errc::too_many_pending, {}};
+  const std::uint64_t id = next_id_++;
+  if (auto ec = enqueue(frame_header{0, kind, 0, id}, std::move(payload), std::move(segments)))
+    co_return response{ec, {}};
+  auto to = timeout.value_or(opts_.request_timeout);
+  auto deadline = to.count() > 0 ? clock::now() + to : clock::time_point::max();
+  co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(response)>(
+      [this, id, deadline](auto handler) {
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        if (slot.is_connected())
+          slot.assign([w = weak_from_this(), id](asio::cancellation_type) {
+            if (auto self = w.lock())
+              self->complete(id, response{asio::error::operation_aborted, {}});
+          });
+        pending_.emplace(id, pending_request{[h = std::move(handler), slot](response r) mutable {
+                                                auto ex = asio::get_associated_executor(h);
+                                                asio::post(ex, [h = std::move(h), slot, r = std::move(r)]() mutable {
+                                                  if (slot.is_connected())
+                                                    slot.clear();
+                                                  std::move(h)(std::move(r));
+                                                });
+                                              },
+                                              deadline});
+        if (deadline != clock::time_point::max())
+          arm_timer(deadline);
+      },
+      asio::use_awaitable);
+}
+
+std::error_code connection::respond(std::uint64_t request_id, std::uint16_t kind, bytes payload,
+                                    std::vector<segment> segments) {
+  return enqueue(frame_header{0, kind, frame_flags::response, request_id}, std::move(payload), std::move(segments));
+}
+
+std::error_code connection::respond_error(std::uint64_t request_id, std::uint16_t kind, std::string_view text) {
+  bytes b(text.size());
+  std::memcpy(b.data(), text.data(), text.size());
+  return enqueue(frame_header{0, kind, frame_flags::response | frame_flags::error, request_id}, std::move(b), {});
+}
+
+std::error_code connection::send(std::uint16_t kind, bytes payload, std::vector<segment> segments) {
+  return enqueue(frame_header{0, kind, frame_flags::one_way, 0}, std::move(payload), std::move(segments));
+}
+
+void connection::complete(std::uint64_t id, response r) {
+  auto it = pending_.find(id);
+  if (it == pending_.end())
+    return; // already completed (timeout, cancellation) or never ours: a late reply is dropped
+  auto done = std::move(it->second.complete);
+  pending_.erase(it);
+  done(std::move(r));
+}
+
+void connection::dispatch(message&& m) {
+  if (m.header.flags & frame_flags::response) {
+    auto ec = (m.header.flags & frame_flags::error) ? std::error_code(errc::remote_failure) : std::error_code{};
+    complete(m.header.request_id, response{ec, std::move(m)});
+    return;
+  }
+  if (on_request_) {
+    on_request_(shared_from_this(), std::move(m));
+  } else if (!(m.header.flags & frame_flags::one_way)) {
+    respond_error(m.header.request_id, m.header.kind, "no request handler on this connection");
+  }
+}
+
+asio::awaitable<void> connection::read_loop() {
+  auto self = shared_from_this();
+  bytes buf(read_buffer_size);
+  std::size_t begin = 0, end = 0;
+  try {
+    while (open_) {
+      while (end - begin >= header_size) {
+        auto h = decode_header(buf.data() + begin);
+        if (h.payload_len > opts_.max_frame_size) {
+          CORODIST_LOG_WARN("closing connection from {}: frame of {} bytes exceeds max_frame_size {}",
+                            endpoint_text(socket_), h.payload_len, opts_.max_frame_size);
+          close(errc::frame_too_large);
+          co_return;
+        }
+        const std::size_t avail = end - begin - header_size;
+        if (avail >= h.payload_len) {
+          auto* p = buf.data() + begin + header_size;
+          message m{h, bytes(p, p + h.payload_len)};
+          begin += header_size + h.payload_len;
+          dispatch(std::move(m));
+          if (!open_)
+            co_return;
+          continue;
+        }
+        if (header_size + h.payload_len <= buf.size())
+          break; // the rest of this frame fits the buffer: read more
+        // A large frame: read its remainder straight into its own buffer.
+        message m{h, bytes(h.payload_len)};
+        std::memcpy(m.payload.data(), buf.data() + begin + header_size, avail);
+        begin = end = 0;
+        auto [ec, n] = co_await asio::async_read(
+            socket_, asio::buffer(m.payload.data() + avail, h.payload_len - avail), use_tuple);
+        if (ec) {
+          if (open_)
+            CORODIST_LOG_WARN("connection from {} lost in the middle of a {}-byte frame: {}",
+                              endpoint_text(socket_), h.payload_len, ec.message());
+          close(errc::truncated_frame);
+          co_return;
+        }
+        dispatch(std::move(m));
+        if (!open_)
+          co_return;
+      }
+      if (begin > 0) {
+        std::memmove(buf.data(), buf.data() + begin, end - begin);
+        end -= begin;
+        begin = 0;
+      }
+      auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf.data() + end, buf.size() - end), use_tuple);
+      if (ec) {
+        if (!open_)
+          co_return;
+        if (end > begin) {
+          CORODIST_LOG_WARN("connection from {} closed in the middle of a frame ({} bytes buffered)",
+                            endpoint_text(socket_), end - begin);
+          close(errc::truncated_frame);
+        } else {
+          if (ec != asio::error::eof)
+            CORODIST_LOG_DEBUG("connection from {} lost: {}", endpoint_text(socket_), ec.message());
+          close(errc::connection_closed);
+        }
+        co_return;
+      }
+      end += n;
+    }
+  } catch (const std::exception& e) {
+    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", endpoint_text(socket_), e.what());
+    close(errc::connection_closed);
+  }
+}
+
+void connection::arm_timer(clock::time_point deadline) {
+  if (timer_deadline_ && *timer_deadline_ <= deadline)
+    return;
+  timer_deadline_ = deadline;
+  timer_.expires_at(deadline);
+  timer_.async_wait([w = weak_from_this()](std::error_code ec) {
+    if (ec)
+      return;
+    if (auto self = w.lock())
+      self->on_timer();
+  });
+}
+
+void connection::on_timer() {
+  timer_deadline_.reset();
+  const auto now = clock::now();
+  std::vector<std::uint64_t> expired;
+  auto next = clock::time_point::max();
+  for (auto& [id, p] : pending_) {
+    if (p.deadline <= now)
+      expired.push_back(id);
+    else if (p.deadline < next)
+      next = p.deadline;
+  }
+  for (auto id : expired)
+    complete(id, response{errc::request_timeout, {}});
+  if (next != clock::time_point::max())
+    arm_timer(next);
+}
+
+void connection::close(std::error_code reason) {
+  if (!open_)
+    return;
+  open_ = false;
+  if (reason != errc::connection_closed)
+    CORODIST_LOG_DEBUG("closing connection to {}: {}", endpoint_text(socket_), reason.message());
+  std::error_code ignored;
+  socket_.shutdown(asio::socket_base::shutdown_both, ignored);
+  socket_.close(ignored);
+  timer_.cancel();
+  timer_deadline_.reset();
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& [id, p] : pending)
+    p.complete(response{errc::connection_closed, {}});
+  queued_.clear();
+  queued_bytes_ = 0;
+  if (on_close_) {
+    auto h = std::move(on_close_);
+    on_close_ = {};
+    h(reason);
+  }
+  on_request_ = {};
+}
+
+} // namespace corodist::net

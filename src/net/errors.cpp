@@ -1,0 +1,52 @@
+#include <corodist/core/error.hpp>
+#include <corodist/net/errors.hpp>
+
+#include <asio/error.hpp>
+
+namespace corodist::net {
+
+namespace {
+class category final : public std::error_category {
+public:
+  const char* name() const noexcept override { return "corodist.net"; }
+  std::string message(int ev) const override {
+    switch (static_cast<errc>(ev)) {
+    case errc::bad_magic: return "bad magic in hello (not a corodist peer)";
+    case errc::unsupported_version: return "unsupported protocol version";
+    case errc::frame_too_large: return "frame larger than max_frame_size";
+    case errc::truncated_frame: return "connection closed in the middle of a frame";
+    case errc::hello_timeout: return "connect/hello timed out";
+    case errc::request_timeout: return "request timed out";
+    case errc::connection_closed: return "connection closed";
+    case errc::too_many_pending: return "too many pending requests on this connection";
+    case errc::output_overflow: return "peer does not read: buffered output over its cap";
+    case errc::remote_failure: return "peer answered with an error";
+    case errc::bad_hello: return "malformed hello";
+    }
+    return "unknown corodist.net error";
+  }
+};
+} // namespace
+
+const std::error_category& net_category() noexcept {
+  static const category c;
+  return c;
+}
+
+void throw_net_error(std::error_code ec, const std::string& context) {
+  if (!ec)
+    return;
+  std::string what = context + ": " + ec.message();
+  if (ec == errc::request_timeout || ec == errc::hello_timeout || ec == asio::error::timed_out)
+    throw timeout_error(what);
+  if (ec == errc::bad_magic || ec == errc::unsupported_version || ec == errc::frame_too_large ||
+      ec == errc::truncated_frame || ec == errc::bad_hello)
+    throw protocol_error(what);
+  if (ec.category() == net_category() && ec != errc::remote_failure && ec != errc::too_many_pending)
+    throw connection_error(what);
+  if (ec.category() == std::system_category() || ec.category() == asio::error::get_misc_category())
+    throw connection_error(what);
+  throw error(what);
+}
+
+} // namespace corodist::net

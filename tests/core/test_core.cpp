@@ -1,0 +1,346 @@
+#define BOOST_TEST_MODULE corodist_core
+#include <boost/test/unit_test.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/core/future.hpp>
+#include <corodist/core/logging.hpp>
+
+#include "support/coro_test.hpp"
+
+#include <asio/bind_executor.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/thread_pool.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <atomic>
+#include <future>
+#include <chrono>
+#include <thread>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+using corodist::event_loop;
+using corodist::future;
+using corodist::promise;
+
+namespace {
+// Runs f on the loop and waits (bounded) for its result on this thread.
+template <typename F>
+auto on_loop(event_loop& loop, F f) {
+  std::promise<decltype(f())> p;
+  auto fut = p.get_future();
+  asio::post(loop.get_executor(), [&] {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      p.set_value();
+    } else {
+      p.set_value(f());
+    }
+  });
+  BOOST_REQUIRE(fut.wait_for(5s) == std::future_status::ready);
+  return fut.get();
+}
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(loop)
+
+BOOST_AUTO_TEST_CASE(start_stop_restart, *utf::timeout(30)) {
+  event_loop loop;
+  BOOST_TEST(!loop.running());
+  loop.start();
+  loop.start(); // idempotent
+  BOOST_TEST(loop.running());
+  auto tid = on_loop(loop, [] { return std::this_thread::get_id(); });
+  BOOST_TEST((tid != std::this_thread::get_id()));
+  BOOST_TEST(on_loop(loop, [&] { return loop.running_in_this_thread(); }));
+  BOOST_TEST(!loop.running_in_this_thread());
+  BOOST_TEST(on_loop(loop, [] { return corodist::detail::on_loop_thread(); }));
+  BOOST_TEST(!corodist::detail::on_loop_thread());
+  loop.stop();
+  loop.stop(); // idempotent
+  BOOST_TEST(!loop.running());
+  loop.start(); // restartable
+  BOOST_TEST(on_loop(loop, [] { return 42; }) == 42);
+}
+
+BOOST_AUTO_TEST_CASE(backend_is_reported, *utf::timeout(10)) {
+#if CORODIST_IO_URING
+  BOOST_TEST(event_loop::backend() == "io_uring");
+  BOOST_CHECK_NO_THROW(event_loop::probe_io_uring());
+#else
+  BOOST_TEST(event_loop::backend() == "epoll");
+#endif
+}
+
+BOOST_AUTO_TEST_CASE(embedded_mode_runs_on_users_context, *utf::timeout(30)) {
+  asio::io_context ctx;
+  event_loop loop(ctx);
+  BOOST_CHECK_THROW(loop.start(), corodist::usage_error);
+  BOOST_TEST(&loop.context() == &ctx);
+  bool ran = false, on_loop_flag = false;
+  asio::post(loop.get_executor(), [&] {
+    ran = true;
+    on_loop_flag = loop.running_in_this_thread() && corodist::detail::on_loop_thread();
+  });
+  BOOST_TEST(!ran);
+  ctx.run();
+  BOOST_TEST(ran);
+  BOOST_TEST(on_loop_flag);
+  loop.stop(); // no-op in embedded mode
+}
+
+BOOST_AUTO_TEST_CASE(destroying_a_started_loop_joins, *utf::timeout(30)) {
+  std::atomic<int> n{0};
+  {
+    event_loop loop;
+    loop.start();
+    for (int i = 0; i < 100; ++i)
+      asio::post(loop.get_executor(), [&] { ++n; });
+    on_loop(loop, [] {});
+  }
+  BOOST_TEST(n.load() == 100);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(futures)
+
+BOOST_AUTO_TEST_CASE(value_across_threads, *utf::timeout(30)) {
+  promise<int> p;
+  auto f = p.get_future();
+  BOOST_TEST(f.valid());
+  BOOST_TEST(!f.is_ready());
+  BOOST_TEST(!f.wait_for(10ms));
+  std::thread t([&] {
+    std::this_thread::sleep_for(20ms);
+    p.set_value(7);
+  });
+  BOOST_TEST(f.get() == 7);
+  t.join();
+  BOOST_CHECK_THROW(p.set_value(8), corodist::usage_error);
+  BOOST_CHECK_THROW(f.get(), corodist::usage_error); // value already taken
+}
+
+BOOST_AUTO_TEST_CASE(exception_across_threads, *utf::timeout(30)) {
+  promise<std::string> p;
+  auto f = p.get_future();
+  std::thread t([&] { p.set_exception(std::make_exception_ptr(corodist::timeout_error("too slow"))); });
+  t.join();
+  BOOST_CHECK_EXCEPTION(f.get(), corodist::timeout_error,
+                        [](const auto& e) { return std::string(e.what()) == "too slow"; });
+}
+
+BOOST_AUTO_TEST_CASE(broken_promise, *utf::timeout(10)) {
+  future<int> f;
+  BOOST_TEST(!f.valid());
+  BOOST_CHECK_THROW(f.get(), corodist::usage_error);
+  {
+    promise<int> p;
+    f = p.get_future();
+    BOOST_CHECK_THROW(p.get_future(), corodist::usage_error);
+  }
+  BOOST_CHECK_THROW(f.get(), corodist::error);
+}
+
+BOOST_AUTO_TEST_CASE(then_chains_and_carries_exceptions, *utf::timeout(30)) {
+  promise<int> p;
+  auto f = p.get_future().then([](int v) { return v * 2; }).then([](int v) { return std::to_string(v); });
+  std::thread t([&] { p.set_value(21); });
+  BOOST_TEST(f.get() == "42");
+  t.join();
+
+  promise<int> q;
+  bool called = false;
+  auto g = q.get_future().then([&](int) {
+    called = true;
+    return 1;
+  });
+  q.set_exception(std::make_exception_ptr(std::runtime_error("boom")));
+  BOOST_CHECK_THROW(g.get(), std::runtime_error);
+  BOOST_TEST(!called);
+
+  // A continuation that throws stores its exception; one on a ready future runs at once.
+  auto h = corodist::make_ready_future(5).then([](int) -> int { throw corodist::store_error("bad"); });
+  BOOST_CHECK_THROW(h.get(), corodist::store_error);
+
+  promise<void> v;
+  std::atomic<bool> ran{false};
+  auto vf = v.get_future().then([&] { ran = true; });
+  v.set_value();
+  vf.get();
+  BOOST_TEST(ran.load());
+}
+
+BOOST_AUTO_TEST_CASE(co_await_resumes_on_awaiting_executor, *utf::timeout(30)) {
+  event_loop loop;
+  loop.start();
+  promise<int> p;
+  auto f = p.get_future();
+  std::promise<std::pair<int, bool>> done;
+  asio::co_spawn(
+      loop.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        int v = co_await std::move(f);
+        done.set_value({v, loop.running_in_this_thread()});
+      },
+      asio::detached);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(20ms);
+    p.set_value(99);
+  });
+  auto r = done.get_future();
+  BOOST_REQUIRE(r.wait_for(5s) == std::future_status::ready);
+  auto [v, on_loop_thread] = r.get();
+  BOOST_TEST(v == 99);
+  BOOST_TEST(on_loop_thread);
+  setter.join();
+}
+
+BOOST_AUTO_TEST_CASE(co_await_on_a_strand_of_a_thread_pool, *utf::timeout(30)) {
+  asio::thread_pool pool(2);
+  auto strand = asio::make_strand(pool);
+  promise<std::string> p;
+  auto f = p.get_future();
+  std::promise<bool> done;
+  asio::co_spawn(
+      strand,
+      [&]() -> asio::awaitable<void> {
+        try {
+          (void)co_await std::move(f);
+          done.set_value(false);
+        } catch (const corodist::remote_error& e) {
+          done.set_value(e.worker() == "w1" && strand.running_in_this_thread());
+        }
+      },
+      asio::detached);
+  p.set_exception(std::make_exception_ptr(corodist::remote_error("w1", "std::runtime_error", "bad")));
+  auto r = done.get_future();
+  BOOST_REQUIRE(r.wait_for(5s) == std::future_status::ready);
+  BOOST_TEST(r.get());
+  pool.join();
+}
+
+BOOST_AUTO_TEST_CASE(co_await_void_and_ready_futures, *utf::timeout(30)) {
+  asio::io_context ctx;
+  auto r = corodist::test::run_coro(ctx, []() -> asio::awaitable<int> {
+    co_await corodist::make_ready_future();
+    int a = co_await corodist::make_ready_future(40);
+    promise<int> p;
+    auto f = p.get_future();
+    p.set_value(2);
+    co_return a + co_await std::move(f);
+  }());
+  BOOST_TEST(r == 42);
+}
+
+BOOST_AUTO_TEST_CASE(blocking_get_on_loop_thread_throws, *utf::timeout(30)) {
+  event_loop loop;
+  loop.start();
+  promise<int> p;
+  auto f = p.get_future();
+  auto what = on_loop(loop, [&]() -> std::string {
+    try {
+      f.get();
+      return "no exception";
+    } catch (const corodist::usage_error& e) {
+      return e.what();
+    }
+  });
+  BOOST_TEST(what.find("deadlock") != std::string::npos);
+  auto wait_for_throws = on_loop(loop, [&] {
+    try {
+      f.wait_for(1ms);
+      return false;
+    } catch (const corodist::usage_error&) {
+      return true;
+    }
+  });
+  BOOST_TEST(wait_for_throws);
+  // Once ready, get() on the loop does not block and is allowed.
+  p.set_value(3);
+  BOOST_TEST(on_loop(loop, [&] { return f.get(); }) == 3);
+}
+
+BOOST_AUTO_TEST_CASE(await_is_cancellable_with_a_timer, *utf::timeout(30)) {
+  using namespace asio::experimental::awaitable_operators;
+  asio::io_context ctx;
+  promise<int> p; // never set
+  auto f = p.get_future();
+  auto start = std::chrono::steady_clock::now();
+  auto idx = corodist::test::run_coro(ctx, [&]() -> asio::awaitable<std::size_t> {
+    asio::steady_timer t(co_await asio::this_coro::executor, 30ms);
+    auto r = co_await (std::move(f) || t.async_wait(asio::use_awaitable));
+    co_return r.index();
+  }());
+  BOOST_TEST(idx == 1u);
+  BOOST_CHECK(std::chrono::steady_clock::now() - start < 2s);
+  // The promise can still be fulfilled safely after the waiter gave up.
+  BOOST_CHECK_NO_THROW(p.set_value(1));
+}
+
+BOOST_AUTO_TEST_CASE(async_wait_with_a_callback, *utf::timeout(30)) {
+  asio::io_context ctx;
+  promise<int> p;
+  auto f = p.get_future();
+  std::error_code got = asio::error::would_block;
+  f.async_wait(asio::bind_executor(ctx, [&](std::error_code ec) { got = ec; }));
+  std::thread t([&] { p.set_value(5); });
+  ctx.run_for(5s); // the pending wait keeps run() going until the handler ran
+  t.join();
+  BOOST_TEST(!got);
+  BOOST_TEST(f.get() == 5);
+}
+
+BOOST_AUTO_TEST_CASE(many_threads_many_futures, *utf::timeout(60)) {
+  constexpr int n = 2000;
+  event_loop loop;
+  loop.start();
+  std::vector<promise<int>> ps(n);
+  std::vector<future<int>> fs;
+  for (auto& p : ps)
+    fs.push_back(p.get_future());
+  std::atomic<long> sum{0};
+  std::promise<void> all;
+  std::atomic<int> left{n};
+  for (int i = 0; i < n; ++i)
+    asio::co_spawn(
+        loop.get_executor(),
+        [&, i]() -> asio::awaitable<void> {
+          sum += co_await std::move(fs[i]);
+          if (--left == 0)
+            all.set_value();
+        },
+        asio::detached);
+  std::thread a([&] {
+    for (int i = 0; i < n; i += 2)
+      ps[i].set_value(i);
+  });
+  std::thread b([&] {
+    for (int i = 1; i < n; i += 2)
+      ps[i].set_value(i);
+  });
+  a.join();
+  b.join();
+  BOOST_REQUIRE(all.get_future().wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(sum.load() == long(n) * (n - 1) / 2);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(logging)
+
+BOOST_AUTO_TEST_CASE(levels, *utf::timeout(10)) {
+  auto old = std::string(corodist::log_level());
+  corodist::set_log_level("debug");
+  BOOST_TEST(corodist::log_level() == "debug");
+  BOOST_CHECK_THROW(corodist::set_log_level("loud"), std::invalid_argument);
+  corodist::set_log_level(old);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
