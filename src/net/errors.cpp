@@ -42,11 +42,10 @@ void throw_net_error(std::error_code ec, const std::string& context) {
   if (ec == errc::bad_magic || ec == errc::unsupported_version || ec == errc::frame_too_large ||
       ec == errc::truncated_frame || ec == errc::bad_hello)
     throw protocol_error(what);
-  if (ec.category() == net_category() && ec != errc::remote_failure && ec != errc::too_many_pending)
-    throw connection_error(what);
-  if (ec.category() == std::system_category() || ec.category() == asio::error::get_misc_category())
-    throw connection_error(what);
-  throw error(what);
+  if (ec == errc::remote_failure || ec == errc::too_many_pending)
+    throw error(what);
+  // connection_closed, output_overflow, and every OS/Asio socket error.
+  throw connection_error(what);
 }
 
 } // namespace corodist::net

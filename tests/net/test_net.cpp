@@ -1,1 +1,548 @@
+#define BOOST_TEST_MODULE corodist_net
+#include <boost/test/unit_test.hpp>
 
+#include <corodist/core/error.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/net/connection.hpp>
+#include <corodist/net/listener.hpp>
+
+#include "support/coro_test.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+#include <csignal>
+#include <cstring>
+#include <dirent.h>
+#include <poll.h>
+#include <fstream>
+#include <future>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace net = corodist::net;
+using asio::ip::tcp;
+using corodist::event_loop;
+using corodist::test::run_coro;
+
+namespace {
+
+constexpr std::uint16_t kind_echo = 1;
+constexpr std::uint16_t kind_hold = 2;  // never answered
+constexpr std::uint16_t kind_late = 3;  // answered after 200 ms
+
+net::bytes make_payload(std::size_t n, unsigned seed) {
+  net::bytes b(n);
+  for (std::size_t i = 0; i < n; ++i)
+    b[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
+  return b;
+}
+
+void serve(const std::shared_ptr<net::connection>& c) {
+  c->start([](const std::shared_ptr<net::connection>& conn, net::message&& m) {
+    switch (m.header.kind) {
+    case kind_echo:
+      conn->respond(m.header.request_id, m.header.kind, std::move(m.payload));
+      break;
+    case kind_hold:
+      break;
+    case kind_late: {
+      auto t = std::make_shared<asio::steady_timer>(conn->get_executor(), 200ms);
+      t->async_wait([t, conn, id = m.header.request_id](std::error_code) { conn->respond(id, kind_late, {}); });
+      break;
+    }
+    default:
+      conn->respond_error(m.header.request_id, m.header.kind, "unknown kind");
+    }
+  });
+}
+
+// A server on its own event loop thread.
+struct test_server {
+  explicit test_server(net::connection_options opts = {}) {
+    std::promise<tcp::endpoint> ready;
+    asio::post(loop.get_executor(), [&] {
+      auto [ec, l] = net::listener::listen(loop.get_executor(), {asio::ip::make_address("127.0.0.1"), 0}, opts,
+                                           [](std::shared_ptr<net::connection> c) { serve(c); });
+      BOOST_REQUIRE(!ec);
+      listener = l;
+      listener->start();
+      ready.set_value(listener->local_endpoint());
+    });
+    loop.start();
+    endpoint = ready.get_future().get();
+  }
+  ~test_server() {
+    asio::post(loop.get_executor(), [l = listener] { l->close(); });
+    loop.stop();
+  }
+  event_loop loop;
+  std::shared_ptr<net::listener> listener;
+  tcp::endpoint endpoint;
+};
+
+asio::awaitable<std::shared_ptr<net::connection>> connect_to(tcp::endpoint ep, net::connection_options opts = {}) {
+  auto [ec, c] = co_await net::connection::connect(co_await asio::this_coro::executor, ep, opts);
+  BOOST_REQUIRE_MESSAGE(!ec, "connect: " << ec.message());
+  c->start();
+  co_return c;
+}
+
+asio::awaitable<bool> echo_ok(std::shared_ptr<net::connection> c, std::size_t n, unsigned seed) {
+  auto p = make_payload(n, seed);
+  auto r = co_await c->request(kind_echo, p);
+  co_return !r.ec && r.msg.payload == p;
+}
+
+// A plain blocking socket that has sent a valid hello and read the server's.
+tcp::socket raw_client(asio::io_context& ctx, tcp::endpoint ep, bool send_hello = true) {
+  tcp::socket s(ctx);
+  s.connect(ep);
+  s.set_option(tcp::no_delay(true));
+  if (send_hello) {
+    auto h = net::encode(net::hello{});
+    asio::write(s, asio::buffer(h));
+    std::array<std::byte, net::hello_size> back;
+    asio::read(s, asio::buffer(back));
+    BOOST_REQUIRE(net::decode_hello(back.data()).magic == net::protocol_magic);
+  }
+  return s;
+}
+
+net::bytes frame_bytes(std::uint16_t kind, std::uint64_t id, const net::bytes& payload) {
+  auto h = net::encode(net::frame_header{static_cast<std::uint32_t>(payload.size()), kind, 0, id});
+  net::bytes out(h.size() + payload.size());
+  std::memcpy(out.data(), h.data(), h.size());
+  if (!payload.empty())
+    std::memcpy(out.data() + h.size(), payload.data(), payload.size());
+  return out;
+}
+
+// True when the server has closed `s` (read returns EOF or reset) within ~2 s.
+bool closed_by_peer(tcp::socket& s) {
+  char buf[256];
+  auto deadline = std::chrono::steady_clock::now() + 2s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{s.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0)
+      continue;
+    ssize_t n = ::recv(s.native_handle(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno == ECONNRESET))
+      return true;
+  }
+  return false; // still open after 2 s
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(framing)
+
+BOOST_AUTO_TEST_CASE(request_response_sizes, *utf::timeout(60)) {
+  test_server srv;
+  asio::io_context ctx;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto c = co_await connect_to(srv.endpoint);
+    static const std::vector<std::size_t> sizes{0, 1, 64, 2048, 2049, 4096, 65536 - 16, 65536, 1 << 20, 16 << 20};
+    for (std::size_t n : sizes)
+      { bool ok_ = co_await echo_ok(c, n, static_cast<unsigned>(n)); BOOST_TEST(ok_, "echo of " << n << " bytes"); }
+    // Segments are written in place and arrive concatenated after the body.
+    auto seg = std::make_shared<net::bytes>(make_payload(300000, 9));
+    net::bytes body = make_payload(100, 1);
+    std::vector<net::segment> segs;
+    segs.push_back(net::segment{seg, asio::buffer(*seg)});
+    auto r = co_await c->request(kind_echo, body, std::move(segs));
+    BOOST_REQUIRE(!r.ec);
+    net::bytes expect = body;
+    expect.insert(expect.end(), seg->begin(), seg->end());
+    BOOST_TEST((r.msg.payload == expect));
+    // An error response comes back as remote_failure with the text.
+    auto e = co_await c->request(77, {});
+    BOOST_TEST((e.ec == net::errc::remote_failure));
+    BOOST_TEST(std::string(reinterpret_cast<const char*>(e.msg.payload.data()), e.msg.payload.size()) ==
+               "unknown kind");
+    c->close();
+  }());
+}
+
+BOOST_AUTO_TEST_CASE(frames_split_across_reads, *utf::timeout(60)) {
+  test_server srv;
+  asio::io_context ctx;
+  auto s = raw_client(ctx, srv.endpoint);
+  auto p = make_payload(1000, 3);
+  auto f = frame_bytes(kind_echo, 42, p);
+  for (std::size_t i = 0; i < f.size(); i += 7) { // 7-byte pieces, each its own segment on the wire
+    asio::write(s, asio::buffer(f.data() + i, std::min<std::size_t>(7, f.size() - i)));
+    if (i < 64)
+      std::this_thread::sleep_for(1ms);
+  }
+  std::array<std::byte, net::header_size> hb;
+  asio::read(s, asio::buffer(hb));
+  auto h = net::decode_header(hb.data());
+  BOOST_TEST(h.request_id == 42u);
+  BOOST_TEST((h.flags & net::frame_flags::response));
+  BOOST_REQUIRE(h.payload_len == p.size());
+  net::bytes back(h.payload_len);
+  asio::read(s, asio::buffer(back));
+  BOOST_TEST((back == p));
+}
+
+BOOST_AUTO_TEST_CASE(many_frames_in_one_read, *utf::timeout(60)) {
+  test_server srv;
+  asio::io_context ctx;
+  auto s = raw_client(ctx, srv.endpoint);
+  net::bytes all;
+  constexpr int n = 500;
+  for (int i = 0; i < n; ++i) {
+    auto f = frame_bytes(kind_echo, 1000 + i, make_payload(i % 97, i));
+    all.insert(all.end(), f.begin(), f.end());
+  }
+  asio::write(s, asio::buffer(all)); // one write: the server parses many frames per read
+  for (int i = 0; i < n; ++i) {
+    std::array<std::byte, net::header_size> hb;
+    asio::read(s, asio::buffer(hb));
+    auto h = net::decode_header(hb.data());
+    BOOST_REQUIRE(h.request_id == std::uint64_t(1000 + i)); // responses keep request order here
+    net::bytes back(h.payload_len);
+    asio::read(s, asio::buffer(back));
+    BOOST_REQUIRE((back == make_payload(i % 97, i)));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(ten_thousand_concurrent_requests, *utf::timeout(120)) {
+  test_server srv;
+  asio::io_context ctx;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto c = co_await connect_to(srv.endpoint);
+    constexpr int n = 10000;
+    int ok = 0, done = 0;
+    std::size_t max_pending = 0;
+    asio::steady_timer all_done(ctx, std::chrono::steady_clock::time_point::max());
+    for (int i = 0; i < n; ++i)
+      asio::co_spawn(
+          ctx,
+          [&, i]() -> asio::awaitable<void> {
+            if (co_await echo_ok(c, 8 + i % 200, i))
+              ++ok;
+            if (++done == n)
+              all_done.cancel();
+          },
+          asio::detached);
+    max_pending = c->pending_requests();
+    co_await all_done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    BOOST_TEST(done == n);
+    BOOST_TEST(ok == n);
+    BOOST_TEST(max_pending == std::size_t(n)); // all were in flight at once
+    BOOST_TEST(c->pending_requests() == 0u);
+  }());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(bad_input)
+
+BOOST_AUTO_TEST_CASE(bad_peers_are_dropped_others_keep_working, *utf::timeout(120)) {
+  net::connection_options opts;
+  opts.max_frame_size = 1 << 20;
+  opts.handshake_timeout = 300ms;
+  test_server srv(opts);
+  asio::io_context ctx;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto good = co_await connect_to(srv.endpoint);
+    { bool ok_ = co_await echo_ok(good, 64, 1); BOOST_TEST(ok_); }
+
+    // 1. Garbage instead of a hello.
+    {
+      tcp::socket s(ctx);
+      s.connect(srv.endpoint);
+      const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+      asio::write(s, asio::buffer(junk, sizeof junk - 1));
+      BOOST_TEST(closed_by_peer(s), "garbage hello closes the connection");
+    }
+    { bool ok_ = co_await echo_ok(good, 64, 2); BOOST_TEST(ok_); }
+    // 2. Right magic, unknown version: the server answers with its own hello, then closes.
+    {
+      tcp::socket s(ctx);
+      s.connect(srv.endpoint);
+      net::hello h;
+      h.version = 99;
+      auto hb = net::encode(h);
+      asio::write(s, asio::buffer(hb));
+      std::array<std::byte, net::hello_size> back;
+      asio::read(s, asio::buffer(back));
+      BOOST_TEST(net::decode_hello(back.data()).version == net::protocol_version);
+      BOOST_TEST(closed_by_peer(s));
+    }
+    // 3. Valid hello, then a frame header claiming more than max_frame_size.
+    {
+      auto s = raw_client(ctx, srv.endpoint);
+      auto hdr = net::encode(net::frame_header{std::uint32_t{1} << 30, kind_echo, 0, 1});
+      asio::write(s, asio::buffer(hdr));
+      BOOST_TEST(closed_by_peer(s), "oversized length closes the connection");
+    }
+    { bool ok_ = co_await echo_ok(good, 64, 3); BOOST_TEST(ok_); }
+    // 4. A truncated frame, then an early close.
+    {
+      auto s = raw_client(ctx, srv.endpoint);
+      auto f = frame_bytes(kind_echo, 5, make_payload(500, 1));
+      asio::write(s, asio::buffer(f.data(), 100));
+      s.close();
+    }
+    // 5. Connect and close before any hello; and one that never says anything (hello timeout).
+    {
+      tcp::socket s(ctx);
+      s.connect(srv.endpoint);
+      s.close();
+      tcp::socket silent(ctx);
+      silent.connect(srv.endpoint);
+      BOOST_TEST(closed_by_peer(silent), "a silent client is dropped after the handshake timeout");
+    }
+    { bool ok_ = co_await echo_ok(good, 1 << 16, 4); BOOST_TEST(ok_); }
+    BOOST_TEST(good->is_open());
+    // The listener still accepts new clients.
+    auto fresh = co_await connect_to(srv.endpoint);
+    { bool ok_ = co_await echo_ok(fresh, 64, 5); BOOST_TEST(ok_); }
+  }());
+}
+
+BOOST_AUTO_TEST_CASE(client_rejects_a_non_corodist_server, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  std::thread fake([&] {
+    tcp::socket s(ctx);
+    acc.accept(s);
+    const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
+    asio::write(s, asio::buffer(reply, sizeof reply - 1));
+    std::this_thread::sleep_for(200ms);
+  });
+  asio::io_context cctx;
+  auto ec = run_coro(cctx, [&]() -> asio::awaitable<std::error_code> {
+    auto [ec, c] = co_await net::connection::connect(cctx.get_executor(), acc.local_endpoint());
+    co_return ec;
+  }());
+  fake.join();
+  BOOST_TEST((ec == net::errc::bad_magic));
+}
+
+BOOST_AUTO_TEST_CASE(handshake_timeout_and_refused, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0}); // listens, never answers
+  net::connection_options opts;
+  opts.handshake_timeout = 100ms;
+  auto t0 = std::chrono::steady_clock::now();
+  auto ec = run_coro(ctx, [&]() -> asio::awaitable<std::error_code> {
+    auto [ec, c] = co_await net::connection::connect(ctx.get_executor(), acc.local_endpoint(), opts);
+    co_return ec;
+  }());
+  BOOST_TEST((ec == net::errc::hello_timeout));
+  BOOST_CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  auto port = acc.local_endpoint().port();
+  acc.close();
+  ec = run_coro(ctx, [&]() -> asio::awaitable<std::error_code> {
+    auto [ec, c] = co_await net::connection::connect(ctx.get_executor(),
+                                                     {asio::ip::make_address("127.0.0.1"), port}, opts);
+    co_return ec;
+  }());
+  BOOST_TEST((ec == asio::error::connection_refused));
+  BOOST_CHECK_THROW(net::throw_net_error(net::errc::hello_timeout, "connect"), corodist::timeout_error);
+  BOOST_CHECK_THROW(net::throw_net_error(ec, "connect"), corodist::connection_error);
+  BOOST_CHECK_THROW(net::throw_net_error(net::errc::bad_magic, "connect"), corodist::protocol_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(failures)
+
+BOOST_AUTO_TEST_CASE(request_timeouts, *utf::timeout(60)) {
+  test_server srv;
+  asio::io_context ctx;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto c = co_await connect_to(srv.endpoint);
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = co_await c->request(kind_hold, {}, {}, 50ms);
+    auto took = std::chrono::steady_clock::now() - t0;
+    BOOST_TEST((r.ec == net::errc::request_timeout));
+    BOOST_CHECK(took >= 50ms);
+    BOOST_CHECK(took < 1s);
+    // A late reply (200 ms) to a request that timed out at 50 ms is dropped safely.
+    r = co_await c->request(kind_late, {}, {}, 50ms);
+    BOOST_TEST((r.ec == net::errc::request_timeout));
+    asio::steady_timer t(ctx, 300ms);
+    co_await t.async_wait(asio::use_awaitable);
+    BOOST_TEST(c->is_open());
+    { bool ok_ = co_await echo_ok(c, 64, 1); BOOST_TEST(ok_); }
+    // A short deadline behind a long one still fires on time; the default (60 s) does not.
+    asio::co_spawn(ctx, c->request(kind_hold, {}, {}, 10s), asio::detached);
+    t0 = std::chrono::steady_clock::now();
+    r = co_await c->request(kind_hold, {}, {}, 30ms);
+    BOOST_TEST((r.ec == net::errc::request_timeout));
+    BOOST_CHECK(std::chrono::steady_clock::now() - t0 < 1s);
+    BOOST_TEST(c->pending_requests() == 1u);
+    c->close();
+    BOOST_TEST(c->pending_requests() == 0u);
+    r = co_await c->request(kind_echo, {});
+    BOOST_TEST((r.ec == net::errc::connection_closed));
+  }());
+}
+
+BOOST_AUTO_TEST_CASE(peer_death_fails_pending_requests_within_100ms, *utf::timeout(60)) {
+  int fds[2];
+  BOOST_REQUIRE(::pipe(fds) == 0);
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) { // the peer: a real process that holds every request
+    ::close(fds[0]);
+    asio::io_context ctx;
+    auto [ec, l] = net::listener::listen(ctx.get_executor(), {asio::ip::make_address("127.0.0.1"), 0}, {},
+                                         [](std::shared_ptr<net::connection> c) { serve(c); });
+    if (ec)
+      ::_exit(1);
+    l->start();
+    std::uint16_t port = l->local_endpoint().port();
+    if (::write(fds[1], &port, sizeof port) != sizeof port)
+      ::_exit(1);
+    ctx.run_for(30s);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::uint16_t port = 0;
+  BOOST_REQUIRE(::read(fds[0], &port, sizeof port) == sizeof port);
+  ::close(fds[0]);
+
+  asio::io_context ctx;
+  auto worst = run_coro(ctx, [&]() -> asio::awaitable<std::chrono::microseconds> {
+    auto c = co_await connect_to({asio::ip::make_address("127.0.0.1"), port});
+    { bool ok_ = co_await echo_ok(c, 64, 1); BOOST_TEST(ok_); }
+    constexpr int n = 100;
+    int failed = 0, finished = 0;
+    std::chrono::steady_clock::time_point killed, last;
+    asio::steady_timer all_done(ctx, std::chrono::steady_clock::time_point::max());
+    for (int i = 0; i < n; ++i)
+      asio::co_spawn(
+          ctx,
+          [&]() -> asio::awaitable<void> {
+            auto r = co_await c->request(kind_hold, {}, {}, 30s);
+            if (r.ec == net::errc::connection_closed)
+              ++failed;
+            last = std::chrono::steady_clock::now();
+            if (++finished == n)
+              all_done.cancel();
+          },
+          asio::detached);
+    asio::steady_timer t(ctx, 50ms);
+    co_await t.async_wait(asio::use_awaitable);
+    BOOST_TEST(c->pending_requests() == std::size_t(n));
+    killed = std::chrono::steady_clock::now();
+    ::kill(child, SIGKILL);
+    co_await all_done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    BOOST_TEST(failed == n);
+    BOOST_TEST(!c->is_open());
+    co_return std::chrono::duration_cast<std::chrono::microseconds>(last - killed);
+  }());
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  BOOST_TEST_MESSAGE("all pending requests failed " << worst.count() << " us after SIGKILL");
+  BOOST_CHECK(worst < 100ms);
+}
+
+BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  // The peer answers the hello and then never reads again.
+  std::thread peer([&] {
+    tcp::socket s(ctx);
+    acc.accept(s);
+    std::array<std::byte, net::hello_size> h;
+    asio::read(s, asio::buffer(h));
+    auto mine = net::encode(net::hello{});
+    asio::write(s, asio::buffer(mine));
+    std::this_thread::sleep_for(3s);
+  });
+  net::connection_options opts;
+  opts.max_buffered_output = 8 << 20;
+  auto ec = run_coro(ctx, [&]() -> asio::awaitable<std::error_code> {
+    auto c = co_await connect_to(acc.local_endpoint(), opts);
+    std::error_code e;
+    auto chunk = std::make_shared<net::bytes>(1 << 20);
+    for (int i = 0; i < 1000 && !e; ++i) { // bounded: at most 1 GiB offered
+      e = c->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
+      if (i % 8 == 7) {
+        asio::steady_timer t(ctx, 1ms);
+        co_await t.async_wait(asio::use_awaitable);
+      }
+    }
+    co_return e;
+  }());
+  peer.join();
+  BOOST_TEST((ec == net::errc::output_overflow || ec == net::errc::connection_closed));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(io_uring_backend)
+
+namespace {
+// Sum of completion-queue tails of this process's io_uring instances, read
+// from /proc/self/fdinfo: it grows with every operation the kernel completes.
+std::uint64_t ring_completions(int& rings) {
+  std::uint64_t total = 0;
+  rings = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (auto* e = ::readdir(d)) {
+    char link[256] = {};
+    std::string path = std::string("/proc/self/fd/") + e->d_name;
+    if (::readlink(path.c_str(), link, sizeof link - 1) <= 0 || std::strstr(link, "io_uring") == nullptr)
+      continue;
+    std::ifstream info(std::string("/proc/self/fdinfo/") + e->d_name);
+    std::string key;
+    while (info >> key) {
+      if (key == "CqTail:") {
+        std::uint64_t v;
+        info >> v;
+        total += v;
+        ++rings;
+        break;
+      }
+    }
+  }
+  ::closedir(d);
+  return total;
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(socket_io_goes_through_io_uring, *utf::timeout(60)) {
+#if !CORODIST_IO_URING
+  BOOST_TEST_MESSAGE("epoll build (-Dio_uring=disabled): nothing to check");
+  BOOST_TEST(event_loop::backend() == "epoll");
+#else
+  test_server srv;
+  int rings = 0;
+  auto before = ring_completions(rings);
+  BOOST_TEST_REQUIRE(rings >= 1, "the server's event loop owns an io_uring instance");
+  constexpr int n = 500;
+  asio::io_context ctx;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto c = co_await connect_to(srv.endpoint);
+    for (int i = 0; i < n; ++i)
+      { bool ok_ = co_await echo_ok(c, 64, i); BOOST_REQUIRE(ok_); }
+  }());
+  int rings_after = 0;
+  auto after = ring_completions(rings_after);
+  BOOST_TEST_MESSAGE(rings_after << " rings; completions " << before << " -> " << after << " for " << n
+                                 << " round trips");
+  // Each round trip leaves the client and the server waiting for a read, which
+  // only an io_uring completion can end.
+  BOOST_TEST(after - before >= std::uint64_t(n));
+#endif
+}
+
+BOOST_AUTO_TEST_SUITE_END()
