@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test suite.
+# Usage: scripts/test.sh            normal build in build/
+#        scripts/test.sh --sanitize AddressSanitizer + UBSan build in build-asan/
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+dir=build
+opts=()
+if [[ "${1:-}" == "--sanitize" ]]; then
+  dir=build-asan
+  opts=(-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbenchmarks=disabled)
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+fi
+bash scripts/build.sh "$dir" "${opts[@]}"
+rc=0
+meson test -C "$dir" --print-errorlogs || rc=$?
+python3 scripts/test_summary.py "$dir/meson-logs/testlog.json" || true
+exit $rc
