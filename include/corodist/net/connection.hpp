@@ -165,6 +165,8 @@ private:
   void schedule_write();
   void start_write();
   asio::awaitable<void> read_loop();
+  std::size_t parse(const std::byte* data, std::size_t n);
+  void on_read_error(std::error_code ec);
   void dispatch(message&& m);
   void complete(std::uint64_t id, response r);
   void arm_timer(std::chrono::steady_clock::time_point deadline);
@@ -183,6 +185,10 @@ private:
   batch writing_batch_; // frames of the write in flight
   std::vector<asio::const_buffer> iov_;
   std::size_t queued_bytes_ = 0; // bytes in queued_
+  bytes carry_;                  // the start of an incomplete incoming frame
+  std::array<std::byte, 512> head_; // target of the read posted while traffic is light
+  bytes big_;                       // 64 KiB read target while reads keep filling head_
+  bytes scratch_hold_;              // keeps a released big_ alive until parsed
   bool open_ = true;
   bool started_ = false;
   bool writing_ = false;
