@@ -1,6 +1,7 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
+#include "net/auth.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -41,8 +42,8 @@ std::string endpoint_text(const asio::ip::tcp::socket& s) {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
-// Reads the peer's hello and validates it.
-asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out) {
+// Reads the peer's hello and validates it; `extension` receives its extension block.
+asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out, bytes& extension) {
   std::array<std::byte, hello_size> buf;
   auto [ec, n] = co_await asio::async_read(s, asio::buffer(buf), use_tuple);
   if (ec)
@@ -52,46 +53,85 @@ asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out
     co_return errc::bad_magic;
   if (out.extension_len > max_hello_extension)
     co_return errc::bad_hello;
-  if (out.extension_len) { // version-1 peers send none; skip what later versions add
-    bytes ext(out.extension_len);
-    auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(ext), use_tuple);
+  extension.resize(out.extension_len);
+  if (out.extension_len) {
+    auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(extension), use_tuple);
     if (ec2)
       co_return ec2;
   }
   co_return std::error_code{};
 }
 
-asio::awaitable<std::error_code> write_hello(asio::ip::tcp::socket& s) {
-  auto buf = encode(hello{});
-  auto [ec, n] = co_await asio::async_write(s, asio::buffer(buf), use_tuple);
+asio::awaitable<std::error_code> write_all(asio::ip::tcp::socket& s, asio::const_buffer b) {
+  auto [ec, n] = co_await asio::async_write(s, b, use_tuple);
   co_return ec;
 }
 
-asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep) {
+asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
+                                                  const std::string& token) {
   auto [ec] = co_await s.async_connect(ep, use_tuple);
   if (ec)
     co_return ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
-  if (auto wec = co_await write_hello(s))
+  hello mine;
+  if (!token.empty())
+    mine.flags |= hello_flags::auth;
+  auto hb = encode(mine);
+  if (auto wec = co_await write_all(s, asio::buffer(hb)))
     co_return wec;
   hello h;
-  if (auto rec = co_await read_hello(s, h))
+  bytes challenge;
+  if (auto rec = co_await read_hello(s, h, challenge))
     co_return rec;
   if (h.version != protocol_version)
     co_return errc::unsupported_version;
+  if (!(h.flags & hello_flags::auth))
+    co_return std::error_code{};
+  // The server demands authentication: answer its challenge.
+  if (token.empty())
+    co_return errc::auth_required;
+  if (challenge.size() != auth_challenge_size)
+    co_return errc::bad_hello;
+  auto mac = auth_response(token, challenge);
+  if (auto wec = co_await write_all(s, asio::buffer(mac)))
+    co_return wec;
+  std::array<std::byte, 1> verdict{};
+  auto [vec, vn] = co_await asio::async_read(s, asio::buffer(verdict), use_tuple);
+  if (vec || verdict[0] != std::byte{1})
+    co_return errc::auth_failed;
   co_return std::error_code{};
 }
 
-asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s) {
+asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, const std::string& token) {
   hello h;
-  if (auto ec = co_await read_hello(s, h))
+  bytes ext;
+  if (auto ec = co_await read_hello(s, h, ext))
     co_return ec;
   // Answer even on a version mismatch so the client can report which we speak.
-  if (auto ec = co_await write_hello(s))
-    co_return ec;
+  hello mine;
+  bytes challenge;
+  if (!token.empty() && h.version == protocol_version) {
+    mine.flags |= hello_flags::auth;
+    challenge = auth_challenge();
+    mine.extension_len = static_cast<std::uint32_t>(challenge.size());
+  }
+  auto hb = encode(mine);
+  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(challenge)};
+  auto [wec, wn] = co_await asio::async_write(s, out, use_tuple);
+  if (wec)
+    co_return wec;
   if (h.version != protocol_version)
     co_return errc::unsupported_version;
-  co_return std::error_code{};
+  if (token.empty())
+    co_return std::error_code{};
+  std::array<std::byte, auth_response_size> mac;
+  auto [rec, rn] = co_await asio::async_read(s, asio::buffer(mac), use_tuple);
+  if (rec)
+    co_return errc::auth_failed;
+  if (!auth_verify(token, challenge, mac))
+    co_return errc::auth_failed;
+  std::array<std::byte, 1> ok{std::byte{1}};
+  co_return co_await write_all(s, asio::buffer(ok));
 }
 
 // Runs `op`, giving up with hello_timeout after `timeout` (the op is cancelled).
@@ -115,7 +155,7 @@ void connection::batch::clear() noexcept {
 asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts) {
   asio::ip::tcp::socket s(ex);
-  auto ec = co_await with_deadline(client_handshake(s, ep), opts.handshake_timeout);
+  auto ec = co_await with_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
     s.close(ignored);
@@ -128,7 +168,7 @@ asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::accept(asio::ip::tcp::socket s, connection_options opts) {
   std::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
-  ec = co_await with_deadline(server_handshake(s), opts.handshake_timeout);
+  ec = co_await with_deadline(server_handshake(s, opts.auth_token), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
     s.close(ignored);

@@ -22,6 +22,8 @@ public:
     case errc::output_overflow: return "peer does not read: buffered output over its cap";
     case errc::remote_failure: return "peer answered with an error";
     case errc::bad_hello: return "malformed hello";
+    case errc::auth_required: return "the server requires authentication: set an auth token (CORODIST_AUTH_TOKEN)";
+    case errc::auth_failed: return "authentication failed: wrong or missing token";
     }
     return "unknown corodist.net error";
   }
@@ -40,7 +42,8 @@ void throw_net_error(std::error_code ec, const std::string& context) {
   if (ec == errc::request_timeout || ec == errc::hello_timeout || ec == asio::error::timed_out)
     throw timeout_error(what);
   if (ec == errc::bad_magic || ec == errc::unsupported_version || ec == errc::frame_too_large ||
-      ec == errc::truncated_frame || ec == errc::bad_hello)
+      ec == errc::truncated_frame || ec == errc::bad_hello || ec == errc::auth_required ||
+      ec == errc::auth_failed)
     throw protocol_error(what);
   if (ec == errc::remote_failure || ec == errc::too_many_pending)
     throw error(what);

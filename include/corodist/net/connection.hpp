@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -54,6 +55,9 @@ struct connection_options {
   std::chrono::milliseconds request_timeout = default_request_timeout;
   /// Deadline of TCP connect plus the hello exchange.
   std::chrono::milliseconds handshake_timeout = default_handshake_timeout;
+  /// Shared secret. Server: if set, clients must prove they hold it
+  /// (challenge-response, HMAC-SHA-256); client: the token to prove with.
+  std::string auth_token;
 };
 
 /// A received frame.

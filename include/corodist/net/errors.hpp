@@ -21,6 +21,8 @@ enum class errc {
   output_overflow,      ///< the peer does not read: buffered output exceeded its cap
   remote_failure,       ///< the peer answered with an error frame (payload holds the text)
   bad_hello,            ///< malformed hello (e.g. oversized extension)
+  auth_required,        ///< the server requires a token and none is configured
+  auth_failed,          ///< the token was refused (or the peer's answer was wrong)
 };
 
 /// The category of `errc` ("corodist.net").

@@ -27,6 +27,14 @@ inline constexpr std::uint16_t error = 1u << 1;    ///< response carrying an err
 inline constexpr std::uint16_t one_way = 1u << 2;  ///< no response expected
 } // namespace frame_flags
 
+/// Hello flags.
+namespace hello_flags {
+/// Client: it holds an auth token. Server: authentication is required; the
+/// extension block is a 32-byte challenge, answered by the client with
+/// HMAC-SHA-256(key = SHA-256(token), challenge) and acknowledged by one byte 0x01.
+inline constexpr std::uint16_t auth = 1u << 0;
+} // namespace hello_flags
+
 /// The opening message of each side: magic, version, flags, and the length of
 /// an extension block that follows it (0 in version 1).
 struct hello {

@@ -1,0 +1,172 @@
+#pragma once
+/// \file
+/// corodist::store::store: the key-value store interface (c10d's Store),
+/// coroutine-first. Implementations: tcp_store (client of store_server),
+/// hash_store (in-process), file_store (shared file), prefix_store.
+
+#include <corodist/store/watch_stream.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace corodist::store {
+
+/// A key-value store shared by the ranks of a job.
+///
+/// Keys and values are byte strings (`std::string`, binary-safe). Every
+/// operation is a coroutine that may be awaited from any executor: it runs on
+/// the store's own executor (`get_executor()`) and resumes the caller on its.
+/// Operations that wait (`get`, `wait`, `multi_get`) give up after
+/// `timeout()` (default 300 s, as c10d) with `timeout_error`. Network failures
+/// throw `connection_error`; limits and bad requests `store_error`.
+/// For plain threads use `sync_store`.
+class store : public std::enable_shared_from_this<store> {
+public:
+  virtual ~store() = default;
+
+  /// The executor the store's state lives on.
+  virtual asio::any_io_executor get_executor() = 0;
+
+  /// Default deadline of waiting operations.
+  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  /// Sets the default deadline of waiting operations (not thread-safe against running ops).
+  void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+
+  /// Stores `value` under `key`, waking waiters and watchers.
+  [[nodiscard]] asio::awaitable<void> set(std::string key, std::string value) {
+    return on_executor(do_set(std::move(key), std::move(value)));
+  }
+
+  /// Returns the value of `key`, waiting up to `timeout()` for it to be set.
+  [[nodiscard]] asio::awaitable<std::string> get(std::string key) {
+    return on_executor(do_get(std::move(key), timeout_));
+  }
+
+  /// As `get(key)` with an explicit deadline (zero: wait forever).
+  [[nodiscard]] asio::awaitable<std::string> get(std::string key, std::chrono::milliseconds timeout) {
+    return on_executor(do_get(std::move(key), timeout));
+  }
+
+  /// Atomically adds `delta` to the integer (decimal text) at `key`, creating
+  /// it as 0 first; returns the new value. Throws `store_error` if the value is
+  /// not an integer.
+  [[nodiscard]] asio::awaitable<std::int64_t> add(std::string key, std::int64_t delta) {
+    return on_executor(do_add(std::move(key), delta));
+  }
+
+  /// c10d's compareSet: if `key` holds `expected`, stores `desired` and
+  /// returns it; if `key` is missing and `expected` is empty, stores `desired`
+  /// and returns it; otherwise returns the current value (or `expected` when
+  /// the key is missing) unchanged.
+  [[nodiscard]] asio::awaitable<std::string> compare_set(std::string key, std::string expected, std::string desired) {
+    return on_executor(do_compare_set(std::move(key), std::move(expected), std::move(desired)));
+  }
+
+  /// Deletes `key`; returns whether it existed.
+  [[nodiscard]] asio::awaitable<bool> delete_key(std::string key) { return on_executor(do_delete_key(std::move(key))); }
+
+  /// Returns whether every key exists (no waiting).
+  [[nodiscard]] asio::awaitable<bool> check(std::vector<std::string> keys) {
+    return on_executor(do_check(std::move(keys)));
+  }
+
+  /// Waits until every key exists, up to `timeout()` (zero: forever); throws
+  /// `timeout_error` naming the missing keys.
+  [[nodiscard]] asio::awaitable<void> wait(std::vector<std::string> keys) {
+    return on_executor(do_wait(std::move(keys), timeout_));
+  }
+
+  /// As `wait(keys)` with an explicit deadline.
+  [[nodiscard]] asio::awaitable<void> wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+    return on_executor(do_wait(std::move(keys), timeout));
+  }
+
+  /// Returns the number of keys in the store.
+  [[nodiscard]] asio::awaitable<std::int64_t> num_keys() { return on_executor(do_num_keys()); }
+
+  /// Appends `value` to the value at `key` (creating it).
+  [[nodiscard]] asio::awaitable<void> append(std::string key, std::string value) {
+    return on_executor(do_append(std::move(key), std::move(value)));
+  }
+
+  /// Returns the values of `keys`, waiting up to `timeout()` for all of them.
+  [[nodiscard]] asio::awaitable<std::vector<std::string>> multi_get(std::vector<std::string> keys) {
+    return on_executor(do_multi_get(std::move(keys), timeout_));
+  }
+
+  /// As `multi_get(keys)` with an explicit deadline.
+  [[nodiscard]] asio::awaitable<std::vector<std::string>> multi_get(std::vector<std::string> keys,
+                                                                    std::chrono::milliseconds timeout) {
+    return on_executor(do_multi_get(std::move(keys), timeout));
+  }
+
+  /// Sets every `keys[i]` to `values[i]` as one operation. Throws
+  /// `store_error` if the sizes differ.
+  [[nodiscard]] asio::awaitable<void> multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
+    return on_executor(do_multi_set(std::move(keys), std::move(values)));
+  }
+
+  /// Returns the keys that start with `prefix`, sorted (a debugging aid).
+  [[nodiscard]] asio::awaitable<std::vector<std::string>> list_keys(std::string prefix = {}) {
+    return on_executor(do_list_keys(std::move(prefix)));
+  }
+
+  /// Subscribes to changes of `key`: the stream yields created / updated /
+  /// deleted events in the order the store applied them, from now on.
+  [[nodiscard]] asio::awaitable<watch_stream> watch_key(std::string key) {
+    return on_executor(do_watch_key(std::move(key)));
+  }
+
+  /// A one-shot barrier of `world_size` participants named `name`, built on
+  /// `add` + `wait`: returns once all have arrived, or throws `timeout_error`.
+  [[nodiscard]] asio::awaitable<void> barrier(std::string name, std::int64_t world_size) {
+    return on_executor(do_barrier(std::move(name), world_size, timeout_));
+  }
+
+  /// As `barrier(name, world_size)` with an explicit deadline.
+  [[nodiscard]] asio::awaitable<void> barrier(std::string name, std::int64_t world_size,
+                                              std::chrono::milliseconds timeout) {
+    return on_executor(do_barrier(std::move(name), world_size, timeout));
+  }
+
+protected:
+  virtual asio::awaitable<void> do_set(std::string key, std::string value) = 0;
+  virtual asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) = 0;
+  virtual asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) = 0;
+  virtual asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) = 0;
+  virtual asio::awaitable<bool> do_delete_key(std::string key) = 0;
+  virtual asio::awaitable<bool> do_check(std::vector<std::string> keys) = 0;
+  virtual asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) = 0;
+  virtual asio::awaitable<std::int64_t> do_num_keys() = 0;
+  virtual asio::awaitable<void> do_append(std::string key, std::string value) = 0;
+  virtual asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
+                                                                 std::chrono::milliseconds timeout) = 0;
+  virtual asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) = 0;
+  virtual asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) = 0;
+  virtual asio::awaitable<watch_stream> do_watch_key(std::string key) = 0;
+  /// Default barrier: add(name/count) then wait(name/done); the last arrival sets done.
+  virtual asio::awaitable<void> do_barrier(std::string name, std::int64_t world_size, std::chrono::milliseconds timeout);
+
+  /// Runs `op` on `get_executor()`, resuming the caller on its own executor.
+  template <typename T>
+  asio::awaitable<T> on_executor(asio::awaitable<T> op) {
+    auto mine = get_executor();
+    if ((co_await asio::this_coro::executor) == mine)
+      co_return co_await std::move(op);
+    co_return co_await asio::co_spawn(mine, std::move(op), asio::use_awaitable);
+  }
+
+private:
+  std::chrono::milliseconds timeout_ = default_timeout;
+};
+
+} // namespace corodist::store

@@ -1,0 +1,90 @@
+#pragma once
+// The key-value state machine shared by hash_store and store_server: data,
+// waiters per key (with deadlines) and watchers per key. Loop-affine.
+
+#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/store/watch_event.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace corodist::store::detail {
+
+class kv_state : public std::enable_shared_from_this<kv_state> {
+public:
+  /// Who registered a wait or watch (a connection id; 0 = in-process).
+  using owner_id = std::uint64_t;
+  /// Completion of a wait: empty `missing` means every key exists.
+  using wait_done = corodist::detail::unique_function<void(std::vector<std::string> missing)>;
+  using watch_fn = std::function<void(const watch_event&)>;
+
+  explicit kv_state(asio::any_io_executor ex) : ex_(std::move(ex)) {}
+  ~kv_state();
+
+  void set(const std::string& key, std::string value);
+  const std::string* find(const std::string& key) const;
+  /// Throws store_error if the current value is not a decimal integer.
+  std::int64_t add(const std::string& key, std::int64_t delta);
+  std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
+  bool erase(const std::string& key);
+  bool contains_all(const std::vector<std::string>& keys) const;
+  std::size_t size() const noexcept { return data_.size(); }
+  void append(const std::string& key, const std::string& value);
+  std::vector<std::string> list(const std::string& prefix) const;
+
+  /// Calls `done({})` once every key exists (at once if they do), or
+  /// `done(missing)` when `timeout` passes (zero: never).
+  void wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner, wait_done done);
+  /// Waits of `owner` still pending.
+  std::size_t pending_waits(owner_id owner) const;
+
+  /// Calls `fn` for every later change of `key`; returns the watch id.
+  std::uint64_t watch(const std::string& key, owner_id owner, watch_fn fn);
+  void unwatch(std::uint64_t id);
+  /// Drops every wait and watch of `owner` without calling them.
+  void drop_owner(owner_id owner);
+
+private:
+  struct waiter {
+    std::vector<std::string> keys;
+    std::size_t missing = 0;
+    owner_id owner = 0;
+    wait_done done;
+    std::unique_ptr<asio::steady_timer> timer;
+  };
+  struct watcher {
+    std::string key;
+    owner_id owner = 0;
+    watch_fn fn;
+  };
+
+  void changed(watch_event::kind kind, const std::string& key, const std::string& value);
+  void key_created(const std::string& key);
+  void finish(std::uint64_t id, bool timed_out);
+  void forget(std::uint64_t id, waiter& w);
+
+  asio::any_io_executor ex_;
+  std::unordered_map<std::string, std::string> data_;
+  std::unordered_map<std::uint64_t, waiter> waiters_;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_on_; // key -> waiter ids
+  std::unordered_map<owner_id, std::size_t> waits_per_owner_;
+  std::unordered_map<std::uint64_t, watcher> watchers_;
+  std::unordered_map<std::string, std::vector<std::uint64_t>> watched_; // key -> watch ids
+  std::uint64_t next_id_ = 1;
+};
+
+/// "timed out after N ms waiting for keys: a, b" (the timeout_error text of every store).
+std::string timeout_message(const std::vector<std::string>& missing, std::chrono::milliseconds timeout);
+
+/// Parses a decimal int64 (c10d stores counters as text); throws store_error.
+std::int64_t parse_counter(const std::string& key, const std::string& text);
+
+} // namespace corodist::store::detail

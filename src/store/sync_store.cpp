@@ -1,0 +1,55 @@
+#include <corodist/core/error.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/sync_store.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/use_future.hpp>
+
+namespace corodist::store {
+
+sync_store::sync_store(std::shared_ptr<store> s) : store_(std::move(s)) {
+  if (!store_)
+    throw usage_error("sync_store: the store is null");
+}
+
+template <typename T>
+T sync_store::run(asio::awaitable<T> op) {
+  if (corodist::detail::on_loop_thread())
+    throw usage_error("sync_store: blocking store call on an event-loop thread would deadlock it; "
+                      "co_await the store's coroutine API there instead");
+  return asio::co_spawn(store_->get_executor(), std::move(op), asio::use_future).get();
+}
+
+void sync_store::set(std::string key, std::string value) { run(store_->set(std::move(key), std::move(value))); }
+std::string sync_store::get(std::string key) { return run(store_->get(std::move(key))); }
+std::string sync_store::get(std::string key, std::chrono::milliseconds timeout) {
+  return run(store_->get(std::move(key), timeout));
+}
+std::int64_t sync_store::add(std::string key, std::int64_t delta) { return run(store_->add(std::move(key), delta)); }
+std::string sync_store::compare_set(std::string key, std::string expected, std::string desired) {
+  return run(store_->compare_set(std::move(key), std::move(expected), std::move(desired)));
+}
+bool sync_store::delete_key(std::string key) { return run(store_->delete_key(std::move(key))); }
+bool sync_store::check(std::vector<std::string> keys) { return run(store_->check(std::move(keys))); }
+void sync_store::wait(std::vector<std::string> keys) { run(store_->wait(std::move(keys))); }
+void sync_store::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+  run(store_->wait(std::move(keys), timeout));
+}
+std::int64_t sync_store::num_keys() { return run(store_->num_keys()); }
+void sync_store::append(std::string key, std::string value) { run(store_->append(std::move(key), std::move(value))); }
+std::vector<std::string> sync_store::multi_get(std::vector<std::string> keys) {
+  return run(store_->multi_get(std::move(keys)));
+}
+void sync_store::multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
+  run(store_->multi_set(std::move(keys), std::move(values)));
+}
+std::vector<std::string> sync_store::list_keys(std::string prefix) { return run(store_->list_keys(std::move(prefix))); }
+watch_stream sync_store::watch_key(std::string key) { return run(store_->watch_key(std::move(key))); }
+watch_event sync_store::next(watch_stream& stream, std::chrono::milliseconds timeout) {
+  return run(stream.next(timeout));
+}
+void sync_store::barrier(std::string name, std::int64_t world_size) {
+  run(store_->barrier(std::move(name), world_size));
+}
+
+} // namespace corodist::store
