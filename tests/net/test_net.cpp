@@ -91,11 +91,15 @@ struct test_server {
   tcp::endpoint endpoint;
 };
 
-asio::awaitable<std::shared_ptr<net::connection>> connect_to(tcp::endpoint ep, net::connection_options opts = {}) {
+asio::awaitable<std::shared_ptr<net::connection>> connect_to(tcp::endpoint ep, net::connection_options opts) {
   auto [ec, c] = co_await net::connection::connect(co_await asio::this_coro::executor, ep, opts);
   BOOST_REQUIRE_MESSAGE(!ec, "connect: " << ec.message());
   c->start();
   co_return c;
+}
+
+asio::awaitable<std::shared_ptr<net::connection>> connect_to(tcp::endpoint ep) {
+  return connect_to(ep, net::connection_options{});
 }
 
 asio::awaitable<bool> echo_ok(std::shared_ptr<net::connection> c, std::size_t n, unsigned seed) {

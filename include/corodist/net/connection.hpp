@@ -91,13 +91,21 @@ public:
   /// Connects to `ep` and exchanges hellos within `opts.handshake_timeout`.
   /// Returns the error (or zero) and, on success, the unstarted connection.
   [[nodiscard]] static asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
-  connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts = {});
+  connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts);
+
+  /// As above with default options. (No default argument: GCC 12 destroys a
+  /// brace-initialised aggregate temporary twice inside a co_await expression,
+  /// so option structs are passed as named objects or through this overload.)
+  [[nodiscard]] static asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
+  connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep) {
+    return connect(std::move(ex), ep, connection_options{});
+  }
 
   /// Server side: reads the peer's hello from an accepted socket and answers it,
   /// within `opts.handshake_timeout`. Wrong magic or version is an error; the
   /// socket is then closed.
   [[nodiscard]] static asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
-  accept(asio::ip::tcp::socket socket, connection_options opts = {});
+  accept(asio::ip::tcp::socket socket, connection_options opts);
 
   connection(asio::ip::tcp::socket socket, connection_options opts);
   ~connection();

@@ -36,8 +36,9 @@ namespace corodist::store {
 /// sections. Watches see every record in log order, so rapid successive
 /// changes by other processes are not coalesced.
 ///
-/// Thread rules: all state lives on `get_executor()`; the operations may be
-/// awaited from any executor (they hop there). Construct one `file_store` per
+/// Thread rules: all state lives on `get_executor()`, which must run one
+/// handler at a time (one thread, or a strand); the operations may be awaited
+/// from any executor (they hop there). Construct one `file_store` per
 /// process; do not use one across `fork()` (the child would share its open
 /// file description, and so its locks).
 class file_store : public store {
@@ -79,9 +80,8 @@ protected:
 private:
   struct state; // fd, read offset, cache and watchers; shared with the watch poller
 
-  /// Polls until every key exists or `timeout` passes (then throws timeout_error).
-  asio::awaitable<void> wait_for_keys(const std::vector<std::string>& keys, std::chrono::milliseconds timeout,
-                                      const char* op);
+  /// Polls until every key exists or `timeout` (zero: never) passes, then throws timeout_error.
+  asio::awaitable<void> wait_for_keys(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   asio::any_io_executor executor_;
   std::string path_;

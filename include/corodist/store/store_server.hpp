@@ -1,0 +1,86 @@
+#pragma once
+/// \file
+/// corodist::store::store_server: the store's master daemon (c10d's TCPStore
+/// master), serving tcp_store clients on the event loop.
+
+#include <corodist/net/connection.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/ip/tcp.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace corodist::store {
+
+namespace detail {
+class kv_state;
+}
+
+/// Where and how a store_server listens, and its limits. Defaults are the
+/// named constants.
+struct server_options {
+  static constexpr std::size_t default_max_key_size = 64 * 1024;
+  static constexpr std::size_t default_max_value_size = std::size_t{64} << 20;
+  static constexpr std::size_t default_max_keys_per_request = 65536;
+  static constexpr std::size_t default_max_pending_waits = 4096;
+  static constexpr std::size_t default_max_buffered_output = std::size_t{256} << 20;
+
+  /// Address to bind: only this interface (default loopback); "0.0.0.0" or "::" for all.
+  std::string host = "127.0.0.1";
+  /// Port; 0 lets the kernel choose (read it back with local_endpoint()).
+  std::uint16_t port = 0;
+  /// Shared secret clients must prove (HMAC challenge-response). nullopt: take
+  /// CORODIST_AUTH_TOKEN from the environment if set; "": no authentication.
+  std::optional<std::string> auth_token;
+  std::size_t max_key_size = default_max_key_size;
+  std::size_t max_value_size = default_max_value_size;
+  std::size_t max_keys_per_request = default_max_keys_per_request;
+  /// Waiting operations (get/wait/multi_get) one connection may have pending.
+  std::size_t max_pending_waits = default_max_pending_waits;
+  /// Unsent output per connection before a client that does not read is dropped.
+  std::size_t max_buffered_output = default_max_buffered_output;
+  /// Deadline of each client's hello (and authentication).
+  std::chrono::milliseconds handshake_timeout = net::connection_options::default_handshake_timeout;
+};
+
+/// The store server. Its state lives on one executor (an event loop): single
+/// threaded, with waiters and watchers per key. A client that disconnects has
+/// its waits and watches removed; one that sends garbage, oversized frames or
+/// unknown operations gets an error or is dropped with a log line, without
+/// touching the data or the other clients.
+class store_server : public std::enable_shared_from_this<store_server> {
+public:
+  /// Binds `opts.host:opts.port` and starts serving on `ex`. Throws
+  /// `connection_error` if the address cannot be bound. Call from any thread.
+  static std::shared_ptr<store_server> start(asio::any_io_executor ex, server_options opts);
+
+  store_server(asio::any_io_executor ex, server_options opts);
+  ~store_server();
+
+  /// The bound address (with the real port when started with port 0).
+  asio::ip::tcp::endpoint local_endpoint() const noexcept { return endpoint_; }
+
+  /// Stops accepting and closes every client connection; the data stays.
+  /// Thread-safe (posts to the executor).
+  void stop();
+
+  /// Connected clients (call on the executor).
+  std::size_t connection_count() const noexcept;
+
+  /// Number of keys stored (call on the executor).
+  std::size_t key_count() const noexcept;
+
+private:
+  struct impl;
+  std::shared_ptr<impl> impl_;
+  asio::ip::tcp::endpoint endpoint_;
+};
+
+/// Resolves an auth-token option: the value if set, else CORODIST_AUTH_TOKEN, else "".
+std::string resolve_auth_token(const std::optional<std::string>& token);
+
+} // namespace corodist::store
