@@ -2,8 +2,7 @@
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/sync_store.hpp>
 
-#include <asio/co_spawn.hpp>
-#include <asio/use_future.hpp>
+#include <corodist/core/run_blocking.hpp>
 
 namespace corodist::store {
 
@@ -14,10 +13,7 @@ sync_store::sync_store(std::shared_ptr<store> s) : store_(std::move(s)) {
 
 template <typename T>
 T sync_store::run(asio::awaitable<T> op) {
-  if (corodist::detail::on_loop_thread())
-    throw usage_error("sync_store: blocking store call on an event-loop thread would deadlock it; "
-                      "co_await the store's coroutine API there instead");
-  return asio::co_spawn(store_->get_executor(), std::move(op), asio::use_future).get();
+  return run_blocking(store_->get_executor(), std::move(op), "sync_store (a blocking store call)");
 }
 
 void sync_store::set(std::string key, std::string value) { run(store_->set(std::move(key), std::move(value))); }

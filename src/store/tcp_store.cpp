@@ -1,5 +1,5 @@
 #include <corodist/core/error.hpp>
-#include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 
@@ -12,7 +12,6 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
-#include <asio/use_future.hpp>
 
 #include <random>
 
@@ -82,9 +81,7 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
 }
 
 std::shared_ptr<tcp_store> tcp_store::connect_sync(asio::any_io_executor ex, tcp_store_options opts) {
-  if (corodist::detail::on_loop_thread())
-    throw usage_error("tcp_store::connect_sync on an event-loop thread would deadlock it; co_await connect()");
-  return asio::co_spawn(ex, connect(ex, std::move(opts)), asio::use_future).get();
+  return run_blocking(ex, connect(ex, std::move(opts)), "tcp_store::connect_sync");
 }
 
 tcp_store::tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> conn, tcp_store_options opts)

@@ -1,1 +1,511 @@
+// store_server + tcp_store specifics: connecting, many clients, authentication,
+// bad input, server death, and rendezvous across real processes.
 #include <boost/test/unit_test.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/net/frame.hpp>
+#include <corodist/store/rendezvous.hpp>
+#include <corodist/store/sync_store.hpp>
+
+#include "store/store_fixtures.hpp"
+#include "support/coro_test.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_future.hpp>
+#include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+#include <csignal>
+#include <cstdlib>
+#include <future>
+#include <poll.h>
+#include <sys/wait.h>
+#include <thread>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace cs = corodist::store;
+namespace net = corodist::net;
+using asio::ip::tcp;
+using corodist::event_loop;
+
+namespace {
+
+std::uint16_t free_port() {
+  asio::io_context ctx;
+  tcp::acceptor a(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  return a.local_endpoint().port();
+}
+
+cs::tcp_store_options client_opts(std::uint16_t port, std::optional<std::string> token = std::string()) {
+  cs::tcp_store_options o;
+  o.port = port;
+  o.auth_token = std::move(token);
+  o.timeout = 10s;
+  return o;
+}
+
+std::shared_ptr<cs::store_server> start_server(event_loop& loop, std::optional<std::string> token = std::string(),
+                                               std::uint16_t port = 0) {
+  cs::server_options so;
+  so.port = port;
+  so.auth_token = std::move(token);
+  so.handshake_timeout = 500ms;
+  return cs::store_server::start(loop.get_executor(), so);
+}
+
+template <typename F>
+auto on_loop(event_loop& loop, F f) {
+  std::promise<decltype(f())> p;
+  asio::post(loop.get_executor(), [&] {
+    if constexpr (std::is_void_v<decltype(f())>) {
+      f();
+      p.set_value();
+    } else {
+      p.set_value(f());
+    }
+  });
+  return p.get_future().get();
+}
+
+bool closed_by_peer(tcp::socket& s) {
+  char buf[256];
+  auto deadline = std::chrono::steady_clock::now() + 3s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{s.native_handle(), POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0)
+      continue;
+    ssize_t n = ::recv(s.native_handle(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno == ECONNRESET))
+      return true;
+  }
+  return false;
+}
+
+// A raw socket that has completed the native hello.
+tcp::socket raw_client(asio::io_context& ctx, std::uint16_t port) {
+  tcp::socket s(ctx);
+  s.connect({asio::ip::make_address("127.0.0.1"), port});
+  auto h = net::encode(net::hello{});
+  asio::write(s, asio::buffer(h));
+  std::array<std::byte, net::hello_size> back;
+  asio::read(s, asio::buffer(back));
+  return s;
+}
+
+void send_frame(tcp::socket& s, std::uint16_t kind, std::uint64_t id, const std::string& payload) {
+  auto h = net::encode(net::frame_header{static_cast<std::uint32_t>(payload.size()), kind, 0, id});
+  asio::write(s, asio::buffer(h));
+  asio::write(s, asio::buffer(payload));
+}
+
+std::pair<net::frame_header, std::string> read_frame(tcp::socket& s) {
+  std::array<std::byte, net::header_size> hb;
+  asio::read(s, asio::buffer(hb));
+  auto h = net::decode_header(hb.data());
+  std::string body(h.payload_len, '\0');
+  asio::read(s, asio::buffer(body));
+  return {h, body};
+}
+
+// Waits for a child process (bounded); kills it on timeout. Returns its exit status.
+int reap(pid_t pid, std::chrono::seconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::waitpid(pid, &status, WNOHANG) == pid)
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(10ms);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &status, 0);
+  return -1;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(tcp_client_server)
+
+BOOST_AUTO_TEST_CASE(connect_retries_until_the_server_appears, *utf::timeout(60)) {
+  auto port = free_port();
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  std::shared_ptr<cs::store_server> server;
+  std::thread later([&] {
+    std::this_thread::sleep_for(300ms);
+    server = start_server(server_loop, std::string(), port);
+  });
+  auto t0 = std::chrono::steady_clock::now();
+  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  BOOST_CHECK(std::chrono::steady_clock::now() - t0 >= 250ms);
+  later.join();
+  cs::sync_store(s).set("k", "v");
+  BOOST_TEST(cs::sync_store(s).get("k") == "v");
+}
+
+BOOST_AUTO_TEST_CASE(connect_gives_up_at_the_timeout, *utf::timeout(60)) {
+  auto port = free_port(); // nobody listens
+  event_loop loop;
+  loop.start();
+  auto o = client_opts(port);
+  o.timeout = 300ms;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), o);
+    BOOST_FAIL("connected to nothing");
+  } catch (const corodist::timeout_error& e) {
+    BOOST_TEST(std::string(e.what()).find("attempts") != std::string::npos, e.what());
+  }
+  auto took = std::chrono::steady_clock::now() - t0;
+  BOOST_CHECK(took >= 250ms);
+  BOOST_CHECK(took < 3s);
+}
+
+BOOST_AUTO_TEST_CASE(thousand_concurrent_clients, *utf::timeout(180)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  auto server = start_server(server_loop);
+  constexpr int n = 1000;
+  auto port = server->local_endpoint().port();
+  auto results = asio::co_spawn(
+                     loop.get_executor(),
+                     [&]() -> asio::awaitable<std::vector<std::shared_ptr<cs::tcp_store>>> {
+                       std::vector<std::shared_ptr<cs::tcp_store>> clients(n);
+                       int done = 0;
+                       asio::steady_timer all(co_await asio::this_coro::executor,
+                                              std::chrono::steady_clock::time_point::max());
+                       std::exception_ptr failure;
+                       for (int i = 0; i < n; ++i)
+                         asio::co_spawn(
+                             co_await asio::this_coro::executor,
+                             [&, i]() -> asio::awaitable<void> {
+                               try {
+                                 auto o = client_opts(port);
+                                 o.timeout = 60s;
+                                 clients[i] = co_await cs::tcp_store::connect(co_await asio::this_coro::executor, o);
+                                 (void)co_await clients[i]->add("count", 1);
+                                 std::vector<std::string> keys{"count"};
+                                 co_await clients[i]->wait(std::move(keys));
+                               } catch (...) {
+                                 failure = std::current_exception();
+                               }
+                               if (++done == n)
+                                 all.cancel();
+                             },
+                             asio::detached);
+                       co_await all.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+                       if (failure)
+                         std::rethrow_exception(failure);
+                       co_return clients;
+                     }(),
+                     asio::use_future)
+                     .get();
+  BOOST_TEST(on_loop(server_loop, [&] { return server->connection_count(); }) == std::size_t(n));
+  BOOST_TEST(cs::sync_store(results[0]).get("count") == std::to_string(n));
+}
+
+BOOST_AUTO_TEST_CASE(authentication_accepted_and_refused, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  auto server = start_server(server_loop, std::string("s3cret"));
+  auto port = server->local_endpoint().port();
+  auto good = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port, "s3cret"));
+  cs::sync_store(good).set("k", "v");
+  BOOST_TEST(cs::sync_store(good).get("k") == "v");
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port, "wrong"));
+    BOOST_FAIL("a wrong token was accepted");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("authentication failed") != std::string::npos, e.what());
+  }
+  BOOST_CHECK(std::chrono::steady_clock::now() - t0 < 3s); // refused at once, not retried
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port, ""));
+    BOOST_FAIL("a missing token was accepted");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("requires authentication") != std::string::npos, e.what());
+  }
+  // The token can come from the environment.
+  ::setenv("CORODIST_AUTH_TOKEN", "s3cret", 1);
+  auto from_env = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port, std::nullopt));
+  ::unsetenv("CORODIST_AUTH_TOKEN");
+  BOOST_TEST(cs::sync_store(from_env).get("k") == "v");
+  // A raw client that skips the answer is dropped.
+  asio::io_context ctx;
+  auto raw = raw_client(ctx, port);
+  BOOST_TEST(closed_by_peer(raw));
+  BOOST_TEST(cs::sync_store(good).get("k") == "v");
+}
+
+BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  so.max_key_size = 64;
+  so.max_value_size = 1024;
+  so.max_pending_waits = 2;
+  so.max_buffered_output = 64 * 1024;
+  so.handshake_timeout = 300ms;
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  auto port = server->local_endpoint().port();
+  auto good = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  cs::sync_store g(good);
+  g.set("keep", "me");
+  asio::io_context ctx;
+  { // garbage instead of a hello
+    tcp::socket s(ctx);
+    s.connect({asio::ip::make_address("127.0.0.1"), port});
+    asio::write(s, asio::buffer(std::string("\x01\x02garbage garbage garbage")));
+    BOOST_TEST(closed_by_peer(s));
+  }
+  { // a frame longer than the server accepts
+    auto s = raw_client(ctx, port);
+    auto h = net::encode(net::frame_header{100u << 20, 1, 0, 1});
+    asio::write(s, asio::buffer(h));
+    BOOST_TEST(closed_by_peer(s));
+  }
+  { // an unknown operation gets an error frame; the connection stays usable
+    auto s = raw_client(ctx, port);
+    send_frame(s, 999, 7, "");
+    auto [h, body] = read_frame(s);
+    BOOST_TEST(h.request_id == 7u);
+    BOOST_TEST((h.flags & net::frame_flags::error));
+    BOOST_TEST(body.find("unknown store operation") != std::string::npos, body);
+    // a truncated payload (SET with a key length pointing past the end)
+    send_frame(s, 1, 8, std::string("\xff\x00\x00\x00", 4));
+    auto [h2, body2] = read_frame(s);
+    BOOST_TEST(h2.request_id == 8u);
+    BOOST_TEST(body2.size() > 1u);
+    BOOST_TEST(body2[0] == '\x02'); // status: error
+    BOOST_TEST(body2.find("malformed") != std::string::npos, body2);
+  }
+  { // a client that disconnects in the middle of a wait
+    auto s = raw_client(ctx, port);
+    std::string p;
+    std::uint32_t klen = 5;
+    p.append(reinterpret_cast<const char*>(&klen), 4);
+    p += "never";
+    std::uint64_t timeout = 0;
+    p.append(reinterpret_cast<const char*>(&timeout), 8);
+    send_frame(s, 2, 1, p); // GET "never", wait forever
+    s.close();
+  }
+  // Limits give clear errors.
+  try {
+    g.set(std::string(100, 'k'), "v");
+    BOOST_FAIL("oversized key accepted");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("max_key_size") != std::string::npos, e.what());
+  }
+  try {
+    g.set("k", std::string(2000, 'v'));
+    BOOST_FAIL("oversized value accepted");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("max_value_size") != std::string::npos, e.what());
+  }
+  { // more pending waits than allowed on one connection
+    auto waiter = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+    auto w1 = asio::co_spawn(loop.get_executor(), waiter->get("w1", 2s), asio::use_future);
+    auto w2 = asio::co_spawn(loop.get_executor(), waiter->get("w2", 2s), asio::use_future);
+    std::this_thread::sleep_for(100ms);
+    BOOST_CHECK_THROW(cs::sync_store(waiter).get("w3", 2s), corodist::store_error);
+    g.set("w1", "1");
+    g.set("w2", "2");
+    BOOST_TEST(w1.get() == "1");
+    BOOST_TEST(w2.get() == "2");
+  }
+  { // a watcher that never reads is dropped once its output passes the cap
+    tcp::socket s = raw_client(ctx, port);
+    std::string p;
+    std::uint32_t klen = 3;
+    p.append(reinterpret_cast<const char*>(&klen), 4);
+    p += "hot";
+    std::uint64_t wid = 1;
+    p.append(reinterpret_cast<const char*>(&wid), 8);
+    send_frame(s, 13, 1, p); // WATCH "hot"; we never read again
+    std::this_thread::sleep_for(100ms);
+    int sockbuf = 4096;
+    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVBUF, &sockbuf, sizeof sockbuf);
+    std::size_t conns = 0;
+    for (int i = 0; i < 40 && conns != 1; ++i) { // bounded: at most 40 MB of events offered
+      for (int j = 0; j < 1000; ++j)
+        g.set("hot", std::string(1000, 'x'));
+      conns = on_loop(server_loop, [&] { return server->connection_count(); });
+    }
+    BOOST_TEST(conns == 1u, "only the good client is left: the non-reading watcher was disconnected");
+  }
+  BOOST_TEST(g.get("keep") == "me");
+  auto fresh = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  BOOST_TEST(cs::sync_store(fresh).get("keep") == "me");
+}
+
+BOOST_AUTO_TEST_CASE(client_fails_promptly_when_the_server_dies, *utf::timeout(60)) {
+  int fds[2];
+  BOOST_REQUIRE(::pipe(fds) == 0);
+  pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    ::close(fds[0]);
+    event_loop l;
+    l.start();
+    auto srv = start_server(l);
+    std::uint16_t port = srv->local_endpoint().port();
+    if (::write(fds[1], &port, sizeof port) != sizeof port)
+      ::_exit(1);
+    std::this_thread::sleep_for(30s);
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::uint16_t port = 0;
+  BOOST_REQUIRE(::read(fds[0], &port, sizeof port) == sizeof port);
+  ::close(fds[0]);
+  event_loop loop;
+  loop.start();
+  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  cs::sync_store(s).set("a", "1");
+  auto pending = asio::co_spawn(loop.get_executor(), s->get("never", 20s), asio::use_future);
+  std::this_thread::sleep_for(50ms);
+  auto killed = std::chrono::steady_clock::now();
+  ::kill(child, SIGKILL);
+  BOOST_CHECK_THROW(pending.get(), corodist::connection_error);
+  auto took = std::chrono::steady_clock::now() - killed;
+  BOOST_TEST_MESSAGE("pending get failed "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms after SIGKILL");
+  BOOST_CHECK(took < 1s);
+  BOOST_CHECK_THROW(cs::sync_store(s).set("b", "2"), corodist::connection_error);
+  reap(child, 5s);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(rendezvous)
+
+namespace {
+// Runs `world` child processes that each rendezvous through `url_of(rank)`,
+// pass a barrier and check every rank's key; returns how many exited 0.
+int run_ranks(int world, const std::function<std::string(int)>& url_of, const std::function<void(int)>& env_of = {}) {
+  std::vector<pid_t> kids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        if (env_of)
+          env_of(r);
+        event_loop loop;
+        loop.start();
+        cs::rendezvous_options o;
+        o.timeout = 20s;
+        o.auth_token = "";
+        auto res = cs::rendezvous(loop, url_of(r), o);
+        cs::sync_store s(res.store);
+        s.set("hello/" + std::to_string(res.rank), std::to_string(res.world_size));
+        s.barrier("after-hello", res.world_size);
+        std::vector<std::string> keys;
+        for (int i = 0; i < world; ++i)
+          keys.push_back("hello/" + std::to_string(i));
+        auto vals = s.multi_get(keys);
+        rc = (res.rank == r && res.world_size == world && vals == std::vector<std::string>(world, std::to_string(world)))
+                 ? 0
+                 : 2;
+        // Rank 0 hosts the server: it leaves last, once every rank has checked out.
+        s.barrier("before-exit", res.world_size);
+        try {
+          s.add("checked-out", 1);
+          if (res.rank == 0)
+            for (int i = 0; i < 500 && s.add("checked-out", 0) < res.world_size; ++i)
+              std::this_thread::sleep_for(10ms);
+        } catch (const corodist::connection_error&) {
+          // rank 0 already left: our result is in
+        }
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      ::_exit(rc);
+    }
+    kids.push_back(pid);
+  }
+  int ok = 0;
+  for (auto pid : kids)
+    ok += reap(pid, 60s) == 0;
+  return ok;
+}
+} // namespace
+
+BOOST_AUTO_TEST_CASE(tcp_url_across_processes, *utf::timeout(120)) {
+  auto port = free_port();
+  BOOST_TEST(run_ranks(3, [&](int r) {
+               return "tcp://127.0.0.1:" + std::to_string(port) + "?rank=" + std::to_string(r) + "&world_size=3";
+             }) == 3);
+}
+
+BOOST_AUTO_TEST_CASE(env_url_across_processes, *utf::timeout(120)) {
+  auto port = free_port();
+  BOOST_TEST(run_ranks(
+                 3, [](int) { return std::string("env://"); },
+                 [&](int r) {
+                   ::setenv("MASTER_ADDR", "localhost", 1);
+                   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+                   ::setenv("RANK", std::to_string(r).c_str(), 1);
+                   ::setenv("WORLD_SIZE", "3", 1);
+                 }) == 3);
+}
+
+BOOST_AUTO_TEST_CASE(file_url_across_processes, *utf::timeout(120)) {
+  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ::close(fd);
+  std::string path = tmpl;
+  BOOST_TEST(run_ranks(3, [&](int r) {
+               return "file://" + path + "?rank=" + std::to_string(r) + "&world_size=3";
+             }) == 3);
+  ::unlink(path.c_str());
+}
+
+BOOST_AUTO_TEST_CASE(timeout_names_the_missing_ranks, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  auto port = free_port();
+  cs::rendezvous_options o;
+  o.auth_token = "";
+  o.timeout = 300ms;
+  try {
+    cs::rendezvous(loop, "tcp://127.0.0.1:" + std::to_string(port) + "?rank=0&world_size=3", o);
+    BOOST_FAIL("rendezvous of 1 out of 3 succeeded");
+  } catch (const corodist::timeout_error& e) {
+    std::string what = e.what();
+    BOOST_TEST(what.find("only 1 of 3") != std::string::npos, what);
+    BOOST_TEST(what.find("missing ranks: 1, 2") != std::string::npos, what);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bad_urls_are_rejected, *utf::timeout(30)) {
+  event_loop loop;
+  loop.start();
+  for (const char* url : {"nope", "http://x:1?rank=0&world_size=1", "tcp://127.0.0.1:1?rank=0",
+                          "tcp://127.0.0.1:1?rank=3&world_size=2", "tcp://127.0.0.1:1?rank=x&world_size=2"}) {
+    BOOST_CHECK_THROW(cs::rendezvous(loop, url), corodist::store_error);
+  }
+  ::unsetenv("MASTER_ADDR");
+  try {
+    cs::rendezvous(loop, "env://?rank=0&world_size=1");
+    BOOST_FAIL("env:// without MASTER_ADDR accepted");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("MASTER_ADDR") != std::string::npos, e.what());
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -49,6 +49,9 @@ public:
   /// True between `start()` and `stop()` (owned mode).
   bool running() const noexcept { return thread_.joinable(); }
 
+  /// True in embedded mode (the context is the user's, run by the user).
+  bool embedded() const noexcept { return owned_ == nullptr; }
+
   /// Returns the io_context (owned or borrowed).
   asio::io_context& context() noexcept { return *ctx_; }
 

@@ -1,0 +1,52 @@
+#pragma once
+/// \file
+/// corodist::store::rendezvous: ranks find each other and agree on a store
+/// (c10d's init_method URLs: env://, tcp://, file://).
+
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/store.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace corodist::store {
+
+/// Deadlines and credentials of a rendezvous.
+struct rendezvous_options {
+  /// How long to wait for the server and for all ranks (also the store's
+  /// default timeout afterwards). A `timeout=SECONDS` URL parameter overrides it.
+  std::chrono::milliseconds timeout = default_timeout;
+  /// Token for the store server. nullopt: CORODIST_AUTH_TOKEN if set.
+  std::optional<std::string> auth_token;
+};
+
+/// What a rendezvous yields: the shared store, this process's rank, the world size.
+struct rendezvous_result {
+  std::shared_ptr<corodist::store::store> store;
+  int rank = 0;
+  int world_size = 0;
+};
+
+/// Joins the job described by `url` and returns once all `world_size` ranks
+/// have arrived:
+/// * `env://` — MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
+///   (`?rank=&world_size=&master_addr=&master_port=` override them);
+/// * `tcp://HOST:PORT?rank=R&world_size=W` (IPv6 as `[::1]`);
+/// * `file:///PATH?rank=R&world_size=W` — a file_store on a shared file.
+/// For env:// and tcp://, rank 0 hosts the store_server on HOST:PORT (bound to
+/// that address only) and every rank connects to it with retries. Throws
+/// `store_error` for a malformed URL or missing variable, and `timeout_error`
+/// saying how many ranks arrived and which never did.
+[[nodiscard]] asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url,
+                                                                  rendezvous_options opts);
+
+/// As above with default options.
+[[nodiscard]] inline asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url) {
+  return async_rendezvous(std::move(ex), std::move(url), rendezvous_options{});
+}
+
+/// Blocking rendezvous on a running `loop` (from a plain thread).
+rendezvous_result rendezvous(event_loop& loop, std::string_view url, rendezvous_options opts = {});
+
+} // namespace corodist::store

@@ -1,0 +1,199 @@
+#include <corodist/core/error.hpp>
+#include <corodist/store/file_store.hpp>
+#include <corodist/store/rendezvous.hpp>
+#include <corodist/store/store_server.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include "core/log.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/ip/tcp.hpp>
+#include <corodist/core/run_blocking.hpp>
+
+#include <charconv>
+#include <cstdlib>
+#include <map>
+
+namespace corodist::store {
+
+namespace {
+
+struct parsed_url {
+  std::string scheme;
+  std::string host;
+  std::string port;
+  std::string path;
+  std::map<std::string, std::string> query;
+};
+
+[[noreturn]] void bad_url(const std::string& url, const std::string& why) {
+  throw store_error("rendezvous: bad URL '" + url + "': " + why);
+}
+
+parsed_url parse(const std::string& url) {
+  parsed_url u;
+  auto sep = url.find("://");
+  if (sep == std::string::npos)
+    bad_url(url, "expected scheme://...");
+  u.scheme = url.substr(0, sep);
+  std::string rest = url.substr(sep + 3);
+  if (auto q = rest.find('?'); q != std::string::npos) {
+    std::string query = rest.substr(q + 1);
+    rest.resize(q);
+    std::size_t pos = 0;
+    while (pos <= query.size()) {
+      auto amp = query.find('&', pos);
+      auto item = query.substr(pos, amp == std::string::npos ? std::string::npos : amp - pos);
+      if (!item.empty()) {
+        auto eq = item.find('=');
+        if (eq == std::string::npos)
+          bad_url(url, "query item '" + item + "' has no '='");
+        u.query[item.substr(0, eq)] = item.substr(eq + 1);
+      }
+      if (amp == std::string::npos)
+        break;
+      pos = amp + 1;
+    }
+  }
+  if (u.scheme == "file") {
+    u.path = rest;
+    return u;
+  }
+  if (!rest.empty() && rest.back() == '/')
+    rest.pop_back();
+  if (!rest.empty() && rest.front() == '[') { // [v6]:port
+    auto close = rest.find(']');
+    if (close == std::string::npos)
+      bad_url(url, "unterminated '[' in host");
+    u.host = rest.substr(1, close - 1);
+    if (close + 1 < rest.size() && rest[close + 1] == ':')
+      u.port = rest.substr(close + 2);
+  } else if (auto colon = rest.rfind(':'); colon != std::string::npos) {
+    u.host = rest.substr(0, colon);
+    u.port = rest.substr(colon + 1);
+  } else {
+    u.host = rest;
+  }
+  return u;
+}
+
+long to_int(const std::string& url, const std::string& what, const std::string& text) {
+  long v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || p != text.data() + text.size())
+    bad_url(url, what + " '" + text + "' is not an integer");
+  return v;
+}
+
+// The value of a URL parameter, else of an environment variable (env:// only).
+std::string setting(const parsed_url& u, const std::string& url, const char* param, const char* env) {
+  if (auto it = u.query.find(param); it != u.query.end())
+    return it->second;
+  if (env && u.scheme == "env")
+    if (const char* v = std::getenv(env); v && *v)
+      return v;
+  bad_url(url, std::string("missing ") + param + (env && u.scheme == "env" ? std::string(" (or $") + env + ")" : ""));
+}
+
+constexpr const char* rdzv = "corodist/rdzv/";
+
+asio::awaitable<void> join(store& s, const std::string& url, int rank, int world, std::chrono::milliseconds timeout) {
+  co_await s.set(std::string(rdzv) + "rank/" + std::to_string(rank), "1");
+  auto arrived = co_await s.add(std::string(rdzv) + "arrived", 1);
+  if (arrived == world)
+    co_await s.set(std::string(rdzv) + "done", "1");
+  std::string what;
+  try {
+    std::vector<std::string> done{std::string(rdzv) + "done"};
+    co_await s.wait(std::move(done), timeout);
+    co_return;
+  } catch (const timeout_error&) {
+  }
+  // Say who never came.
+  auto present = co_await s.list_keys(std::string(rdzv) + "rank/");
+  std::vector<bool> seen(static_cast<std::size_t>(world));
+  for (auto& k : present) {
+    auto r = std::atoi(k.c_str() + std::char_traits<char>::length(rdzv) + 5);
+    if (r >= 0 && r < world)
+      seen[static_cast<std::size_t>(r)] = true;
+  }
+  std::string missing;
+  int count = 0, n_missing = 0;
+  for (int r = 0; r < world; ++r) {
+    if (seen[static_cast<std::size_t>(r)]) {
+      ++count;
+      continue;
+    }
+    if (++n_missing <= 32)
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (n_missing > 32)
+    missing += ", ... (" + std::to_string(n_missing) + " in all)";
+  throw timeout_error("rendezvous at " + url + ": only " + std::to_string(count) + " of " + std::to_string(world) +
+                      " ranks arrived within " + std::to_string(timeout.count()) + " ms; missing ranks: " + missing);
+}
+
+} // namespace
+
+asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url, rendezvous_options opts) {
+  auto u = parse(url);
+  if (u.scheme != "env" && u.scheme != "tcp" && u.scheme != "file")
+    bad_url(url, "unknown scheme '" + u.scheme + "' (env://, tcp://, file://)");
+  const int rank = static_cast<int>(to_int(url, "rank", setting(u, url, "rank", "RANK")));
+  const int world = static_cast<int>(to_int(url, "world_size", setting(u, url, "world_size", "WORLD_SIZE")));
+  if (world <= 0 || rank < 0 || rank >= world)
+    bad_url(url, "need 0 <= rank < world_size (rank " + std::to_string(rank) + ", world_size " + std::to_string(world) +
+                     ")");
+  if (auto it = u.query.find("timeout"); it != u.query.end())
+    opts.timeout = std::chrono::seconds(to_int(url, "timeout", it->second));
+
+  rendezvous_result result{nullptr, rank, world};
+  if (u.scheme == "file") {
+    if (u.path.empty())
+      bad_url(url, "no path");
+    result.store = std::make_shared<file_store>(ex, u.path);
+    result.store->set_timeout(opts.timeout);
+  } else {
+    std::string host = u.scheme == "env" ? setting(u, url, "master_addr", "MASTER_ADDR") : u.host;
+    std::string port_text = u.scheme == "env" ? setting(u, url, "master_port", "MASTER_PORT") : u.port;
+    if (host.empty() || port_text.empty())
+      bad_url(url, "need host:port");
+    auto port = static_cast<std::uint16_t>(to_int(url, "port", port_text));
+    std::shared_ptr<store_server> server;
+    if (rank == 0) {
+      // Bind the address we were given (resolved), not every interface.
+      asio::ip::tcp::resolver resolver(ex);
+      auto [ec, results] = co_await resolver.async_resolve(host, port_text,
+                                                           asio::experimental::as_tuple(asio::use_awaitable));
+      if (ec || results.empty())
+        throw connection_error("rendezvous: cannot resolve '" + host + "': " + ec.message());
+      server_options so;
+      so.host = results.begin()->endpoint().address().to_string();
+      so.port = port;
+      so.auth_token = opts.auth_token;
+      server = store_server::start(ex, so);
+      CORODIST_LOG_INFO("rendezvous: rank 0 hosts the store on {}:{}", so.host, port);
+    }
+    tcp_store_options to;
+    to.host = host;
+    to.port = port;
+    to.timeout = opts.timeout;
+    to.auth_token = opts.auth_token;
+    auto client = co_await tcp_store::connect(ex, to);
+    if (server)
+      client->hold(server);
+    result.store = client;
+  }
+  co_await join(*result.store, url, rank, world, opts.timeout);
+  co_return result;
+}
+
+rendezvous_result rendezvous(event_loop& loop, std::string_view url, rendezvous_options opts) {
+  if ((!loop.embedded() && !loop.running()) || loop.context().stopped())
+    throw usage_error("rendezvous(): the event loop is not running (call loop.start() first)");
+  return run_blocking(loop.get_executor(), async_rendezvous(loop.get_executor(), std::string(url), opts),
+                      "rendezvous() (co_await async_rendezvous() on the loop)");
+}
+
+} // namespace corodist::store

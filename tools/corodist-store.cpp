@@ -1,0 +1,120 @@
+// corodist-store: run a standalone store server, or poke a running one.
+//
+//   corodist-store serve --host 127.0.0.1 --port 29500      (port 0: prints the chosen port)
+//   corodist-store --port 29500 set KEY VALUE | get KEY | add KEY N | wait KEY... | keys [PREFIX] | del KEY
+
+#include <corodist/core/error.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/store_server.hpp>
+#include <corodist/store/sync_store.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include <CLI/CLI.hpp>
+#include <asio/post.hpp>
+#include <asio/signal_set.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <future>
+#include <iostream>
+
+namespace cs = corodist::store;
+
+namespace {
+
+int serve(const std::string& host, std::uint16_t port, const std::optional<std::string>& token) {
+  corodist::event_loop loop;
+  cs::server_options so;
+  so.host = host;
+  so.port = port;
+  so.auth_token = token;
+  auto server = cs::store_server::start(loop.get_executor(), so);
+  std::promise<int> stopped;
+  asio::signal_set signals(loop.context(), SIGINT, SIGTERM);
+  signals.async_wait([&](std::error_code ec, int sig) {
+    if (!ec) {
+      std::fprintf(stderr, "corodist-store: signal %d, stopping\n", sig);
+      server->stop();
+      stopped.set_value(0);
+    }
+  });
+  loop.start();
+  auto ep = server->local_endpoint();
+  std::printf("listening on %s:%u\n", ep.address().to_string().c_str(), unsigned(ep.port()));
+  std::fflush(stdout);
+  int rc = stopped.get_future().get();
+  server.reset();
+  loop.stop();
+  return rc;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"corodist-store: standalone store server and debugging client"};
+  app.require_subcommand(1);
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 29500;
+  std::optional<std::string> token;
+  double timeout_s = 30;
+  app.add_option("--host", host, "server address (serve: the address to bind)")->capture_default_str();
+  app.add_option("--port", port, "server port (serve: 0 picks one and prints it)")->capture_default_str();
+  app.add_option("--auth-token", token, "shared secret (default: $CORODIST_AUTH_TOKEN)");
+  app.add_option("--timeout", timeout_s, "seconds to wait (connect, get, wait)")->capture_default_str();
+
+  auto* serve_cmd = app.add_subcommand("serve", "run the store server until SIGINT/SIGTERM");
+  std::string key, value;
+  std::int64_t delta = 1;
+  std::vector<std::string> keys;
+  std::string prefix;
+  auto* set_cmd = app.add_subcommand("set", "set KEY VALUE");
+  set_cmd->add_option("key", key)->required();
+  set_cmd->add_option("value", value)->required();
+  auto* get_cmd = app.add_subcommand("get", "print the value of KEY (waits for it)");
+  get_cmd->add_option("key", key)->required();
+  auto* add_cmd = app.add_subcommand("add", "add N to the counter KEY and print the result");
+  add_cmd->add_option("key", key)->required();
+  add_cmd->add_option("delta", delta)->capture_default_str();
+  auto* wait_cmd = app.add_subcommand("wait", "wait until every KEY exists");
+  wait_cmd->add_option("keys", keys)->required();
+  auto* keys_cmd = app.add_subcommand("keys", "list the keys (with PREFIX) and their count");
+  keys_cmd->add_option("prefix", prefix);
+  auto* del_cmd = app.add_subcommand("del", "delete KEY");
+  del_cmd->add_option("key", key)->required();
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*serve_cmd)
+      return serve(host, port, token);
+    corodist::event_loop loop;
+    loop.start();
+    cs::tcp_store_options o;
+    o.host = host;
+    o.port = port;
+    o.auth_token = token;
+    o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
+    cs::sync_store s(cs::tcp_store::connect_sync(loop.get_executor(), o));
+    if (*set_cmd) {
+      s.set(key, value);
+    } else if (*get_cmd) {
+      std::cout << s.get(key) << "\n";
+    } else if (*add_cmd) {
+      std::cout << s.add(key, delta) << "\n";
+    } else if (*wait_cmd) {
+      s.wait(keys);
+    } else if (*keys_cmd) {
+      for (auto& k : s.list_keys(prefix))
+        std::cout << k << "\n";
+      std::cerr << s.num_keys() << " keys in the store\n";
+    } else if (*del_cmd) {
+      if (!s.delete_key(key)) {
+        std::cerr << "no such key: " << key << "\n";
+        return 1;
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "corodist-store: " << e.what() << "\n";
+    return 1;
+  }
+}
