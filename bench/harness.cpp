@@ -97,7 +97,7 @@ void append_json_number(fmt::memory_buffer& out, std::string_view key, double v)
   fmt::format_to(std::back_inserter(out), ":{}", v);
 }
 
-constexpr const char* row_format = "{:<8} {:<32} {:>10} {:>10} {:>12} {:>8} {:>7}\n";
+constexpr const char* row_format = "{:<8} {:<32} {:>10} {:>10} {:>12} {:>8} {:>7}";
 
 } // namespace
 
@@ -113,8 +113,14 @@ void context::report(record r) {
   if (!present(r.raw_p50_us)) r.raw_p50_us = raw_p50_us;
   if (!present(r.raw_gbytes_per_s)) r.raw_gbytes_per_s = raw_gbytes_per_s;
 
+  // Headline figures of cases that are neither latency nor bandwidth go after the row.
+  std::string notes;
+  for (const auto& [key, value] : r.extra)
+    if (key == "rendezvous_s" || key == "bytes_per_conn")
+      notes += fmt::format("  {}={:.4g}", key, value);
   fmt::print(table_out, row_format, r.suite, r.name, cell(r.p50_us, 2), cell(r.p99_us, 2),
              cell(r.ops_per_s, 0), cell(r.gbytes_per_s, 2), cell(ratio_of(r), 2));
+  fmt::print(table_out, "{}\n", notes);
   std::fflush(table_out);
 
   if (json_out == nullptr) return;
@@ -148,6 +154,7 @@ void context::print_header() const {
              "or GB/s / raw GB/s for throughput cases)\n",
              cell(raw_p50_us, 2), cell(raw_gbytes_per_s, 2));
   fmt::print(table_out, row_format, "suite", "case", "p50_us", "p99_us", "ops/s", "GB/s", "ratio");
+  fmt::print(table_out, "\n");
   std::fflush(table_out);
 }
 

@@ -1,0 +1,317 @@
+/// \file
+/// Suite `store`: store_server + tcp_store over loopback. Server and clients
+/// run on two event-loop threads (the raw floor's two-thread shape); the
+/// memory case runs the standalone `corodist-store serve` daemon as its own
+/// process and reads its resident memory.
+
+#include "harness.hpp"
+
+#include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
+#include <corodist/store/store_server.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <fmt/core.h>
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <spawn.h>
+#include <stdexcept>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace corodist::bench {
+namespace {
+
+namespace cs = corodist::store;
+using clock_type = std::chrono::steady_clock;
+using ms = std::chrono::milliseconds;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// Raises the open-file limit to the hard limit (the big cases need ~2 fds a connection).
+void raise_fd_limit() {
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+cs::tcp_store_options client_options(std::uint16_t port) {
+  cs::tcp_store_options o;
+  o.port = port;
+  o.auth_token = "";
+  o.timeout = std::chrono::seconds(60);
+  return o;
+}
+
+struct server_and_client {
+  server_and_client() {
+    server_loop.start();
+    client_loop.start();
+    cs::server_options so;
+    so.auth_token = "";
+    server = cs::store_server::start(server_loop.get_executor(), so);
+    port = server->local_endpoint().port();
+  }
+  ~server_and_client() {
+    server.reset();
+    client_loop.stop();
+    server_loop.stop();
+  }
+  event_loop server_loop;
+  event_loop client_loop;
+  std::shared_ptr<cs::store_server> server;
+  std::uint16_t port = 0;
+};
+
+void single_client(context& ctx, server_and_client& env) {
+  const std::size_t samples = ctx.quick ? 10'000 : 100'000;
+  const double budget_s = ctx.quick ? 3.0 : 20.0;
+  auto ex = asio::any_io_executor(env.client_loop.get_executor());
+  auto store = run_blocking(ex, cs::tcp_store::connect(ex, client_options(env.port)));
+  struct op_case {
+    const char* name;
+    int which;
+  };
+  for (op_case oc : {op_case{"get", 0}, op_case{"set", 1}, op_case{"add", 2}, op_case{"compare_set", 3}}) {
+    auto [lat, elapsed] = run_blocking(ex, [&]() -> asio::awaitable<std::pair<latency_recorder, double>> {
+      co_await store->set("bench/key", "0123456789abcdef");
+      auto one = [&]() -> asio::awaitable<void> {
+        switch (oc.which) {
+        case 0: (void)co_await store->get("bench/key"); break;
+        case 1: co_await store->set("bench/key", "0123456789abcdef"); break;
+        case 2: (void)co_await store->add("bench/counter", 1); break;
+        default: (void)co_await store->compare_set("bench/key", "0123456789abcdef", "0123456789abcdef"); break;
+        }
+      };
+      for (std::size_t i = 0; i < samples / 10; ++i)
+        co_await one();
+      latency_recorder rec(samples);
+      const auto start = clock_type::now();
+      for (std::size_t i = 0; i < samples; ++i) {
+        const auto t0 = clock_type::now();
+        co_await one();
+        const auto t1 = clock_type::now();
+        rec.add(t1 - t0);
+        if (std::chrono::duration<double>(t1 - start).count() > budget_s)
+          break;
+      }
+      co_return std::pair{std::move(rec), seconds_since(start)};
+    }());
+    ctx.report(latency_record("store", oc.name, lat, elapsed));
+  }
+}
+
+void concurrent_clients(context& ctx, server_and_client& env) {
+  constexpr int clients = 64;
+  const std::size_t total = ctx.quick ? 200'000 : 1'000'000;
+  auto ex = asio::any_io_executor(env.client_loop.get_executor());
+  auto [lat, elapsed] = run_blocking(ex, [&]() -> asio::awaitable<std::pair<latency_recorder, double>> {
+    std::vector<std::shared_ptr<cs::tcp_store>> stores;
+    for (int i = 0; i < clients; ++i)
+      stores.push_back(co_await cs::tcp_store::connect(ex, client_options(env.port)));
+    latency_recorder rec(total);
+    std::size_t issued = 0;
+    int finished = 0;
+    std::exception_ptr failure;
+    asio::steady_timer done(ex, clock_type::time_point::max());
+    const auto start = clock_type::now();
+    for (int c = 0; c < clients; ++c)
+      asio::co_spawn(
+          ex,
+          [&, c]() -> asio::awaitable<void> {
+            try {
+              while (issued < total) {
+                ++issued;
+                const auto t0 = clock_type::now();
+                (void)co_await stores[c]->add("bench/agg", 1);
+                rec.add(clock_type::now() - t0);
+              }
+            } catch (...) {
+              failure = std::current_exception();
+            }
+            if (++finished == clients)
+              done.cancel();
+          },
+          asio::detached);
+    co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    if (failure)
+      std::rethrow_exception(failure);
+    co_return std::pair{std::move(rec), seconds_since(start)};
+  }());
+  auto r = latency_record("store", "add_64_clients", lat, elapsed);
+  r.extra = {{"clients", double(clients)}, {"ops", static_cast<double>(lat.size())}};
+  ctx.report(std::move(r));
+}
+
+void rendezvous_case(context& ctx, int ranks) {
+  server_and_client env; // a fresh server per run
+  auto ex = asio::any_io_executor(env.client_loop.get_executor());
+  constexpr int max_connecting = 512; // in-flight connects, under the listen backlog
+  const auto start = clock_type::now();
+  run_blocking(ex, [&]() -> asio::awaitable<void> {
+    std::vector<std::shared_ptr<cs::tcp_store>> stores(static_cast<std::size_t>(ranks));
+    int finished = 0, connecting = 0, next = 0;
+    std::exception_ptr failure;
+    asio::steady_timer done(ex, clock_type::time_point::max());
+    asio::steady_timer slot(ex, clock_type::time_point::max());
+    auto rank_body = [&](int r) -> asio::awaitable<void> {
+      try {
+        auto s = co_await cs::tcp_store::connect(ex, client_options(env.port));
+        --connecting;
+        slot.cancel_one();
+        auto n = co_await s->add("rdzv/arrived", 1);
+        if (n == ranks)
+          co_await s->set("rdzv/done", "1");
+        std::vector<std::string> keys{"rdzv/done"};
+        co_await s->wait(std::move(keys));
+        stores[static_cast<std::size_t>(r)] = s;
+      } catch (...) {
+        failure = std::current_exception();
+        done.cancel();
+      }
+      if (++finished == ranks)
+        done.cancel();
+    };
+    while (next < ranks) {
+      if (connecting >= max_connecting) {
+        co_await slot.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+        continue;
+      }
+      ++connecting;
+      asio::co_spawn(ex, rank_body(next++), asio::detached);
+    }
+    co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    if (failure)
+      std::rethrow_exception(failure);
+  }());
+  record r;
+  r.suite = "store";
+  r.name = fmt::format("rendezvous_{}_ranks", ranks);
+  r.extra = {{"rendezvous_s", seconds_since(start)}, {"ranks", double(ranks)}};
+  ctx.report(std::move(r));
+}
+
+std::string self_dir() {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0)
+    throw std::runtime_error("cannot read /proc/self/exe");
+  std::string p(buf, static_cast<std::size_t>(n));
+  return p.substr(0, p.rfind('/'));
+}
+
+long rss_bytes(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  while (f >> key)
+    if (key == "VmRSS:") {
+      long kb = 0;
+      f >> kb;
+      return kb * 1024;
+    }
+  throw std::runtime_error("no VmRSS for the server process");
+}
+
+void memory_per_connection(context& ctx) {
+  const int conns = ctx.quick ? 2000 : 10000;
+  const std::string daemon = self_dir() + "/../tools/corodist-store";
+  int out[2];
+  if (::pipe(out) != 0)
+    throw std::runtime_error("pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_addclose(&fa, out[0]);
+  const char* argv[] = {daemon.c_str(), "--port", "0", "--auth-token", "", "serve", nullptr};
+  pid_t pid = 0;
+  if (posix_spawn(&pid, daemon.c_str(), &fa, nullptr, const_cast<char**>(argv), environ) != 0)
+    throw std::runtime_error("cannot start " + daemon);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  FILE* f = ::fdopen(out[0], "r");
+  char line[256] = {};
+  unsigned port = 0;
+  if (!std::fgets(line, sizeof line, f) || std::sscanf(std::strrchr(line, ':'), ":%u", &port) != 1) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    throw std::runtime_error("corodist-store serve did not report its port");
+  }
+  event_loop loop;
+  loop.start();
+  auto ex = asio::any_io_executor(loop.get_executor());
+  auto opts = client_options(static_cast<std::uint16_t>(port));
+  std::vector<std::shared_ptr<cs::tcp_store>> stores;
+  long before = 0, after = 0;
+  try {
+    // One warm client first, so the baseline includes the server's first-use allocations.
+    stores.push_back(run_blocking(ex, cs::tcp_store::connect(ex, opts)));
+    run_blocking(ex, stores[0]->set("mem/warm", "1"));
+    std::this_thread::sleep_for(ms(200));
+    before = rss_bytes(pid);
+    for (int i = 0; i < conns; i += 256) {
+      auto batch = run_blocking(ex, [&]() -> asio::awaitable<std::vector<std::shared_ptr<cs::tcp_store>>> {
+        std::vector<std::shared_ptr<cs::tcp_store>> made;
+        for (int j = i; j < std::min(conns, i + 256); ++j) {
+          auto s = co_await cs::tcp_store::connect(ex, opts);
+          std::vector<std::string> keys{"mem/warm"};
+          (void)co_await s->check(std::move(keys)); // fully served once
+          made.push_back(std::move(s));
+        }
+        co_return made;
+      }());
+      stores.insert(stores.end(), batch.begin(), batch.end());
+    }
+    std::this_thread::sleep_for(ms(500));
+    after = rss_bytes(pid);
+  } catch (...) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    std::fclose(f);
+    throw;
+  }
+  stores.clear();
+  loop.stop();
+  ::kill(pid, SIGTERM);
+  ::waitpid(pid, nullptr, 0);
+  std::fclose(f);
+  record r;
+  r.suite = "store";
+  r.name = fmt::format("idle_connections_{}", conns);
+  r.extra = {{"bytes_per_conn", double(after - before) / conns},
+             {"connections", double(conns)},
+             {"server_rss_before", double(before)},
+             {"server_rss_after", double(after)}};
+  ctx.report(std::move(r));
+}
+
+void run_store_suite(context& ctx) {
+  raise_fd_limit();
+  {
+    server_and_client env;
+    single_client(ctx, env);
+    concurrent_clients(ctx, env);
+  }
+  rendezvous_case(ctx, 1024);
+  rendezvous_case(ctx, 4096);
+  memory_per_connection(ctx);
+}
+
+const suite_registrar registrar("store", &run_store_suite, 30);
+
+} // namespace
+} // namespace corodist::bench
