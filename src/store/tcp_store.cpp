@@ -41,7 +41,7 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
   opts.connection.auth_token = resolve_auth_token(opts.auth_token);
   opts.connection.request_timeout = std::chrono::milliseconds(0); // deadlines are set per call
   const auto deadline = std::chrono::steady_clock::now() + opts.timeout;
-  std::mt19937_64 rng(std::random_device{}());
+  thread_local std::mt19937_64 rng(std::random_device{}()); // jitter only: no need to reseed per connect
   auto backoff = first_backoff;
   std::error_code last;
   asio::ip::tcp::resolver resolver(ex);
