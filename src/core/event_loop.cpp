@@ -1,6 +1,7 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 
+#include "core/io_registry.hpp"
 #include "core/log.hpp"
 
 #include <asio/executor_work_guard.hpp>
@@ -95,10 +96,30 @@ event_loop::event_loop() {
 event_loop::event_loop(asio::io_context& ctx) : ctx_(&ctx) { register_context(ctx_); }
 
 event_loop::~event_loop() {
+  const bool on_own_thread = thread_.joinable() && thread_.get_id() == std::this_thread::get_id();
   stop();
-  if (thread_.joinable())
+  if (on_own_thread)
     thread_.detach(); // destroyed on its own loop thread: cannot join self
+  else if (owned_)
+    drain();
   unregister_context(ctx_);
+}
+
+void event_loop::drain() noexcept {
+  // Close the connections and listeners still open on this context, and run
+  // what is ready (their aborted operations, cleanup posted by objects
+  // destroyed off the loop), so that coroutine frames end while every Asio
+  // service is still alive: frames left for io_context's destructor would be
+  // destroyed after the socket services they refer to (Asio issue 1235).
+  // Bounded: about 100 ms at most.
+  try {
+    if (asio::has_service<detail::io_registry>(*ctx_))
+      asio::use_service<detail::io_registry>(*ctx_).close_all();
+    ctx_->restart();
+    ctx_->run_for(std::chrono::milliseconds(100)); // returns as soon as no work is left
+  } catch (const std::exception& e) {
+    CORODIST_LOG_WARN("event loop drain at destruction: {}", e.what());
+  }
 }
 
 void event_loop::start() {

@@ -2,6 +2,7 @@
 
 #include "core/log.hpp"
 #include "net/auth.hpp"
+#include "core/io_registry.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -178,14 +179,24 @@ connection::accept(asio::ip::tcp::socket s, connection_options opts) {
 }
 
 connection::connection(asio::ip::tcp::socket socket, connection_options opts)
-    : socket_(std::move(socket)), opts_(opts), timer_(socket_.get_executor()) {
+    : socket_(std::move(socket)), opts_(opts),
+      registry_(&corodist::detail::registry_of(socket_.get_executor())) {
   std::error_code ec;
   remote_ = socket_.remote_endpoint(ec);
+  registry_->add(this, [this](bool final) {
+    close(errc::connection_closed);
+    if (final) {
+      timer_.reset();      // destroyed while the timer service is alive
+      registry_ = nullptr; // the context is shutting down: the registry goes next
+    }
+  });
 }
 
 connection::~connection() {
-  std::error_code ignored;
-  socket_.close(ignored);
+  // The socket's own destructor closes it (after a context shutdown it is
+  // already closed, and nothing here touches Asio's services).
+  if (registry_)
+    registry_->remove(this);
 }
 
 void connection::start(request_handler on_request, close_handler on_close) {
@@ -463,8 +474,10 @@ void connection::arm_timer(clock::time_point deadline) {
   if (timer_deadline_ && *timer_deadline_ <= deadline)
     return;
   timer_deadline_ = deadline;
-  timer_.expires_at(deadline);
-  timer_.async_wait([w = weak_from_this()](std::error_code ec) {
+  if (!timer_)
+    timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  timer_->expires_at(deadline);
+  timer_->async_wait([w = weak_from_this()](std::error_code ec) {
     if (ec)
       return;
     if (auto self = w.lock())
@@ -498,7 +511,8 @@ void connection::close(std::error_code reason) {
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
-  timer_.cancel();
+  if (timer_)
+    timer_->cancel();
   timer_deadline_.reset();
   auto pending = std::move(pending_);
   pending_.clear();

@@ -31,7 +31,9 @@ public:
   /// Embedded mode: wraps `ctx`, which the caller runs (and must outlive this).
   explicit event_loop(asio::io_context& ctx);
 
-  /// Stops and joins the loop thread (owned mode, if started).
+  /// Stops and joins the loop thread (owned mode, if started), then runs the
+  /// handlers that are ready (cleanup posted by objects destroyed off the
+  /// loop), for at most ~100 ms, before destroying the context.
   ~event_loop();
 
   event_loop(const event_loop&) = delete;
@@ -69,6 +71,8 @@ public:
   static void probe_io_uring();
 
 private:
+  void drain() noexcept;
+
   std::unique_ptr<asio::io_context> owned_;
   asio::io_context* ctx_;
   std::thread thread_;

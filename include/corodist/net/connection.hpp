@@ -23,9 +23,15 @@
 #include <utility>
 #include <vector>
 
+namespace corodist::detail {
+class io_registry;
+}
+
 namespace corodist::net {
 
 using namespace std::chrono_literals;
+
+
 
 /// Owned bytes of a frame payload.
 using bytes = std::vector<std::byte>;
@@ -187,7 +193,7 @@ private:
   asio::ip::tcp::socket socket_;
   connection_options opts_;
   asio::ip::tcp::endpoint remote_;
-  asio::steady_timer timer_;
+  std::unique_ptr<asio::steady_timer> timer_; // request deadlines; made on first use
   std::optional<std::chrono::steady_clock::time_point> timer_deadline_;
   request_handler on_request_;
   close_handler on_close_;
@@ -201,6 +207,7 @@ private:
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light
   bytes big_;                       // 64 KiB read target while reads keep filling head_
   bytes scratch_hold_;              // keeps a released big_ alive until parsed
+  corodist::detail::io_registry* registry_;   // closes us at context shutdown; null after
   bool open_ = true;
   bool started_ = false;
   bool writing_ = false;

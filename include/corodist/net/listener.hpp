@@ -10,7 +10,13 @@
 #include <memory>
 #include <system_error>
 
+namespace corodist::detail {
+class io_registry;
+}
+
 namespace corodist::net {
+
+
 
 /// Accepts connections on an endpoint (port 0: the kernel picks; read it back
 /// with `local_endpoint()`), runs the server side of the hello on each, and
@@ -28,6 +34,9 @@ public:
          accept_handler on_accept);
 
   listener(asio::ip::tcp::acceptor acceptor, connection_options opts, accept_handler on_accept);
+  ~listener();
+  listener(const listener&) = delete;
+  listener& operator=(const listener&) = delete;
 
   /// Starts the accept loop. Call once, on the loop.
   void start();
@@ -46,6 +55,7 @@ private:
   connection_options opts_;
   accept_handler on_accept_;
   asio::ip::tcp::endpoint local_;
+  corodist::detail::io_registry* registry_; // closes the acceptor at context shutdown; null after
 };
 
 } // namespace corodist::net
