@@ -7,6 +7,7 @@
 #include <corodist/core/logging.hpp>
 
 #include "support/coro_test.hpp"
+#include "support/loop_helpers.hpp"
 
 #include <asio/bind_executor.hpp>
 #include <asio/co_spawn.hpp>
@@ -28,25 +29,8 @@ namespace utf = boost::unit_test;
 using corodist::event_loop;
 using corodist::future;
 using corodist::promise;
+using corodist::test::on_loop;
 
-namespace {
-// Runs f on the loop and waits (bounded) for its result on this thread.
-template <typename F>
-auto on_loop(event_loop& loop, F f) {
-  std::promise<decltype(f())> p;
-  auto fut = p.get_future();
-  asio::post(loop.get_executor(), [&] {
-    if constexpr (std::is_void_v<decltype(f())>) {
-      f();
-      p.set_value();
-    } else {
-      p.set_value(f());
-    }
-  });
-  BOOST_REQUIRE(fut.wait_for(5s) == std::future_status::ready);
-  return fut.get();
-}
-} // namespace
 
 BOOST_AUTO_TEST_SUITE(loop)
 

@@ -7,6 +7,7 @@
 #include <corodist/net/listener.hpp>
 
 #include "support/coro_test.hpp"
+#include "support/loop_helpers.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
@@ -33,6 +34,7 @@ namespace utf = boost::unit_test;
 namespace net = corodist::net;
 using asio::ip::tcp;
 using corodist::event_loop;
+using corodist::test::closed_by_peer;
 using corodist::test::run_coro;
 
 namespace {
@@ -132,20 +134,6 @@ net::bytes frame_bytes(std::uint16_t kind, std::uint64_t id, const net::bytes& p
   return out;
 }
 
-// True when the server has closed `s` (read returns EOF or reset) within ~2 s.
-bool closed_by_peer(tcp::socket& s) {
-  char buf[256];
-  auto deadline = std::chrono::steady_clock::now() + 2s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{s.native_handle(), POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0)
-      continue;
-    ssize_t n = ::recv(s.native_handle(), buf, sizeof buf, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno == ECONNRESET))
-      return true;
-  }
-  return false; // still open after 2 s
-}
 
 } // namespace
 

@@ -9,6 +9,7 @@
 
 #include "store/store_fixtures.hpp"
 #include "support/coro_test.hpp"
+#include "support/loop_helpers.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
@@ -35,6 +36,8 @@ namespace cs = corodist::store;
 namespace net = corodist::net;
 using asio::ip::tcp;
 using corodist::event_loop;
+using corodist::test::closed_by_peer;
+using corodist::test::on_loop;
 
 namespace {
 
@@ -61,33 +64,7 @@ std::shared_ptr<cs::store_server> start_server(event_loop& loop, std::optional<s
   return cs::store_server::start(loop.get_executor(), so);
 }
 
-template <typename F>
-auto on_loop(event_loop& loop, F f) {
-  std::promise<decltype(f())> p;
-  asio::post(loop.get_executor(), [&] {
-    if constexpr (std::is_void_v<decltype(f())>) {
-      f();
-      p.set_value();
-    } else {
-      p.set_value(f());
-    }
-  });
-  return p.get_future().get();
-}
 
-bool closed_by_peer(tcp::socket& s) {
-  char buf[256];
-  auto deadline = std::chrono::steady_clock::now() + 3s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    pollfd p{s.native_handle(), POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0)
-      continue;
-    ssize_t n = ::recv(s.native_handle(), buf, sizeof buf, MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno == ECONNRESET))
-      return true;
-  }
-  return false;
-}
 
 // A raw socket that has completed the native hello.
 tcp::socket raw_client(asio::io_context& ctx, std::uint16_t port) {
