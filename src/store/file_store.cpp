@@ -481,9 +481,7 @@ asio::awaitable<std::vector<std::string>> file_store::do_multi_get(std::vector<s
 }
 
 asio::awaitable<void> file_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  if (keys.size() != values.size())
-    throw store_error("file_store: multi_set got " + std::to_string(keys.size()) + " keys but " +
-                      std::to_string(values.size()) + " values");
+  detail::check_multi_set(keys, values);
   if (keys.empty())
     co_return;
   std::string records;

@@ -70,9 +70,7 @@ asio::awaitable<std::vector<std::string>> hash_store::do_multi_get(std::vector<s
 }
 
 asio::awaitable<void> hash_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  if (keys.size() != values.size())
-    throw store_error("multi_set: " + std::to_string(keys.size()) + " keys but " + std::to_string(values.size()) +
-                      " values");
+  detail::check_multi_set(keys, values);
   for (std::size_t i = 0; i < keys.size(); ++i)
     state_->set(keys[i], std::move(values[i]));
   co_return;

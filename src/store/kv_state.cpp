@@ -27,6 +27,12 @@ std::string timeout_message(const std::vector<std::string>& missing, std::chrono
   return m;
 }
 
+void check_multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
+  if (keys.size() != values.size())
+    throw store_error("multi_set: " + std::to_string(keys.size()) + " keys but " + std::to_string(values.size()) +
+                      " values");
+}
+
 kv_state::~kv_state() {
   for (auto& [id, w] : waiters_)
     if (w.timer)

@@ -84,6 +84,9 @@ private:
 /// "timed out after N ms waiting for keys: a, b" (the timeout_error text of every store).
 std::string timeout_message(const std::vector<std::string>& missing, std::chrono::milliseconds timeout);
 
+/// Throws store_error unless `keys` and `values` have the same length (multi_set).
+void check_multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+
 /// Parses a decimal int64 (c10d stores counters as text); throws store_error.
 std::int64_t parse_counter(const std::string& key, const std::string& text);
 

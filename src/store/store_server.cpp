@@ -198,9 +198,7 @@ void store_server::impl::serve(std::uint64_t sid, const std::shared_ptr<net::con
   case op::multi_set: {
     auto keys = in.strs(max_keys);
     auto values = in.strs(max_keys);
-    if (keys.size() != values.size())
-      throw store_error("multi_set: " + std::to_string(keys.size()) + " keys but " + std::to_string(values.size()) +
-                        " values");
+    detail::check_multi_set(keys, values);
     for (std::size_t i = 0; i < keys.size(); ++i) {
       check_key(keys[i]);
       check_value(values[i]);

@@ -207,9 +207,7 @@ asio::awaitable<std::vector<std::string>> tcp_store::do_multi_get(std::vector<st
 }
 
 asio::awaitable<void> tcp_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  if (keys.size() != values.size())
-    throw store_error("multi_set: " + std::to_string(keys.size()) + " keys but " + std::to_string(values.size()) +
-                      " values");
+  detail::check_multi_set(keys, values);
   co_await call(k(op::multi_set), writer().strs(keys).strs(values).take(), std::nullopt);
 }
 
