@@ -128,6 +128,30 @@ BOOST_AUTO_TEST_CASE(connect_retries_until_the_server_appears, *utf::timeout(60)
   BOOST_TEST(cs::sync_store(s).get("k") == "v");
 }
 
+BOOST_AUTO_TEST_CASE(ipv6_loopback, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.host = "::1";
+  so.auth_token = "";
+  std::shared_ptr<cs::store_server> server;
+  try {
+    server = cs::store_server::start(server_loop.get_executor(), so);
+  } catch (const corodist::connection_error& e) {
+    BOOST_TEST_MESSAGE("no IPv6 loopback here, skipping: " << e.what());
+    return;
+  }
+  BOOST_TEST(server->local_endpoint().address().is_v6());
+  auto o = client_opts(server->local_endpoint().port());
+  o.host = "::1";
+  auto v6 = cs::tcp_store::connect_sync(loop.get_executor(), o);
+  cs::sync_store(v6).set("six", "6");
+  BOOST_TEST(v6->remote_endpoint().address().is_v6());
+  BOOST_TEST(cs::sync_store(v6).get("six") == "6");
+  // (Host names are covered by the env:// rendezvous test: MASTER_ADDR=localhost.)
+}
+
 BOOST_AUTO_TEST_CASE(connect_gives_up_at_the_timeout, *utf::timeout(60)) {
   auto port = free_port(); // nobody listens
   event_loop loop;
