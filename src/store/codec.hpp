@@ -72,6 +72,11 @@ private:
 class reader {
 public:
   explicit reader(const net::bytes& b) : p_(b.data()), end_(b.data() + b.size()) {}
+  /// Reads `b` after its first `skip` bytes (e.g. a response's status byte).
+  reader(const net::bytes& b, std::size_t skip) : reader(b) {
+    need(skip);
+    p_ += skip;
+  }
   std::uint8_t u8() {
     need(1);
     return std::to_integer<std::uint8_t>(*p_++);

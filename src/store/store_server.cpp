@@ -149,6 +149,8 @@ void store_server::impl::serve(std::uint64_t sid, const std::shared_ptr<net::con
     auto k = in.str();
     auto timeout = std::chrono::milliseconds(in.u64());
     check_key(k);
+    if (auto* v = state->find(k)) // present: answer without registering a wait
+      return reply(conn, rid, kind, std::move(writer(status::ok).u32(1).str(*v)));
     std::vector<std::string> keys{std::move(k)};
     return respond_wait(sid, std::move(keys), timeout, conn, rid, kind, true);
   }

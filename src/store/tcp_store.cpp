@@ -147,12 +147,13 @@ asio::awaitable<net::bytes> tcp_store::call(std::uint16_t kind, net::bytes paylo
     throw timeout_error(in.str());
   if (st == status::error)
     throw store_error("store server: " + in.str());
-  r.msg.payload.erase(r.msg.payload.begin());
-  co_return std::move(r.msg.payload);
+  co_return std::move(r.msg.payload); // status byte included: read results with result_of()
 }
 
 namespace {
 std::uint16_t k(op o) { return static_cast<std::uint16_t>(o); }
+// The result fields of a response `call` returned: after its status byte.
+reader result_of(const net::bytes& b) { return reader(b, 1); }
 std::uint64_t ms(std::chrono::milliseconds t) { return static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.count())); }
 } // namespace
 
@@ -162,29 +163,29 @@ asio::awaitable<void> tcp_store::do_set(std::string key, std::string value) {
 
 asio::awaitable<std::string> tcp_store::do_get(std::string key, std::chrono::milliseconds timeout) {
   auto b = co_await call(k(op::get), writer().str(key).u64(ms(timeout)).take(), timeout);
-  reader in(b);
+  reader in = result_of(b);
   in.u32();
   co_return in.str();
 }
 
 asio::awaitable<std::int64_t> tcp_store::do_add(std::string key, std::int64_t delta) {
   auto b = co_await call(k(op::add), writer().str(key).i64(delta).take(), std::nullopt);
-  co_return reader(b).i64();
+  co_return result_of(b).i64();
 }
 
 asio::awaitable<std::string> tcp_store::do_compare_set(std::string key, std::string expected, std::string desired) {
   auto b = co_await call(k(op::compare_set), writer().str(key).str(expected).str(desired).take(), std::nullopt);
-  co_return reader(b).str();
+  co_return result_of(b).str();
 }
 
 asio::awaitable<bool> tcp_store::do_delete_key(std::string key) {
   auto b = co_await call(k(op::delete_key), writer().str(key).take(), std::nullopt);
-  co_return reader(b).u8() != 0;
+  co_return result_of(b).u8() != 0;
 }
 
 asio::awaitable<bool> tcp_store::do_check(std::vector<std::string> keys) {
   auto b = co_await call(k(op::check), writer().strs(keys).take(), std::nullopt);
-  co_return reader(b).u8() != 0;
+  co_return result_of(b).u8() != 0;
 }
 
 asio::awaitable<void> tcp_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
@@ -193,7 +194,7 @@ asio::awaitable<void> tcp_store::do_wait(std::vector<std::string> keys, std::chr
 
 asio::awaitable<std::int64_t> tcp_store::do_num_keys() {
   auto b = co_await call(k(op::num_keys), {}, std::nullopt);
-  co_return reader(b).i64();
+  co_return result_of(b).i64();
 }
 
 asio::awaitable<void> tcp_store::do_append(std::string key, std::string value) {
@@ -203,7 +204,7 @@ asio::awaitable<void> tcp_store::do_append(std::string key, std::string value) {
 asio::awaitable<std::vector<std::string>> tcp_store::do_multi_get(std::vector<std::string> keys,
                                                                    std::chrono::milliseconds timeout) {
   auto b = co_await call(k(op::multi_get), writer().strs(keys).u64(ms(timeout)).take(), timeout);
-  co_return reader(b).strs(keys.size());
+  co_return result_of(b).strs(keys.size());
 }
 
 asio::awaitable<void> tcp_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
@@ -213,7 +214,7 @@ asio::awaitable<void> tcp_store::do_multi_set(std::vector<std::string> keys, std
 
 asio::awaitable<std::vector<std::string>> tcp_store::do_list_keys(std::string prefix) {
   auto b = co_await call(k(op::list_keys), writer().str(prefix).take(), std::nullopt);
-  co_return reader(b).strs(std::numeric_limits<std::uint32_t>::max());
+  co_return result_of(b).strs(std::numeric_limits<std::uint32_t>::max());
 }
 
 asio::awaitable<watch_stream> tcp_store::do_watch_key(std::string key) {
