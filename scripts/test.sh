@@ -4,7 +4,7 @@
 #        scripts/test.sh --sanitize AddressSanitizer + UBSan build in build-asan/
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --python  # python3-torch: the real peer of the PyTorch compatibility tests
 dir=build
 opts=()
 if [[ "${1:-}" == "--sanitize" ]]; then

@@ -17,17 +17,19 @@
 #include <cstdio>
 #include <future>
 #include <iostream>
+#include <map>
 
 namespace cs = corodist::store;
 
 namespace {
 
-int serve(const std::string& host, std::uint16_t port, const std::optional<std::string>& token) {
+int serve(const std::string& host, std::uint16_t port, const std::optional<std::string>& token, bool pytorch) {
   corodist::event_loop loop;
   cs::server_options so;
   so.host = host;
   so.port = port;
   so.auth_token = token;
+  so.torch_protocol = pytorch;
   auto server = cs::store_server::start(loop.get_executor(), so);
   std::promise<int> stopped;
   asio::signal_set signals(loop.context(), SIGINT, SIGTERM);
@@ -53,6 +55,7 @@ int serve(const std::string& host, std::uint16_t port, const std::optional<std::
 int main(int argc, char** argv) {
   CLI::App app{"corodist-store: standalone store server and debugging client"};
   app.require_subcommand(1);
+  app.fallthrough(); // options may also follow the subcommand
   std::string host = "127.0.0.1";
   std::uint16_t port = 29500;
   std::optional<std::string> token;
@@ -62,7 +65,16 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token", token, "shared secret (default: $CORODIST_AUTH_TOKEN)");
   app.add_option("--timeout", timeout_s, "seconds to wait (connect, get, wait)")->capture_default_str();
 
+  auto protocol = cs::wire_protocol::native;
+  app.add_option("--protocol", protocol, "the server's protocol (client verbs): native, pytorch-1.13 or pytorch-2")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, cs::wire_protocol>{{"native", cs::wire_protocol::native},
+                                                   {"pytorch-1.13", cs::wire_protocol::pytorch_1_13},
+                                                   {"pytorch-2", cs::wire_protocol::pytorch_2}}));
+
   auto* serve_cmd = app.add_subcommand("serve", "run the store server until SIGINT/SIGTERM");
+  bool no_pytorch = false;
+  serve_cmd->add_flag("--no-pytorch", no_pytorch, "refuse PyTorch TCPStore clients (served by default)");
   std::string key, value;
   std::int64_t delta = 1;
   std::vector<std::string> keys;
@@ -85,13 +97,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*serve_cmd)
-      return serve(host, port, token);
+      return serve(host, port, token, !no_pytorch);
     corodist::event_loop loop;
     loop.start();
     cs::tcp_store_options o;
     o.host = host;
     o.port = port;
     o.auth_token = token;
+    o.protocol = protocol;
     o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
     cs::sync_store s(cs::tcp_store::connect_sync(loop.get_executor(), o));
     if (*set_cmd) {

@@ -6,6 +6,7 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
@@ -70,8 +71,43 @@ asio::awaitable<void> listener::accept_loop() {
       co_await t.async_wait(use_tuple);
       continue;
     }
-    asio::co_spawn(acceptor_.get_executor(), handshake(std::move(socket)), asio::detached);
+    if (foreign_)
+      asio::co_spawn(acceptor_.get_executor(), sniff(std::move(socket)), asio::detached);
+    else
+      asio::co_spawn(acceptor_.get_executor(), handshake(std::move(socket)), asio::detached);
   }
+}
+
+asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
+  using namespace asio::experimental::awaitable_operators;
+  auto self = shared_from_this();
+  std::error_code ignored;
+  auto peer = socket.remote_endpoint(ignored);
+  std::array<std::uint8_t, 1> first{};
+  asio::steady_timer timer(socket.get_executor(), opts_.handshake_timeout);
+  auto r = co_await (socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple) ||
+                     timer.async_wait(use_tuple));
+  if (r.index() == 1) { // silent: no byte within the handshake timeout
+    if (foreign_->take_silent && socket.is_open()) {
+      socket.set_option(asio::socket_base::keep_alive(true), ignored);
+      foreign_->take(std::move(socket));
+    } else {
+      CORODIST_LOG_WARN("rejected connection from {}:{}: {}", peer.address().to_string(), peer.port(),
+                        make_error_code(errc::hello_timeout).message());
+    }
+    co_return;
+  }
+  auto [ec, n] = std::get<0>(r);
+  if (ec || n == 0)
+    co_return; // closed before saying anything
+  if (first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff))
+    co_return co_await handshake(std::move(socket));
+  if (foreign_->accepts(first[0])) {
+    foreign_->take(std::move(socket));
+    co_return;
+  }
+  CORODIST_LOG_WARN("rejected connection from {}:{}: unrecognised protocol (first byte 0x{:02x})",
+                    peer.address().to_string(), peer.port(), first[0]);
 }
 
 asio::awaitable<void> listener::handshake(asio::ip::tcp::socket socket) {

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "store/codec.hpp"
 #include "store/kv_state.hpp"
+#include "store/torch_session.hpp"
 
 #include <asio/ip/address.hpp>
 #include <asio/post.hpp>
@@ -36,6 +37,8 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
       : executor(std::move(ex)), opts(std::move(o)), state(std::make_shared<detail::kv_state>(executor)) {}
 
   void accept(std::shared_ptr<net::connection> conn);
+  void accept_torch(asio::ip::tcp::socket socket);
+  void close_all();
   void handle(std::uint64_t sid, const std::shared_ptr<net::connection>& conn, net::message&& m);
   void serve(std::uint64_t sid, const std::shared_ptr<net::connection>& conn, const net::message& m);
   void check_key(const std::string& k) const;
@@ -48,6 +51,7 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   std::shared_ptr<detail::kv_state> state;
   std::shared_ptr<net::listener> listener;
   std::unordered_map<std::uint64_t, session> sessions;
+  std::unordered_map<std::uint64_t, std::weak_ptr<detail::torch_session>> torch_sessions;
   std::uint64_t next_session = 1;
 };
 
@@ -71,6 +75,37 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
           self->sessions.erase(sid);
         }
       });
+}
+
+void store_server::impl::accept_torch(asio::ip::tcp::socket socket) {
+  const auto sid = next_session++;
+  detail::torch_session::limits lim{opts.max_key_size, opts.max_value_size, opts.max_keys_per_request,
+                                    opts.max_pending_waits, opts.max_buffered_output};
+  auto s = std::make_shared<detail::torch_session>(std::move(socket), state, sid, lim, [w = weak_from_this(), sid] {
+    if (auto self = w.lock()) {
+      self->state->drop_owner(sid);
+      self->torch_sessions.erase(sid);
+    }
+  });
+  torch_sessions[sid] = s;
+  s->start();
+}
+
+void store_server::impl::close_all() {
+  if (listener)
+    listener->close();
+  std::vector<std::shared_ptr<net::connection>> conns;
+  for (auto& [sid, s] : sessions)
+    if (auto c = s.conn.lock())
+      conns.push_back(c);
+  std::vector<std::shared_ptr<detail::torch_session>> torch;
+  for (auto& [sid, s] : torch_sessions)
+    if (auto t = s.lock())
+      torch.push_back(t);
+  for (auto& c : conns)
+    c->close();
+  for (auto& t : torch)
+    t->close();
 }
 
 void store_server::impl::check_key(const std::string& k) const {
@@ -264,6 +299,24 @@ std::shared_ptr<store_server> store_server::start(asio::any_io_executor ex, serv
   if (lec)
     throw connection_error("store_server: cannot listen on " + im.opts.host + ":" + std::to_string(im.opts.port) +
                            ": " + lec.message());
+  if (im.opts.torch_protocol) {
+    const bool auth = !copts.auth_token.empty();
+    net::foreign_protocol torch;
+    // PyTorch queries start with a code below 32 (1.13: 0-8; 2.x: VALIDATE = 0).
+    torch.accepts = [auth](std::uint8_t first) {
+      if (first >= 32)
+        return false;
+      if (auth)
+        CORODIST_LOG_WARN("store: refused a PyTorch TCPStore client: this server requires authentication");
+      return !auth;
+    };
+    torch.take = [w = std::weak_ptr<store_server>(srv)](asio::ip::tcp::socket sock) {
+      if (auto s = w.lock())
+        s->impl_->accept_torch(std::move(sock));
+    };
+    torch.take_silent = !auth; // PyTorch 1.13 opens a second connection that stays silent
+    l->set_foreign_protocol(std::move(torch));
+  }
   im.listener = l;
   srv->endpoint_ = l->local_endpoint();
   l->start();
@@ -277,34 +330,19 @@ store_server::store_server(asio::any_io_executor ex, server_options opts)
 
 store_server::~store_server() {
   // Close on the executor; the connections' callbacks hold only weak references.
-  asio::post(impl_->executor, [im = impl_] {
-    if (im->listener)
-      im->listener->close();
-    auto sessions = std::move(im->sessions);
-    im->sessions.clear();
-    for (auto& [sid, s] : sessions)
-      if (auto c = s.conn.lock())
-        c->close();
-  });
+  asio::post(impl_->executor, [im = impl_] { im->close_all(); });
 }
 
 void store_server::stop() {
   asio::post(impl_->executor, [w = weak_from_this()] {
-    auto self = w.lock();
-    if (!self)
-      return;
-    if (self->impl_->listener)
-      self->impl_->listener->close();
-    std::vector<std::shared_ptr<net::connection>> conns;
-    for (auto& [sid, s] : self->impl_->sessions)
-      if (auto c = s.conn.lock())
-        conns.push_back(c);
-    for (auto& c : conns)
-      c->close();
+    if (auto self = w.lock())
+      self->impl_->close_all();
   });
 }
 
-std::size_t store_server::connection_count() const noexcept { return impl_->sessions.size(); }
+std::size_t store_server::connection_count() const noexcept {
+  return impl_->sessions.size() + impl_->torch_sessions.size();
+}
 
 std::size_t store_server::key_count() const noexcept { return impl_->state->size(); }
 

@@ -6,6 +6,7 @@
 #include "core/log.hpp"
 #include "store/codec.hpp"
 #include "store/kv_state.hpp"
+#include "store/tcp_connect.hpp"
 
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -37,9 +38,10 @@ bool permanent(std::error_code ec) {
 std::string where(const tcp_store_options& o) { return o.host + ":" + std::to_string(o.port); }
 } // namespace
 
-asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_executor ex, tcp_store_options opts) {
-  opts.connection.auth_token = resolve_auth_token(opts.auth_token);
-  opts.connection.request_timeout = std::chrono::milliseconds(0); // deadlines are set per call
+namespace detail {
+
+asio::awaitable<std::shared_ptr<tcp_store>> connect_with_retry(asio::any_io_executor ex, const tcp_store_options& opts,
+                                                               const connect_attempt& attempt_fn) {
   const auto deadline = std::chrono::steady_clock::now() + opts.timeout;
   thread_local std::mt19937_64 rng(std::random_device{}()); // jitter only: no need to reseed per connect
   auto backoff = first_backoff;
@@ -51,14 +53,12 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
       last = rec;
     } else {
       for (const auto& entry : results) {
-        auto copts = opts.connection;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        copts.handshake_timeout = std::max(std::chrono::milliseconds(1), std::min(copts.handshake_timeout, left));
-        auto [ec, conn] = co_await net::connection::connect(ex, entry.endpoint(), copts);
+        auto [ec, store] = co_await attempt_fn(entry.endpoint(), std::max(std::chrono::milliseconds(1), left));
         if (!ec) {
           if (attempt > 1)
             CORODIST_LOG_INFO("store: connected to {} after {} attempts", where(opts), attempt);
-          co_return std::make_shared<tcp_store>(ex, std::move(conn), std::move(opts));
+          co_return store;
         }
         if (permanent(ec))
           net::throw_net_error(ec, "store: connecting to " + where(opts));
@@ -78,6 +78,27 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
     co_await t.async_wait(use_tuple);
     backoff = std::min(backoff * 2, max_backoff);
   }
+}
+
+} // namespace detail
+
+asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_executor ex, tcp_store_options opts) {
+  if (opts.protocol != wire_protocol::native)
+    co_return co_await detail::connect_torch(std::move(ex), std::move(opts));
+  opts.connection.auth_token = resolve_auth_token(opts.auth_token);
+  opts.connection.request_timeout = std::chrono::milliseconds(0); // deadlines are set per call
+  // Named, not a temporary in the co_await expression (GCC 12 destroys those twice).
+  detail::connect_attempt attempt =
+      [&](asio::ip::tcp::endpoint ep,
+          std::chrono::milliseconds left) -> asio::awaitable<std::pair<std::error_code, std::shared_ptr<tcp_store>>> {
+        auto copts = opts.connection;
+        copts.handshake_timeout = std::min(copts.handshake_timeout, left);
+        auto [ec, conn] = co_await net::connection::connect(ex, ep, copts);
+        if (ec)
+          co_return std::pair{ec, std::shared_ptr<tcp_store>{}};
+        co_return std::pair{std::error_code{}, std::make_shared<tcp_store>(ex, std::move(conn), opts)};
+      };
+  co_return co_await detail::connect_with_retry(ex, opts, attempt);
 }
 
 std::shared_ptr<tcp_store> tcp_store::connect_sync(asio::any_io_executor ex, tcp_store_options opts) {
@@ -100,9 +121,15 @@ tcp_store::tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> 
       });
 }
 
+tcp_store::tcp_store(asio::any_io_executor ex, tcp_store_options opts, asio::ip::tcp::endpoint remote)
+    : ex_(std::move(ex)), opts_(std::move(opts)), remote_(remote) {
+  set_timeout(opts_.timeout);
+}
+
 tcp_store::~tcp_store() {
   alive_.reset();
-  asio::post(ex_, [c = conn_] { c->close(); });
+  if (conn_)
+    asio::post(ex_, [c = conn_] { c->close(); });
 }
 
 void tcp_store::on_frame(net::message&& m) {

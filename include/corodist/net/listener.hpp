@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <system_error>
 
 namespace corodist::detail {
@@ -16,7 +17,18 @@ class io_registry;
 
 namespace corodist::net {
 
-
+/// A second protocol served on a listener's port, told apart from the native
+/// hello by a connection's first byte (the hello's first byte is
+/// `protocol_magic & 0xff`, 'C').
+struct foreign_protocol {
+  /// Whether this protocol takes a connection whose first byte is `first`.
+  std::function<bool(std::uint8_t first)> accepts;
+  /// Takes over a claimed socket; nothing has been read from it yet.
+  std::function<void(asio::ip::tcp::socket)> take;
+  /// Also take connections that send nothing within the handshake timeout
+  /// (they are kept open with TCP keep-alive on); if false they are closed.
+  bool take_silent = false;
+};
 
 /// Accepts connections on an endpoint (port 0: the kernel picks; read it back
 /// with `local_endpoint()`), runs the server side of the hello on each, and
@@ -38,6 +50,10 @@ public:
   listener(const listener&) = delete;
   listener& operator=(const listener&) = delete;
 
+  /// Serves `p` beside the native protocol: each connection's first byte picks
+  /// one; a byte neither accepts is logged and the socket closed. Call before start().
+  void set_foreign_protocol(foreign_protocol p) { foreign_ = std::move(p); }
+
   /// Starts the accept loop. Call once, on the loop.
   void start();
 
@@ -50,10 +66,12 @@ public:
 private:
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> handshake(asio::ip::tcp::socket socket);
+  asio::awaitable<void> sniff(asio::ip::tcp::socket socket);
 
   asio::ip::tcp::acceptor acceptor_;
   connection_options opts_;
   accept_handler on_accept_;
+  std::optional<foreign_protocol> foreign_;
   asio::ip::tcp::endpoint local_;
   corodist::detail::io_registry* registry_; // closes the acceptor at context shutdown; null after
 };

@@ -45,6 +45,11 @@ struct server_options {
   std::size_t max_buffered_output = default_max_buffered_output;
   /// Deadline of each client's hello (and authentication).
   std::chrono::milliseconds handshake_timeout = net::connection_options::default_handshake_timeout;
+  /// Also serve PyTorch TCPStore clients (the 1.13 and the 2.x protocol) on
+  /// the same port, recognised by a connection's first byte. They share the
+  /// keys with native clients (PyTorch's client adds a "/" before its keys).
+  /// They cannot authenticate: with an auth token set, they are refused.
+  bool torch_protocol = true;
 };
 
 /// The store server. Its state lives on one executor (an event loop): single

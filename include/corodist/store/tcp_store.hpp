@@ -12,6 +12,13 @@
 
 namespace corodist::store {
 
+/// The protocol a tcp_store speaks to its server.
+enum class wire_protocol {
+  native,       ///< corodist's store_server: multiplexed, authenticated, with watches
+  pytorch_1_13, ///< a PyTorch 1.13 TCPStore master (Debian 12's python3-torch)
+  pytorch_2,    ///< a PyTorch 2.x TCPStore master (VALIDATE + PING handshake)
+};
+
 /// Where a tcp_store connects and how long it tries.
 struct tcp_store_options {
   /// Host name or address of the store server (IPv4 or IPv6).
@@ -21,8 +28,14 @@ struct tcp_store_options {
   std::chrono::milliseconds timeout = default_timeout;
   /// Token to authenticate with. nullopt: CORODIST_AUTH_TOKEN if set; "": none.
   std::optional<std::string> auth_token;
-  /// Frame and buffer limits of the connection.
+  /// Frame and buffer limits of the connection (native protocol).
   net::connection_options connection;
+  /// The server's protocol. With the PyTorch ones, the client behaves as
+  /// PyTorch's TCPStore client: keys get PyTorch's "/" prefix (so both see the
+  /// same keys), it counts itself in the master's "init/" worker counter, and
+  /// it runs one query at a time. There is no authentication, `list_keys` and
+  /// `watch_key` throw `store_error`, and so does `append` with 1.13.
+  wire_protocol protocol = wire_protocol::native;
 };
 
 /// A client of a store_server. All operations, from any number of coroutines
@@ -37,7 +50,8 @@ public:
   /// failed attempts with exponential backoff and jitter until
   /// `opts.timeout`. Throws `timeout_error` (deadline passed; carries the last
   /// error), or `protocol_error` at once for a peer that is not a store server
-  /// or refuses the token.
+  /// or refuses the token. With a PyTorch `opts.protocol` the result talks to
+  /// a PyTorch TCPStore master instead.
   [[nodiscard]] static asio::awaitable<std::shared_ptr<tcp_store>> connect(asio::any_io_executor ex,
                                                                            tcp_store_options opts);
 
@@ -70,6 +84,11 @@ protected:
   asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override;
   asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override;
   asio::awaitable<watch_stream> do_watch_key(std::string key) override;
+
+  /// For the PyTorch-protocol client, which has no native connection.
+  tcp_store(asio::any_io_executor ex, tcp_store_options opts, asio::ip::tcp::endpoint remote);
+
+  const tcp_store_options& options() const noexcept { return opts_; }
 
 private:
   asio::awaitable<net::bytes> call(std::uint16_t op, net::bytes payload, std::optional<std::chrono::milliseconds> wait);

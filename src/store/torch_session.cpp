@@ -1,0 +1,299 @@
+#include "store/torch_session.hpp"
+
+#include "core/io_registry.hpp"
+#include "core/log.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+#include <cstring>
+
+namespace corodist::store::detail {
+
+namespace {
+constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+constexpr std::size_t read_chunk = 64 * 1024;
+
+const char* version_name(torch::version v) { return v == torch::version::v1 ? "1.13" : "2.x"; }
+
+const char* query_name(torch::query q) {
+  switch (q) {
+  case torch::query::watch_key: return "WATCH_KEY";
+  case torch::query::queue_push: return "QUEUE_PUSH";
+  case torch::query::queue_pop: return "QUEUE_POP";
+  case torch::query::queue_len: return "QUEUE_LEN";
+  default: return "?";
+  }
+}
+} // namespace
+
+torch_session::torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_state> state, kv_state::owner_id id,
+                             limits lim, std::function<void()> on_close)
+    : socket_(std::move(socket)), state_(std::move(state)), id_(id), limits_(lim), on_close_(std::move(on_close)),
+      registry_(&corodist::detail::registry_of(socket_.get_executor())) {
+  std::error_code ec;
+  auto ep = socket_.remote_endpoint(ec);
+  peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+  socket_.set_option(asio::ip::tcp::no_delay(true), ec);
+  registry_->add(this, [this](bool final) {
+    finish(!final); // at context shutdown: close only, nothing else is safe to touch
+    if (final)
+      registry_ = nullptr;
+  });
+}
+
+torch_session::~torch_session() {
+  if (registry_)
+    registry_->remove(this);
+}
+
+void torch_session::start() { asio::co_spawn(socket_.get_executor(), run(), asio::detached); }
+
+void torch_session::close() { finish(true); }
+
+void torch_session::finish(bool notify) {
+  if (closed_)
+    return;
+  closed_ = true;
+  std::error_code ignored;
+  socket_.close(ignored);
+  if (notify && on_close_)
+    on_close_(); // drops this session's waits
+  on_close_ = nullptr;
+}
+
+asio::awaitable<void> torch_session::run() {
+  auto self = shared_from_this();
+  // Largest query accepted: one maximal value and key, with room for framing.
+  const std::size_t max_query = limits_.max_value_size + 2 * limits_.max_key_size + 1024 * 1024;
+  std::vector<std::uint8_t> buf(read_chunk);
+  std::size_t begin = 0, end = 0;
+  while (!closed_) {
+    try {
+      while (end > begin && !closed_) {
+        auto used = serve_one(buf.data() + begin, end - begin);
+        if (used == 0)
+          break;
+        begin += used;
+      }
+    } catch (const std::exception& e) {
+      CORODIST_LOG_WARN("store: closing PyTorch TCPStore client {}: {}", peer_, e.what());
+      break;
+    }
+    flush(); // every response this read produced, in one write
+    if (closed_)
+      break;
+    if (begin == end) {
+      begin = end = 0;
+    } else if (begin > 0) {
+      std::memmove(buf.data(), buf.data() + begin, end - begin);
+      end -= begin;
+      begin = 0;
+    }
+    if (buf.size() - end < read_chunk / 4) {
+      if (buf.size() >= max_query) {
+        CORODIST_LOG_WARN("store: closing PyTorch TCPStore client {}: query larger than {} bytes", peer_, max_query);
+        break;
+      }
+      buf.resize(std::min(max_query, buf.size() * 2));
+    }
+    auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf.data() + end, buf.size() - end), use_tuple);
+    if (ec) {
+      if (ec != asio::error::eof && ec != asio::error::operation_aborted && ec != asio::error::connection_reset)
+        CORODIST_LOG_DEBUG("store: PyTorch TCPStore client {} read failed: {}", peer_, ec.message());
+      break;
+    }
+    end += n;
+  }
+  close();
+}
+
+std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size) {
+  using torch::query;
+  torch::cursor in(data, size);
+  std::uint8_t code = 0;
+  if (!in.u8(code))
+    return 0;
+  if (!version_) {
+    // 2.x opens with VALIDATE (0) + magic; 1.13's code 0 is SET, followed by a u64 key length.
+    if (code == 0) {
+      if (size < 5)
+        return 0;
+      std::uint32_t magic = 0;
+      std::memcpy(&magic, data + 1, 4);
+      version_ = magic == torch::validate_magic ? torch::version::v2 : torch::version::v1;
+    } else {
+      version_ = torch::version::v1;
+    }
+    CORODIST_LOG_DEBUG("store: {} speaks the PyTorch {} TCPStore protocol", peer_, version_name(*version_));
+  }
+  auto q = torch::decode_query(*version_, code);
+  if (!q)
+    throw protocol_error("unknown PyTorch " + std::string(version_name(*version_)) + " TCPStore query code " +
+                         std::to_string(code));
+  const auto max_key = limits_.max_key_size;
+  const auto max_value = limits_.max_value_size;
+  const auto max_keys = limits_.max_keys_per_request;
+  std::string out;
+  torch::encoder reply(out);
+  switch (*q) {
+  case query::validate: {
+    std::uint32_t magic = 0;
+    if (!in.u32(magic))
+      return 0;
+    if (magic != torch::validate_magic)
+      throw protocol_error("bad VALIDATE magic");
+    break;
+  }
+  case query::ping: {
+    std::uint32_t nonce = 0;
+    if (!in.u32(nonce))
+      return 0;
+    reply.u32(nonce);
+    break;
+  }
+  case query::set:
+  case query::append: {
+    std::string key, value;
+    if (!in.bytes(key, max_key, "key") || !in.bytes(value, max_value, "value"))
+      return 0;
+    if (*q == query::set) {
+      state_->set(key, std::move(value));
+    } else {
+      auto* cur = state_->find(key);
+      if ((cur ? cur->size() : 0) + value.size() > max_value)
+        throw protocol_error("append would make the value of '" + key + "' exceed max_value_size");
+      state_->append(key, value);
+    }
+    break; // no response
+  }
+  case query::compare_set: {
+    std::string key, expected, desired;
+    if (!in.bytes(key, max_key, "key") || !in.bytes(expected, max_value, "value") ||
+        !in.bytes(desired, max_value, "value"))
+      return 0;
+    reply.bytes(state_->compare_set(key, expected, std::move(desired)));
+    break;
+  }
+  case query::get: {
+    std::string key;
+    if (!in.bytes(key, max_key, "key"))
+      return 0;
+    auto* v = state_->find(key); // the client WAITs first; a key deleted since reads as empty
+    reply.bytes(v ? std::string_view(*v) : std::string_view());
+    break;
+  }
+  case query::add: {
+    std::string key;
+    std::int64_t delta = 0;
+    if (!in.bytes(key, max_key, "key") || !in.i64(delta))
+      return 0;
+    reply.i64(state_->add(key, delta)); // a non-integer value throws: the protocol has no error reply
+    break;
+  }
+  case query::check: {
+    std::vector<std::string> keys;
+    if (!in.keys(keys, max_keys, max_key))
+      return 0;
+    reply.u8(state_->contains_all(keys) ? torch::check_ready : torch::check_not_ready);
+    break;
+  }
+  case query::wait: {
+    std::vector<std::string> keys;
+    if (!in.keys(keys, max_keys, max_key))
+      return 0;
+    if (state_->pending_waits(id_) >= limits_.max_pending_waits)
+      throw protocol_error("too many pending waits (limit " + std::to_string(limits_.max_pending_waits) + ")");
+    // No server deadline, as in PyTorch: the client times out (2.x then sends
+    // CANCEL_WAIT); the wait goes when the connection does.
+    state_->wait(std::move(keys), std::chrono::milliseconds(0), id_,
+                 [w = weak_from_this()](std::vector<std::string> missing) {
+                   auto self = w.lock();
+                   if (!self || self->closed_ || !missing.empty())
+                     return;
+                   self->queue_output(std::string(1, static_cast<char>(torch::wait_stop_waiting)));
+                   self->flush();
+                 });
+    break; // answered when the keys exist (possibly at once, above)
+  }
+  case query::num_keys:
+    reply.i64(static_cast<std::int64_t>(state_->size()));
+    break;
+  case query::delete_key: {
+    std::string key;
+    if (!in.bytes(key, max_key, "key"))
+      return 0;
+    reply.i64(state_->erase(key) ? 1 : 0);
+    break;
+  }
+  case query::multi_get: {
+    std::vector<std::string> keys;
+    if (!in.keys(keys, max_keys, max_key))
+      return 0;
+    for (auto& k : keys) {
+      auto* v = state_->find(k);
+      reply.bytes(v ? std::string_view(*v) : std::string_view());
+    }
+    break;
+  }
+  case query::multi_set: {
+    std::uint64_t n = 0;
+    if (!in.u64(n))
+      return 0;
+    if (n > max_keys)
+      throw protocol_error(std::to_string(n) + " keys in one query exceed the limit of " + std::to_string(max_keys));
+    std::vector<std::pair<std::string, std::string>> kvs(n);
+    for (auto& [k, v] : kvs)
+      if (!in.bytes(k, max_key, "key") || !in.bytes(v, max_value, "value"))
+        return 0;
+    for (auto& [k, v] : kvs)
+      state_->set(k, std::move(v));
+    break; // no response
+  }
+  case query::cancel_wait:
+    state_->drop_owner(id_); // this session's pending waits (it has no watches)
+    reply.u8(torch::wait_canceled);
+    break;
+  case query::watch_key:
+  case query::queue_push:
+  case query::queue_pop:
+  case query::queue_len:
+    throw protocol_error(std::string("PyTorch TCPStore query ") + query_name(*q) + " is not supported");
+  }
+  if (!out.empty())
+    queue_output(out);
+  return in.consumed();
+}
+
+void torch_session::queue_output(const std::string& bytes) {
+  if (closed_)
+    return;
+  out_ += bytes;
+  if (out_.size() + sending_.size() > limits_.max_buffered_output) {
+    CORODIST_LOG_WARN("store: dropping PyTorch TCPStore client {}: it does not read its responses ({} bytes queued)",
+                      peer_, out_.size() + sending_.size());
+    close();
+  }
+}
+
+void torch_session::flush() {
+  if (writing_ || out_.empty() || closed_)
+    return;
+  writing_ = true;
+  sending_.swap(out_);
+  out_.clear();
+  asio::async_write(socket_, asio::buffer(sending_), [self = shared_from_this()](std::error_code ec, std::size_t) {
+    self->writing_ = false;
+    self->sending_.clear();
+    if (ec) {
+      self->close();
+      return;
+    }
+    self->flush();
+  });
+}
+
+} // namespace corodist::store::detail

@@ -1,0 +1,316 @@
+// PyTorch TCPStore wire compatibility, with Debian's python3-torch (1.13) as
+// the real peer: PyTorch clients, a gloo process group with DDP and PyTorch
+// RPC against our server; our client against a PyTorch master; our client's
+// 1.13 and 2.x modes against our server; and bad or unwanted first bytes.
+#include <boost/test/unit_test.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/store_server.hpp>
+#include <corodist/store/sync_store.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include "support/child_process.hpp"
+#include "support/loop_helpers.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/connect.hpp>
+#include <asio/use_future.hpp>
+#include <asio/write.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <thread>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace cs = corodist::store;
+using asio::ip::tcp;
+using corodist::event_loop;
+using corodist::test::child_process;
+using corodist::test::closed_by_peer;
+using corodist::test::on_loop;
+
+namespace {
+
+// The Python that has torch: Debian's, unless CORODIST_TEST_PYTHON says otherwise.
+std::string python() {
+  const char* p = std::getenv("CORODIST_TEST_PYTHON");
+  return p ? p : "/usr/bin/python3";
+}
+
+const std::string job_script = CORODIST_SOURCE_DIR "/tests/store/pytorch/torch_job.py";
+
+boost::test_tools::assertion_result torch_available(utf::test_unit_id) {
+  static const bool ok = [] {
+    child_process p({python(), "-c", "import torch.distributed"});
+    return p.wait(60s) == 0;
+  }();
+  boost::test_tools::assertion_result r(ok);
+  if (!ok)
+    r.message() << "skipped: " << python() << " cannot import torch (install it: scripts/setup.sh --python)";
+  return r;
+}
+
+std::shared_ptr<cs::store_server> start_server(event_loop& loop, bool torch = true) {
+  cs::server_options so;
+  so.torch_protocol = torch;
+  so.handshake_timeout = 500ms;
+  return cs::store_server::start(loop.get_executor(), so);
+}
+
+cs::sync_store connect(event_loop& loop, std::uint16_t port, cs::wire_protocol protocol = cs::wire_protocol::native) {
+  cs::tcp_store_options o;
+  o.port = port;
+  o.timeout = 10s;
+  o.auth_token = "";
+  o.protocol = protocol;
+  return cs::sync_store(cs::tcp_store::connect_sync(loop.get_executor(), o));
+}
+
+// Runs torch_job.py MODE PORT [N] to the end; fails the test with its output unless it passed.
+void run_job(const std::string& mode, std::uint16_t port, int n = 2) {
+  child_process p({"timeout", "150", python(), job_script, mode, std::to_string(port), std::to_string(n)});
+  int rc = p.wait(170s);
+  BOOST_TEST_INFO("torch_job.py " << mode << " output:\n" << p.output());
+  BOOST_TEST(rc == 0);
+  BOOST_TEST(p.output().find("OK") != std::string::npos);
+}
+
+tcp::socket raw_socket(asio::io_context& ctx, std::uint16_t port) {
+  tcp::socket s(ctx);
+  s.connect({asio::ip::make_address("127.0.0.1"), port});
+  return s;
+}
+
+// PyTorch 1.13's SET query: code 0, then u64-length key and value.
+std::string v1_set(const std::string& k, const std::string& v) {
+  std::string q(1, '\0');
+  auto put = [&](const std::string& s) {
+    std::uint64_t n = s.size();
+    q.append(reinterpret_cast<const char*>(&n), 8);
+    q += s;
+  };
+  put(k);
+  put(v);
+  return q;
+}
+
+// Every operation through one client; keys under `ns`.
+void exercise(cs::sync_store& s, const std::string& ns, bool v2) {
+  s.set(ns + "k", std::string("v\0x", 3));
+  BOOST_TEST(s.get(ns + "k") == std::string("v\0x", 3));
+  BOOST_TEST(s.add(ns + "n", 5) == 5);
+  BOOST_TEST(s.add(ns + "n", -7) == -2);
+  BOOST_TEST(s.get(ns + "n") == "-2");
+  BOOST_TEST(s.compare_set(ns + "k", "nope", "x") == std::string("v\0x", 3));
+  BOOST_TEST(s.compare_set(ns + "k", std::string("v\0x", 3), "y") == "y");
+  BOOST_TEST(s.compare_set(ns + "absent", "e", "d") == "e");
+  BOOST_TEST(s.check({ns + "k", ns + "n"}));
+  BOOST_TEST(!s.check({ns + "k", ns + "zz"}));
+  s.wait({ns + "k"}, 1s);
+  BOOST_CHECK_THROW(s.wait({ns + "never"}, 200ms), corodist::timeout_error);
+  // The connection is still good after a timed-out wait (2.x cancels it; 1.13 reconnects).
+  BOOST_TEST(s.get(ns + "k") == "y");
+  BOOST_CHECK_THROW(s.get(ns + "never", 200ms), corodist::timeout_error);
+  s.multi_set({ns + "a", ns + "b"}, {"A", "B"});
+  BOOST_TEST((s.multi_get({ns + "a", ns + "b"}) == std::vector<std::string>{"A", "B"}));
+  if (v2) {
+    s.append(ns + "a", "+");
+    BOOST_TEST(s.get(ns + "a") == "A+");
+  } else {
+    BOOST_CHECK_THROW(s.append(ns + "a", "+"), corodist::store_error);
+  }
+  BOOST_TEST(s.num_keys() >= 4);
+  BOOST_TEST(s.delete_key(ns + "b"));
+  BOOST_TEST(!s.delete_key(ns + "b"));
+  BOOST_CHECK_THROW(s.list_keys(), corodist::store_error);
+  BOOST_CHECK_THROW(s.watch_key(ns + "k"), corodist::store_error);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(pytorch_compat)
+
+BOOST_AUTO_TEST_CASE(pytorch_clients_do_every_operation_at_once, *utf::precondition(torch_available) *
+                                                                     utf::timeout(200)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  auto port = srv->local_endpoint().port();
+  auto native = connect(loop, port);
+  native.set("/from_native", "hello from corodist"); // PyTorch's get("from_native")
+  run_job("ops", port, 4);
+  // The keys PyTorch's clients wrote, as a native client sees them ("/" prefix).
+  BOOST_TEST(native.get("/counter", 1s) == "40");
+  BOOST_TEST(native.get("/w3/c", 1s) == "5");
+  for (int i = 0; i < 4; ++i)
+    BOOST_TEST(native.get("/from_py/" + std::to_string(i), 1s) == "hello from pytorch");
+  // Each PyTorch 1.13 client counted itself in "init/".
+  BOOST_TEST(native.get("init/", 1s) == "4");
+  // The clients are gone, with their timed-out waits.
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (on_loop(loop, [&] { return srv->connection_count(); }) > 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(pytorch_gloo_process_group_and_ddp_step, *utf::precondition(torch_available) *
+                                                                  utf::timeout(200)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  run_job("ddp", srv->local_endpoint().port());
+}
+
+BOOST_AUTO_TEST_CASE(pytorch_rpc_initialised_through_our_server, *utf::precondition(torch_available) *
+                                                                     utf::timeout(200)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  run_job("rpc", srv->local_endpoint().port());
+  auto native = connect(loop, srv->local_endpoint().port());
+  // torchelastic's agent-store layout: PyTorch RPC's keys under /worker/attempt_0/.
+  BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) > 2u);
+}
+
+BOOST_AUTO_TEST_CASE(our_client_against_a_pytorch_master, *utf::precondition(torch_available) * utf::timeout(200)) {
+  child_process master({"timeout", "150", python(), job_script, "master", "0"});
+  auto line = master.read_line(60s);
+  BOOST_REQUIRE_MESSAGE(line, "the PyTorch master printed no port: " << master.output());
+  auto port = static_cast<std::uint16_t>(std::stoi(*line));
+  event_loop loop;
+  loop.start();
+  auto s = connect(loop, port, cs::wire_protocol::pytorch_1_13);
+  s.set("from_cpp", "hello from corodist");
+  BOOST_TEST(s.get("from_py", 30s) == "hello from pytorch");
+  BOOST_TEST(s.add("counter", 40) == 40);
+  BOOST_TEST(s.add("counter", 2) == 42);
+  BOOST_TEST(s.compare_set("from_py", "hello from pytorch", "changed") == "changed");
+  BOOST_TEST(s.compare_set("absent", "e", "d") == "e");
+  BOOST_TEST(s.check({"from_cpp", "counter"}));
+  BOOST_TEST(!s.check({"from_cpp", "nothing"}));
+  BOOST_CHECK_THROW(s.wait({"never"}, 200ms), corodist::timeout_error);
+  BOOST_TEST(s.get("counter") == "42"); // reconnected after the timed-out wait
+  s.multi_set({"multi/a", "multi/b"}, {"A", "B"});
+  BOOST_TEST((s.multi_get({"multi/a", "multi/b"}) == std::vector<std::string>{"A", "B"}));
+  BOOST_TEST(s.delete_key("absent") == false);
+  BOOST_TEST(s.num_keys() >= 5);
+  BOOST_CHECK_THROW(s.append("from_cpp", "x"), corodist::store_error); // not in 1.13
+  s.set("done", "1");
+  int rc = master.wait(60s);
+  BOOST_TEST_INFO("master output:\n" << master.output());
+  BOOST_TEST(rc == 0);
+}
+
+BOOST_AUTO_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  auto port = srv->local_endpoint().port();
+  auto native = connect(loop, port);
+  auto v1 = connect(loop, port, cs::wire_protocol::pytorch_1_13);
+  auto v2 = connect(loop, port, cs::wire_protocol::pytorch_2);
+  BOOST_TEST(native.get("init/", 1s) == "2"); // each counted itself as a PyTorch worker
+  exercise(v1, "v1/", false);
+  exercise(v2, "v2/", true);
+  // Shared keys: PyTorch-mode keys carry the "/" prefix for native clients.
+  BOOST_TEST(native.get("/v1/k", 1s) == "y");
+  BOOST_TEST(native.get("/v2/a", 1s) == "A+");
+  native.set("/from_native", "n");
+  BOOST_TEST(v1.get("from_native", 1s) == "n");
+  BOOST_TEST(v2.get("from_native", 1s) == "n");
+  // A get waiting in 2.x mode is woken by a native set.
+  auto waiting = std::async(std::launch::async, [&] { return v2.get("later", 10s); });
+  std::this_thread::sleep_for(100ms);
+  native.set("/later", "L");
+  BOOST_TEST(waiting.get() == "L");
+  // Many coroutines on one PyTorch-mode client: queries run one at a time, none lost.
+  auto store = v2.async();
+  auto all = asio::co_spawn(
+      loop.get_executor(),
+      [store]() -> asio::awaitable<void> {
+        std::vector<std::future<std::int64_t>> adds;
+        for (int i = 0; i < 50; ++i)
+          adds.push_back(asio::co_spawn(co_await asio::this_coro::executor, store->add("many", 1), asio::use_future));
+        co_return;
+      },
+      asio::use_future);
+  all.get();
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (native.get("/many", 1s) != "50" && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  BOOST_TEST(native.get("/many", 1s) == "50");
+}
+
+BOOST_AUTO_TEST_CASE(bad_first_bytes_close_only_that_connection, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  auto port = srv->local_endpoint().port();
+  auto native = connect(loop, port);
+  auto v2 = connect(loop, port, cs::wire_protocol::pytorch_2);
+  native.set("keep", "safe");
+  asio::io_context ctx;
+  auto refused = [&](const std::string& bytes) {
+    auto s = raw_socket(ctx, port);
+    asio::write(s, asio::buffer(bytes));
+    return closed_by_peer(s);
+  };
+  BOOST_TEST(refused("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); // neither protocol
+  BOOST_TEST(refused(std::string(1, '\x14') + "junk"));     // a PyTorch-range code no version has
+  BOOST_TEST(refused(std::string(1, '\x07') + std::string(8, '\x01'))); // 1.13 WATCH_KEY: unsupported
+  {
+    std::string q(1, '\0'); // 1.13 SET whose key claims 1 TiB
+    std::uint64_t huge = std::uint64_t{1} << 40;
+    q.append(reinterpret_cast<const char*>(&huge), 8);
+    BOOST_TEST(refused(q));
+  }
+  {
+    std::string q(1, '\0'); // 2.x VALIDATE, then a code past the 2.x table
+    std::uint32_t magic = 0x3C85F7CE;
+    q.append(reinterpret_cast<const char*>(&magic), 4);
+    q += '\x1f';
+    BOOST_TEST(refused(q));
+  }
+  // A 1.13 SET split across writes is served once whole.
+  {
+    auto s = raw_socket(ctx, port);
+    auto q = v1_set("/split", "value");
+    asio::write(s, asio::buffer(q.data(), 3));
+    std::this_thread::sleep_for(50ms);
+    asio::write(s, asio::buffer(q.data() + 3, q.size() - 3));
+    BOOST_TEST(native.get("/split", 5s) == "value");
+  }
+  // The other clients and the data are unharmed.
+  BOOST_TEST(native.get("keep", 1s) == "safe");
+  BOOST_TEST(v2.add("x", 1) == 1);
+}
+
+BOOST_AUTO_TEST_CASE(pytorch_protocol_can_be_switched_off, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  asio::io_context ctx;
+  {
+    auto srv = start_server(loop, false);
+    auto port = srv->local_endpoint().port();
+    auto s = raw_socket(ctx, port);
+    asio::write(s, asio::buffer(v1_set("/k", "v")));
+    BOOST_TEST(closed_by_peer(s));
+    auto silent = raw_socket(ctx, port); // closed at the 500 ms handshake timeout
+    BOOST_TEST(closed_by_peer(silent));
+    BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) == 0u);
+  }
+  {
+    // Switched on, a silent connection (PyTorch 1.13's second one) stays open.
+    auto srv = start_server(loop, true);
+    auto silent = raw_socket(ctx, srv->local_endpoint().port());
+    std::this_thread::sleep_for(1s);
+    pollfd p{silent.native_handle(), POLLIN, 0};
+    BOOST_TEST(::poll(&p, 1, 0) == 0); // nothing to read: not closed
+    BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 1u);
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()

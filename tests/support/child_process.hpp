@@ -1,0 +1,114 @@
+#pragma once
+// Test helper: runs a program as a child process with its stdout and stderr
+// captured, reads its output line by line or to the end, and kills and reaps
+// it at scope exit if it is still running. Every wait has a deadline.
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace corodist::test {
+
+class child_process {
+public:
+  /// Starts `argv[0]` (looked up in PATH) with `argv`.
+  explicit child_process(const std::vector<std::string>& argv) {
+    int fds[2];
+    BOOST_REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
+    pid_ = ::fork();
+    BOOST_REQUIRE_MESSAGE(pid_ >= 0, "fork failed");
+    if (pid_ == 0) {
+      ::dup2(fds[1], 1);
+      ::dup2(fds[1], 2);
+      std::vector<char*> args;
+      for (auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execvp(args[0], args.data());
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    out_ = fds[0];
+  }
+  ~child_process() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    if (out_ >= 0)
+      ::close(out_);
+  }
+  child_process(const child_process&) = delete;
+  child_process& operator=(const child_process&) = delete;
+
+  /// The next line of output (without the newline), or nullopt at end of
+  /// output or after `timeout`.
+  std::optional<std::string> read_line(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+        auto line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        output_ += line + "\n";
+        return line;
+      }
+      if (!fill(deadline))
+        return std::nullopt;
+    }
+  }
+
+  /// Waits for the process to exit (killing it after `timeout`); returns its
+  /// exit status (-1 if killed or crashed). All its output is in output().
+  int wait(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (fill(deadline)) {
+    }
+    output_ += buf_;
+    buf_.clear();
+    if (std::chrono::steady_clock::now() >= deadline)
+      ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  /// Everything read so far.
+  const std::string& output() const { return output_; }
+
+private:
+  // Reads more output; false at end of output or at the deadline.
+  bool fill(std::chrono::steady_clock::time_point deadline) {
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0)
+        return false;
+      pollfd p{out_, POLLIN, 0};
+      int r = ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 200)));
+      if (r <= 0)
+        continue;
+      char chunk[4096];
+      ssize_t n = ::read(out_, chunk, sizeof chunk);
+      if (n <= 0)
+        return false;
+      buf_.append(chunk, static_cast<std::size_t>(n));
+      return true;
+    }
+  }
+
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buf_;
+  std::string output_;
+};
+
+} // namespace corodist::test
