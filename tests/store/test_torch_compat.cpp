@@ -10,7 +10,7 @@
 #include <corodist/store/sync_store.hpp>
 #include <corodist/store/tcp_store.hpp>
 
-#include "support/child_process.hpp"
+#include "support/program.hpp"
 #include "support/loop_helpers.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -28,7 +28,7 @@ namespace utf = boost::unit_test;
 namespace cs = corodist::store;
 using asio::ip::tcp;
 using corodist::event_loop;
-using corodist::test::child_process;
+using corodist::test::program;
 using corodist::test::closed_by_peer;
 using corodist::test::on_loop;
 
@@ -44,7 +44,7 @@ const std::string job_script = CORODIST_SOURCE_DIR "/tests/store/pytorch/torch_j
 
 boost::test_tools::assertion_result torch_available(utf::test_unit_id) {
   static const bool ok = [] {
-    child_process p({python(), "-c", "import torch.distributed"});
+    program p({python(), "-c", "import torch.distributed"});
     return p.wait(60s) == 0;
   }();
   boost::test_tools::assertion_result r(ok);
@@ -71,7 +71,7 @@ cs::sync_store connect(event_loop& loop, std::uint16_t port, cs::wire_protocol p
 
 // Runs torch_job.py MODE PORT [N] to the end; fails the test with its output unless it passed.
 void run_job(const std::string& mode, std::uint16_t port, int n = 2) {
-  child_process p({"timeout", "150", python(), job_script, mode, std::to_string(port), std::to_string(n)});
+  program p({"timeout", "150", python(), job_script, mode, std::to_string(port), std::to_string(n)});
   int rc = p.wait(170s);
   BOOST_TEST_INFO("torch_job.py " << mode << " output:\n" << p.output());
   BOOST_TEST(rc == 0);
@@ -176,7 +176,7 @@ BOOST_AUTO_TEST_CASE(pytorch_rpc_initialised_through_our_server, *utf::precondit
 }
 
 BOOST_AUTO_TEST_CASE(our_client_against_a_pytorch_master, *utf::precondition(torch_available) * utf::timeout(200)) {
-  child_process master({"timeout", "150", python(), job_script, "master", "0"});
+  program master({"timeout", "150", python(), job_script, "master", "0"});
   auto line = master.read_line(60s);
   BOOST_REQUIRE_MESSAGE(line, "the PyTorch master printed no port: " << master.output());
   auto port = static_cast<std::uint16_t>(std::stoi(*line));

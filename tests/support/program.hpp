@@ -18,10 +18,10 @@
 
 namespace corodist::test {
 
-class child_process {
+class program {
 public:
   /// Starts `argv[0]` (looked up in PATH) with `argv`.
-  explicit child_process(const std::vector<std::string>& argv) {
+  explicit program(const std::vector<std::string>& argv) {
     int fds[2];
     BOOST_REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
     pid_ = ::fork();
@@ -39,7 +39,7 @@ public:
     ::close(fds[1]);
     out_ = fds[0];
   }
-  ~child_process() {
+  ~program() {
     if (pid_ > 0) {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
@@ -47,8 +47,8 @@ public:
     if (out_ >= 0)
       ::close(out_);
   }
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
+  program(const program&) = delete;
+  program& operator=(const program&) = delete;
 
   /// The next line of output (without the newline), or nullopt at end of
   /// output or after `timeout`.
