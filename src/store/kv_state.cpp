@@ -81,8 +81,37 @@ bool kv_state::erase(const std::string& key) {
   return true;
 }
 
+bool kv_state::present(const std::string& key) const {
+  if (data_.count(key))
+    return true;
+  auto q = queues_.find(key);
+  return q != queues_.end() && !q->second.empty();
+}
+
 bool kv_state::contains_all(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return data_.count(k) != 0; });
+  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return present(k); });
+}
+
+void kv_state::queue_push(const std::string& key, std::string value) {
+  queues_[key].push_back(std::move(value));
+  key_created(key, true); // one waiter: it will pop the value
+}
+
+std::optional<std::string> kv_state::queue_pop(const std::string& key, std::size_t& size_before) {
+  auto it = queues_.find(key);
+  size_before = it == queues_.end() ? 0 : it->second.size();
+  if (size_before == 0)
+    return std::nullopt;
+  auto v = std::move(it->second.front());
+  it->second.pop_front();
+  if (it->second.empty())
+    queues_.erase(it);
+  return v;
+}
+
+std::size_t kv_state::queue_len(const std::string& key) const {
+  auto it = queues_.find(key);
+  return it == queues_.end() ? 0 : it->second.size();
 }
 
 void kv_state::append(const std::string& key, const std::string& value) {
@@ -103,7 +132,7 @@ void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds tim
                     wait_done done) {
   std::size_t missing = 0;
   for (auto& k : keys)
-    if (!data_.count(k))
+    if (!present(k))
       ++missing;
   if (missing == 0) {
     done({});
@@ -116,7 +145,7 @@ void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds tim
   w.owner = owner;
   w.done = std::move(done);
   for (auto& k : w.keys)
-    if (!data_.count(k))
+    if (!present(k))
       waiting_on_[k].push_back(id);
   ++waits_per_owner_[owner];
   if (timeout.count() > 0) {
@@ -135,10 +164,27 @@ std::size_t kv_state::pending_waits(owner_id owner) const {
   return it == waits_per_owner_.end() ? 0 : it->second;
 }
 
-void kv_state::key_created(const std::string& key) {
+void kv_state::key_created(const std::string& key, bool wake_one) {
   auto it = waiting_on_.find(key);
   if (it == waiting_on_.end())
     return;
+  if (wake_one) {
+    // Like PyTorch's wakeupOneWaitingClient: release waiters in order until one completes.
+    auto& ids = it->second;
+    while (!ids.empty()) {
+      auto id = ids.front();
+      ids.erase(ids.begin());
+      auto w = waiters_.find(id);
+      if (w != waiters_.end() && --w->second.missing == 0) {
+        if (ids.empty())
+          waiting_on_.erase(it);
+        finish(id, false);
+        return;
+      }
+    }
+    waiting_on_.erase(it);
+    return;
+  }
   auto ids = std::move(it->second);
   waiting_on_.erase(it);
   for (auto id : ids) {
@@ -174,7 +220,7 @@ void kv_state::finish(std::uint64_t id, bool timed_out) {
   std::vector<std::string> missing;
   if (timed_out)
     for (auto& k : w.keys)
-      if (!data_.count(k))
+      if (!present(k))
         missing.push_back(k);
   if (timed_out && missing.empty())
     missing.push_back("?"); // cannot happen: all keys present means it finished already

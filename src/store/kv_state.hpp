@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <optional>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +42,13 @@ public:
   void append(const std::string& key, const std::string& value);
   std::vector<std::string> list(const std::string& prefix) const;
 
+  /// Queues (PyTorch 2.x QUEUE_PUSH/POP/LEN): a non-empty queue counts as an
+  /// existing key for wait and check; a push completes at most one wait on it.
+  void queue_push(const std::string& key, std::string value);
+  /// Pops the front of `key`'s queue if any; `size_before` receives the length before.
+  std::optional<std::string> queue_pop(const std::string& key, std::size_t& size_before);
+  std::size_t queue_len(const std::string& key) const;
+
   /// Calls `done({})` once every key exists (at once if they do), or
   /// `done(missing)` when `timeout` passes (zero: never).
   void wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner, wait_done done);
@@ -66,13 +75,15 @@ private:
     watch_fn fn;
   };
 
+  bool present(const std::string& key) const;
   void changed(watch_event::kind kind, const std::string& key, const std::string& value);
-  void key_created(const std::string& key);
+  void key_created(const std::string& key, bool wake_one = false);
   void finish(std::uint64_t id, bool timed_out);
   void forget(std::uint64_t id, waiter& w);
 
   asio::any_io_executor ex_;
   std::unordered_map<std::string, std::string> data_;
+  std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::uint64_t, waiter> waiters_;
   std::unordered_map<std::string, std::vector<std::uint64_t>> waiting_on_; // key -> waiter ids
   std::unordered_map<owner_id, std::size_t> waits_per_owner_;

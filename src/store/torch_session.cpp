@@ -19,15 +19,6 @@ constexpr std::size_t read_chunk = 64 * 1024;
 
 const char* version_name(torch::version v) { return v == torch::version::v1 ? "1.13" : "2.x"; }
 
-const char* query_name(torch::query q) {
-  switch (q) {
-  case torch::query::watch_key: return "WATCH_KEY";
-  case torch::query::queue_push: return "QUEUE_PUSH";
-  case torch::query::queue_pop: return "QUEUE_POP";
-  case torch::query::queue_len: return "QUEUE_LEN";
-  default: return "?";
-  }
-}
 } // namespace
 
 torch_session::torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_state> state, kv_state::owner_id id,
@@ -257,11 +248,33 @@ std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size)
     state_->drop_owner(id_); // this session's pending waits (it has no watches)
     reply.u8(torch::wait_canceled);
     break;
-  case query::watch_key:
-  case query::queue_push:
-  case query::queue_pop:
-  case query::queue_len:
-    throw protocol_error(std::string("PyTorch TCPStore query ") + query_name(*q) + " is not supported");
+  case query::queue_push: {
+    std::string key, value;
+    if (!in.bytes(key, max_key, "key") || !in.bytes(value, max_value, "value"))
+      return 0;
+    state_->queue_push(key, std::move(value));
+    break; // no response
+  }
+  case query::queue_pop: {
+    std::string key;
+    if (!in.bytes(key, max_key, "key"))
+      return 0;
+    std::size_t size = 0;
+    auto v = state_->queue_pop(key, size);
+    reply.i64(static_cast<std::int64_t>(size)); // the length before the pop, then the value if there was one
+    if (v)
+      reply.bytes(*v);
+    break;
+  }
+  case query::queue_len: {
+    std::string key;
+    if (!in.bytes(key, max_key, "key"))
+      return 0;
+    reply.i64(static_cast<std::int64_t>(state_->queue_len(key)));
+    break;
+  }
+  case query::watch_key: // 1.13's callback registration; no Python API uses it
+    throw protocol_error("PyTorch 1.13 TCPStore query WATCH_KEY is not supported");
   }
   if (!out.empty())
     queue_output(out);

@@ -15,6 +15,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
+#include <asio/read.hpp>
 #include <asio/use_future.hpp>
 #include <asio/write.hpp>
 
@@ -96,6 +97,45 @@ std::string v1_set(const std::string& k, const std::string& v) {
   put(v);
   return q;
 }
+
+// A raw PyTorch 2.x client: VALIDATE + PING done, reads time out after 5 s.
+struct v2_socket {
+  tcp::socket s;
+  v2_socket(asio::io_context& ctx, std::uint16_t port) : s(raw_socket(ctx, port)) {
+    timeval tv{5, 0};
+    ::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string q;
+    u8(q, 0).u32(q, 0x3C85F7CE);
+    u8(q, 13).u32(q, 0xABCD1234); // PING
+    send(q);
+    BOOST_TEST(read_u32() == 0xABCD1234u);
+  }
+  v2_socket& u8(std::string& q, std::uint8_t v) {
+    q += static_cast<char>(v);
+    return *this;
+  }
+  v2_socket& u32(std::string& q, std::uint32_t v) {
+    q.append(reinterpret_cast<const char*>(&v), 4);
+    return *this;
+  }
+  static std::string bytes(const std::string& b) {
+    std::uint64_t n = b.size();
+    return std::string(reinterpret_cast<const char*>(&n), 8) + b;
+  }
+  void send(const std::string& q) { asio::write(s, asio::buffer(q)); }
+  template <typename T>
+  T read() {
+    T v{};
+    asio::read(s, asio::buffer(&v, sizeof v));
+    return v;
+  }
+  std::uint32_t read_u32() { return read<std::uint32_t>(); }
+  std::string read_bytes() {
+    std::string v(read<std::uint64_t>(), '\0');
+    asio::read(s, asio::buffer(v));
+    return v;
+  }
+};
 
 // Every operation through one client; keys under `ns`.
 void exercise(cs::sync_store& s, const std::string& ns, bool v2) {
@@ -242,6 +282,42 @@ BOOST_AUTO_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native, *
   while (native.get("/many", 1s) != "50" && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
   BOOST_TEST(native.get("/many", 1s) == "50");
+}
+
+BOOST_AUTO_TEST_CASE(pytorch_2_queues_ping_and_cancel_wait, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  auto port = srv->local_endpoint().port();
+  asio::io_context ctx;
+  v2_socket a(ctx, port), b(ctx, port);
+  constexpr char push = 14, pop = 15, len = 16, wait = 6, check = 5, cancel = 12;
+  auto one_key = [](const std::string& k) { return std::string("\x01\0\0\0\0\0\0\0", 8) + v2_socket::bytes(k); };
+  a.send(len + v2_socket::bytes("q"));
+  BOOST_TEST(a.read<std::int64_t>() == 0);
+  b.send(wait + one_key("q")); // blocks until the queue has an element
+  std::this_thread::sleep_for(50ms);
+  a.send(push + v2_socket::bytes("q") + v2_socket::bytes("x1"));
+  BOOST_TEST(b.read<std::uint8_t>() == 0); // STOP_WAITING
+  a.send(push + v2_socket::bytes("q") + v2_socket::bytes("x2") + len + v2_socket::bytes("q"));
+  BOOST_TEST(a.read<std::int64_t>() == 2);
+  b.send(pop + v2_socket::bytes("q"));
+  BOOST_TEST(b.read<std::int64_t>() == 2); // the length before the pop, then the value
+  BOOST_TEST(b.read_bytes() == "x1");
+  b.send(pop + v2_socket::bytes("q") + pop + v2_socket::bytes("q"));
+  BOOST_TEST(b.read<std::int64_t>() == 1);
+  BOOST_TEST(b.read_bytes() == "x2");
+  BOOST_TEST(b.read<std::int64_t>() == 0); // empty: no value follows
+  b.send(check + one_key("q"));
+  BOOST_TEST(b.read<std::uint8_t>() == 1); // NOT_READY: an empty queue is no key
+  // CANCEL_WAIT ends a pending wait; a later push does not answer it.
+  b.send(wait + one_key("q2"));
+  b.send(std::string(1, cancel));
+  BOOST_TEST(b.read<std::uint8_t>() == 1); // WAIT_CANCELED
+  a.send(push + v2_socket::bytes("q2") + v2_socket::bytes("z") + len + v2_socket::bytes("q2"));
+  BOOST_TEST(a.read<std::int64_t>() == 1);
+  b.send(len + v2_socket::bytes("q2"));
+  BOOST_TEST(b.read<std::int64_t>() == 1); // the next byte b reads is this answer, not a stale STOP_WAITING
 }
 
 BOOST_AUTO_TEST_CASE(bad_first_bytes_close_only_that_connection, *utf::timeout(60)) {
