@@ -600,6 +600,12 @@ void agent::start_call(worker_ref to, std::string_view fn, detail::encoded call,
                             ? "rpc: agent '" + im.opts_.name + "' is shut down"
                             : "rpc: agent '" + im.opts_.name + "' is not started");
     rank = get_worker_info(to).rank;
+    std::size_t size = call.body.size();
+    for (auto& seg : call.attachments)
+      size += seg.data.size();
+    if (size > im.opts_.max_message_size)
+      throw usage_error("rpc '" + std::string(fn) + "': the call's " + std::to_string(size) +
+                        " bytes exceed max_message_size " + std::to_string(im.opts_.max_message_size));
   } catch (...) {
     done(detail::reply{std::current_exception(), {}});
     return;

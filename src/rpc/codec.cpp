@@ -103,4 +103,21 @@ std::string demangle(const char* mangled) {
   return out;
 }
 
+std::string type_name(msgpack::type::object_type t) {
+  switch (t) {
+  case msgpack::type::NIL: return "nil";
+  case msgpack::type::BOOLEAN: return "boolean";
+  case msgpack::type::POSITIVE_INTEGER: return "positive integer";
+  case msgpack::type::NEGATIVE_INTEGER: return "negative integer";
+  case msgpack::type::FLOAT32: return "float32";
+  case msgpack::type::FLOAT64: return "float64";
+  case msgpack::type::STR: return "str";
+  case msgpack::type::BIN: return "bin";
+  case msgpack::type::ARRAY: return "array";
+  case msgpack::type::MAP: return "map";
+  case msgpack::type::EXT: return "ext";
+  }
+  return "unknown";
+}
+
 } // namespace corodist::rpc::detail

@@ -61,6 +61,7 @@ inline void register_standard(rpc::agent& a, const std::string& name) {
   a.register_function("whoami", [name] { return name; });
   a.register_function("nothing", [] {});
   a.register_function("concat", [](const std::string& x, const std::string& y) { return x + y; });
+  a.register_function("make_string", [](std::size_t n) { return std::string(n, 'z'); });
   a.register_function("echo_att", [](rpc::attachment b) { return b; });
   a.register_function("att_size", [](const rpc::attachment& b) { return b.size(); });
   a.register_function("move_point", [](point p, int dx) {

@@ -253,7 +253,7 @@ BOOST_AUTO_TEST_CASE(bad_arguments, *utf::timeout(30)) {
     BOOST_TEST(e.worker() == "w1");
     BOOST_TEST(e.type() == "bad_arguments");
     BOOST_TEST_MESSAGE(e.what());
-    BOOST_TEST(e.message().find("argument 0") != std::string::npos);
+    BOOST_TEST(e.message().find("argument 0 (msgpack str) does not decode to int") != std::string::npos);
   }
   try {
     c[0].rpc_sync<int>("w1", "add", 1);
@@ -363,7 +363,11 @@ BOOST_AUTO_TEST_CASE(duplicate_name, *utf::timeout(30)) {
 BOOST_AUTO_TEST_CASE(message_too_large, *utf::timeout(30)) {
   cluster c(2, [](rpc::agent_options& o) { o.max_message_size = 1 << 20; });
   auto big = rpc::attachment(std::vector<std::byte>(2 << 20));
-  BOOST_CHECK_THROW(c[0].rpc_sync<std::size_t>("w1", "att_size", big), corodist::error);
+  BOOST_CHECK_THROW(c[0].rpc_sync<std::size_t>("w1", "att_size", big), corodist::usage_error);
+  // A result over the callee's limit: the callee reports it.
+  auto small = rpc::attachment(std::vector<std::byte>(600 << 10));
+  BOOST_CHECK_THROW(c[0].rpc_sync<std::string>("w1", "make_string", std::size_t{2} << 20), corodist::remote_error);
+  BOOST_TEST(c[0].rpc_sync<std::size_t>("w1", "att_size", small) == std::size_t{600 << 10});
   BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 1, 2) == 3);
   c.shutdown_all();
 }

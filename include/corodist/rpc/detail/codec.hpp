@@ -108,6 +108,9 @@ private:
 /// The demangled name of a type (for error messages).
 std::string demangle(const char* mangled);
 
+/// The name of a msgpack object type ("str", "positive integer", ...).
+std::string type_name(msgpack::type::object_type t);
+
 /// Thrown while decoding arguments; becomes a bad_arguments reply.
 class argument_error : public std::runtime_error {
 public:
@@ -212,8 +215,9 @@ Tuple decode_args(const msgpack::object& o, std::index_sequence<I...>) {
     try {
       a.convert(v);
     } catch (const std::exception& e) {
-      throw argument_error("argument " + std::to_string(i) + " does not decode to " +
-                           demangle(typeid(std::decay_t<decltype(v)>).name()) + " (" + e.what() + ")");
+      throw argument_error("argument " + std::to_string(i) + " (msgpack " + type_name(a.type) +
+                           ") does not decode to " + demangle(typeid(std::decay_t<decltype(v)>).name()) + " (" +
+                           e.what() + ")");
     }
   };
   (one(o.via.array.ptr[I], std::get<I>(t), I), ...);
