@@ -4,6 +4,7 @@
 /// meet in (a hash_store) sits on a third, idle loop. rpc_sync cases call from
 /// the benchmark's own (plain) thread, as a user's rpc_sync would.
 
+#include "closed_loop.hpp"
 #include "harness.hpp"
 
 #include <corodist/core/event_loop.hpp>
@@ -173,34 +174,9 @@ void coroutine_latency(context& ctx, agent_pair& pair) {
 void async_throughput(context& ctx, agent_pair& pair) {
   const std::size_t total = ctx.quick ? 200'000 : 1'000'000;
   auto& a = pair.client();
-  auto [rec, elapsed] = pair.run_on_client([&](asio::any_io_executor ex) -> asio::awaitable<std::pair<latency_recorder, double>> {
-    latency_recorder rec(total);
-    std::size_t issued = 0, finished = 0;
-    std::exception_ptr failure;
-    asio::steady_timer done(ex, clock_type::time_point::max());
-    const auto start = clock_type::now();
-    for (int w = 0; w < pipeline_depth; ++w)
-      asio::co_spawn(
-          ex,
-          [&]() -> asio::awaitable<void> {
-            try {
-              while (issued < total) {
-                ++issued;
-                const auto t0 = clock_type::now();
-                co_await a.rpc_async<int>("server", "add", 1, 2);
-                rec.add(clock_type::now() - t0);
-              }
-            } catch (...) {
-              failure = std::current_exception();
-            }
-            if (++finished == pipeline_depth)
-              done.cancel();
-          },
-          asio::detached);
-    co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-    if (failure)
-      std::rethrow_exception(failure);
-    co_return std::pair{std::move(rec), seconds_since(start)};
+  auto [rec, elapsed] = pair.run_on_client([&](asio::any_io_executor ex) {
+    auto one_call = [&a](int) -> asio::awaitable<void> { (void)co_await a.rpc_async<int>("server", "add", 1, 2); };
+    return run_closed_loop(ex, pipeline_depth, total, one_call);
   });
   auto r = latency_record("rpc", "rpc_async_x64", rec, elapsed);
   r.extra = {{"in_flight", double(pipeline_depth)},

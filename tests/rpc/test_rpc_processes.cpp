@@ -9,6 +9,7 @@
 #include <corodist/store/tcp_store.hpp>
 
 #include "rpc/rpc_fixtures.hpp"
+#include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 
 #include <poll.h>
@@ -24,20 +25,8 @@ using corodist::test::pipe_pair;
 namespace {
 
 /// A store server on its own loop, for worker processes to meet at.
-struct store_host {
-  store_host() {
-    loop.start();
-    cs::server_options so;
-    so.auth_token = "";
-    server = cs::store_server::start(loop.get_executor(), so);
-  }
-  ~store_host() {
-    server.reset();
-    loop.stop();
-  }
+struct store_host : corodist::test::tcp_impl {
   std::uint16_t port() const { return server->local_endpoint().port(); }
-  event_loop loop;
-  std::shared_ptr<cs::store_server> server;
 };
 
 std::shared_ptr<cs::store> connect_store(event_loop& loop, std::uint16_t port) {
