@@ -2,6 +2,7 @@
 
 #include "core/log.hpp"
 #include "net/auth.hpp"
+#include "net/buffer_cache.hpp"
 #include "core/io_registry.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -434,7 +435,7 @@ asio::awaitable<void> connection::read_loop() {
       if (carry_.size() >= header_size) {
         auto h = decode_header(carry_.data());
         if (header_size + h.payload_len > read_buffer_size) {
-          message m{h, bytes(h.payload_len)};
+          message m{h, detail::acquire_large_buffer(h.payload_len)};
           const std::size_t have = carry_.size() - header_size;
           std::memcpy(m.payload.data(), carry_.data() + header_size, have);
           auto [rec, n] =

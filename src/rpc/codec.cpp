@@ -2,6 +2,8 @@
 #include <corodist/net/frame.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 
+#include "net/buffer_cache.hpp"
+
 #include <cxxabi.h>
 
 #include <cstdlib>
@@ -50,7 +52,15 @@ encoded encode_nil() {
 }
 
 parsed_payload parse_payload(net::bytes&& payload) {
-  auto owner = std::make_shared<net::bytes>(std::move(payload));
+  // A large payload's buffer goes back to net/'s cache once its last view is gone.
+  std::shared_ptr<net::bytes> owner;
+  if (payload.capacity() >= net::detail::recycle_min_size)
+    owner = std::shared_ptr<net::bytes>(new net::bytes(std::move(payload)), [](net::bytes* b) {
+      net::detail::recycle_large_buffer(std::move(*b));
+      delete b;
+    });
+  else
+    owner = std::make_shared<net::bytes>(std::move(payload));
   const std::byte* d = owner->data();
   const std::size_t n = owner->size();
   auto bad = [&](const std::string& why) {
