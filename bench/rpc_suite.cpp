@@ -48,7 +48,7 @@ void register_functions(rpc::agent& a) {
 
 class agent_pair {
 public:
-  agent_pair() {
+  explicit agent_pair(std::chrono::microseconds sync_spin = {}) {
     store_loop_.start();
     client_loop_.start();
     server_loop_.start();
@@ -61,6 +61,7 @@ public:
       o.store = store;
       o.auth_token = "";
       o.rpc_timeout = std::chrono::seconds(60);
+      o.sync_spin = sync_spin;
       agents_[r] = std::make_unique<rpc::agent>(r == 0 ? client_loop_ : server_loop_, o);
       register_functions(*agents_[r]);
     }
@@ -223,6 +224,11 @@ void run_rpc_suite(context& ctx) {
   for (const auto& sc : cases)
     sync_latency(ctx, pair, sc);
   sync_latency(ctx, pair, sync_case{"rpc_sync_empty_plain_fn", 0, 20'000, 100'000}, "plain_noop");
+  {
+    // The same empty call with the caller polling for its reply (sync_spin).
+    agent_pair spinning(std::chrono::microseconds(100));
+    sync_latency(ctx, spinning, sync_case{"rpc_sync_empty_spin100us", 0, 20'000, 200'000});
+  }
   coroutine_latency(ctx, pair);
   async_throughput(ctx, pair);
   echo_64MiB(ctx, pair);

@@ -569,6 +569,18 @@ agent::~agent() {
   }
 }
 
+void agent::spin_until_ready(const std::function<bool()>& ready) const {
+  const auto spin = impl_->opts_.sync_spin;
+  if (spin.count() <= 0 || corodist::detail::on_loop_thread())
+    return;
+  const auto end = std::chrono::steady_clock::now() + spin;
+  while (!ready() && std::chrono::steady_clock::now() < end) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+}
+
 void agent::add_handler(std::string name, detail::handler h) {
   if (impl_->state_ != detail::agent_state::created)
     throw usage_error("rpc: register_function('" + name + "') after start()");

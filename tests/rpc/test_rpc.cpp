@@ -226,6 +226,17 @@ BOOST_AUTO_TEST_CASE(simultaneous_first_calls, *utf::timeout(120)) {
   }
 }
 
+// With sync_spin, rpc_sync polls for the reply before sleeping: short calls
+// and calls that outlast the spin both complete.
+BOOST_AUTO_TEST_CASE(rpc_sync_with_spin, *utf::timeout(30)) {
+  cluster c(2, [](rpc::agent_options& o) { o.sync_spin = 200us; });
+  for (int i = 0; i < 100; ++i)
+    BOOST_TEST(c[0].rpc_sync<int>("w1", "co_add", i, 1) == i + 1);
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "sleep_ms", 20) == 20);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{10ms}, "w1", "co_sleep_ms", 200), corodist::timeout_error);
+  c.shutdown_all();
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(rpc_errors)

@@ -15,6 +15,7 @@
 #include <asio/ip/tcp.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -107,13 +108,17 @@ public:
   /// `usage_error` on a loop thread (use `call`).
   template <typename R, typename... A>
   R rpc_sync(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(std::nullopt, to, fn, args...).get();
+    auto f = rpc_async_impl<R>(std::nullopt, to, fn, args...);
+    spin_until_ready([&f] { return f.is_ready(); });
+    return f.get();
   }
 
   /// As above with a per-call deadline.
   template <typename R, typename... A>
   R rpc_sync(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(timeout.value, to, fn, args...).get();
+    auto f = rpc_async_impl<R>(timeout.value, to, fn, args...);
+    spin_until_ready([&f] { return f.is_ready(); });
+    return f.get();
   }
 
   /// The call for coroutines: sends at once, `co_await` for the result.
@@ -179,6 +184,8 @@ private:
     }
   }
 
+  // Polls `ready` for up to options' sync_spin (not on a loop thread).
+  void spin_until_ready(const std::function<bool()>& ready) const;
   void add_handler(std::string name, detail::handler h);
   void start_call(worker_ref to, std::string_view fn, detail::encoded call,
                   std::optional<std::chrono::milliseconds> timeout, detail::reply_handler done);
