@@ -16,6 +16,7 @@
 #include <future>
 #include <latch>
 #include <numeric>
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
@@ -224,6 +225,43 @@ BOOST_AUTO_TEST_CASE(simultaneous_first_calls, *utf::timeout(120)) {
     BOOST_TEST(open == 1u);
     c.shutdown_all();
   }
+}
+
+// An agent given a rendezvous URL instead of a store (here file://) gets
+// its store, rank and world size from the rendezvous.
+BOOST_AUTO_TEST_CASE(init_method_rendezvous, *utf::timeout(30)) {
+  char tmpl[] = "/tmp/corodist_rpc_rdzv_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  BOOST_REQUIRE(fd >= 0);
+  ::close(fd);
+  const std::string path = tmpl;
+  {
+    std::vector<std::unique_ptr<event_loop>> loops;
+    std::vector<std::unique_ptr<rpc::agent>> agents;
+    for (int r = 0; r < 2; ++r) {
+      loops.push_back(std::make_unique<event_loop>());
+      loops.back()->start();
+      rpc::agent_options o;
+      o.name = "w" + std::to_string(r);
+      o.init_method = "file://" + path + "?rank=" + std::to_string(r) + "&world_size=2";
+      o.init_timeout = 20s;
+      o.shutdown_timeout = 20s;
+      o.auth_token = "";
+      agents.push_back(std::make_unique<rpc::agent>(*loops.back(), o));
+      corodist::test::register_standard(*agents.back(), o.name);
+    }
+    std::thread t([&] { agents[1]->start(); });
+    agents[0]->start();
+    t.join();
+    BOOST_TEST(agents[0]->rpc_sync<std::string>(1, "whoami") == "w1");
+    BOOST_TEST(agents[1]->self().rank == 1);
+    BOOST_TEST(agents[1]->get_worker_infos().size() == 2u);
+    std::thread s([&] { agents[1]->shutdown(); });
+    agents[0]->shutdown();
+    s.join();
+    agents.clear();
+  }
+  ::unlink(path.c_str());
 }
 
 // With sync_spin, rpc_sync polls for the reply before sleeping: short calls
