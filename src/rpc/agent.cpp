@@ -144,7 +144,7 @@ private:
                                 std::chrono::milliseconds timeout, reply_handler done);
   void send(const std::shared_ptr<net::connection>& conn, int rank, queued_call&& q);
   void finish(int rank, const std::string& fn, net::response&& r, reply_handler& done);
-  void fail(const std::string& fn, std::exception_ptr e, reply_handler& done);
+  void fail(std::exception_ptr e, reply_handler& done);
   void accept(std::shared_ptr<net::connection> conn);
   void serve(const std::shared_ptr<net::connection>& conn, net::message&& m);
   void send_reply(const std::weak_ptr<net::connection>& wc, std::uint64_t id, encoded out, std::exception_ptr err);
@@ -251,7 +251,7 @@ void agent_impl::issue(int rank, std::string fn, encoded call, std::chrono::mill
   auto& p = peers_[static_cast<std::size_t>(rank)];
   queued_call q{std::move(fn), std::move(call), timeout, std::move(done)};
   if (state_ == agent_state::stopped) {
-    fail(q.fn, std::make_exception_ptr(usage_error("rpc: agent '" + opts_.name + "' is shut down")), q.done);
+    fail(std::make_exception_ptr(usage_error("rpc: agent '" + opts_.name + "' is shut down")), q.done);
     return;
   }
   if (p.conn && p.conn->is_open()) {
@@ -289,7 +289,7 @@ asio::awaitable<void> agent_impl::dial(int rank) {
     auto e = std::make_exception_ptr(connection_error("rpc: cannot connect to worker '" + w.name + "' at " + w.host +
                                                       ":" + std::to_string(w.port) + ": " + ec.message()));
     for (auto& q : waiting)
-      fail(q.fn, e, q.done);
+      fail(e, q.done);
     co_return;
   }
   conn->start({}, [wk = weak_from_this(), rank, raw = conn.get()](std::error_code) {
@@ -316,8 +316,7 @@ asio::awaitable<void> agent_impl::request(std::shared_ptr<net::connection> conn,
   finish(rank, fn, std::move(r), done);
 }
 
-void agent_impl::fail(const std::string& fn, std::exception_ptr e, reply_handler& done) {
-  (void)fn;
+void agent_impl::fail(std::exception_ptr e, reply_handler& done) {
   --outgoing_active_;
   done(reply{std::move(e), {}});
 }
@@ -634,7 +633,7 @@ void agent::start_call(worker_ref to, std::string_view fn, detail::encoded call,
 }
 
 const worker_info& agent::self() const {
-  if (impl_->state_ != detail::agent_state::running && impl_->workers_.empty())
+  if (impl_->workers_.empty())
     throw usage_error("rpc: agent '" + impl_->opts_.name + "' is not started");
   return impl_->self_;
 }

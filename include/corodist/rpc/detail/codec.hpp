@@ -221,6 +221,7 @@ Tuple decode_args(const msgpack::object& o, std::index_sequence<I...>) {
     }
   };
   (one(o.via.array.ptr[I], std::get<I>(t), I), ...);
+  (void)one; // unused for functions without parameters
   return t;
 }
 
