@@ -13,6 +13,7 @@ namespace corodist::rpc::detail {
 namespace {
 constexpr std::size_t prefix_size = 8; // u32 body_len, u32 attachment_count
 constexpr std::size_t max_depth = 256;
+constexpr std::size_t zone_chunk_size = 512;
 } // namespace
 
 encode_context*& current_encode() noexcept {
@@ -92,10 +93,14 @@ parsed_payload parse_payload(net::bytes&& payload) {
     throw bad(std::to_string(n - pos) + " trailing bytes");
   const std::size_t lim = std::size_t{body_len} + 1;
   try {
-    p.body = msgpack::unpack(
-        reinterpret_cast<const char*>(d + body_at), body_len,
+    // A small first zone chunk: msgpack's default (8 KiB) is a "large" malloc
+    // that makes glibc consolidate its fast bins on every call.
+    auto zone = std::make_unique<msgpack::zone>(zone_chunk_size);
+    auto obj = msgpack::unpack(
+        *zone, reinterpret_cast<const char*>(d + body_at), body_len,
         [](msgpack::type::object_type, std::size_t, void*) { return true; }, nullptr,
         msgpack::unpack_limit(lim, lim, lim, lim, lim, max_depth));
+    p.body = msgpack::object_handle(obj, std::move(zone));
   } catch (const std::exception& e) {
     throw bad(std::string("body is not valid msgpack: ") + e.what());
   }
