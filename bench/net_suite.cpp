@@ -3,6 +3,7 @@
 /// loopback, client and server each on an event_loop thread of their own —
 /// the same two-thread shape as the raw ping-pong floor.
 
+#include "closed_loop.hpp"
 #include "harness.hpp"
 
 #include <corodist/core/event_loop.hpp>
@@ -135,34 +136,9 @@ void pingpong(context& ctx, echo_pair& pair, const sizes_case& sc) {
 void pipelined(context& ctx, echo_pair& pair) {
   const std::size_t total = ctx.quick ? 300'000 : 2'000'000;
   auto conn = pair.conn();
-  auto [lat, elapsed] = pair.run([&](asio::any_io_executor ex) -> asio::awaitable<std::pair<latency_recorder, double>> {
-    latency_recorder rec(total);
-    std::size_t issued = 0, finished = 0;
-    std::exception_ptr failure;
-    asio::steady_timer done(ex, clock_type::time_point::max());
-    const auto start = clock_type::now();
-    for (int w = 0; w < pipeline_depth; ++w)
-      asio::co_spawn(
-          ex,
-          [&]() -> asio::awaitable<void> {
-            try {
-              while (issued < total) {
-                ++issued;
-                const auto t0 = clock_type::now();
-                co_await one_request(*conn, 64);
-                rec.add(clock_type::now() - t0);
-              }
-            } catch (...) {
-              failure = std::current_exception();
-            }
-            if (++finished == pipeline_depth)
-              done.cancel();
-          },
-          asio::detached);
-    co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-    if (failure)
-      std::rethrow_exception(failure);
-    co_return std::pair{std::move(rec), std::chrono::duration<double>(clock_type::now() - start).count()};
+  auto [lat, elapsed] = pair.run([&](asio::any_io_executor ex) {
+    auto one_request_64B = [conn](int) { return one_request(*conn, 64); };
+    return run_closed_loop(ex, pipeline_depth, total, one_request_64B);
   });
   auto r = latency_record("net", "pipelined_64B_x64", lat, elapsed);
   r.extra = {{"in_flight", double(pipeline_depth)}, {"requests", static_cast<double>(lat.size())}};

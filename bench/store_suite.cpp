@@ -4,6 +4,7 @@
 /// memory case runs the standalone `corodist-store serve` daemon as its own
 /// process and reads its resident memory.
 
+#include "closed_loop.hpp"
 #include "harness.hpp"
 
 #include <corodist/core/event_loop.hpp>
@@ -124,34 +125,8 @@ void concurrent_clients(context& ctx, server_and_client& env) {
     std::vector<std::shared_ptr<cs::tcp_store>> stores;
     for (int i = 0; i < clients; ++i)
       stores.push_back(co_await cs::tcp_store::connect(ex, client_options(env.port)));
-    latency_recorder rec(total);
-    std::size_t issued = 0;
-    int finished = 0;
-    std::exception_ptr failure;
-    asio::steady_timer done(ex, clock_type::time_point::max());
-    const auto start = clock_type::now();
-    for (int c = 0; c < clients; ++c)
-      asio::co_spawn(
-          ex,
-          [&, c]() -> asio::awaitable<void> {
-            try {
-              while (issued < total) {
-                ++issued;
-                const auto t0 = clock_type::now();
-                (void)co_await stores[c]->add("bench/agg", 1);
-                rec.add(clock_type::now() - t0);
-              }
-            } catch (...) {
-              failure = std::current_exception();
-            }
-            if (++finished == clients)
-              done.cancel();
-          },
-          asio::detached);
-    co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-    if (failure)
-      std::rethrow_exception(failure);
-    co_return std::pair{std::move(rec), seconds_since(start)};
+    auto one_add = [&stores](int c) -> asio::awaitable<void> { (void)co_await stores[c]->add("bench/agg", 1); };
+    co_return co_await run_closed_loop(ex, clients, total, one_add);
   }());
   auto r = latency_record("store", "add_64_clients", lat, elapsed);
   r.extra = {{"clients", double(clients)}, {"ops", static_cast<double>(lat.size())}};

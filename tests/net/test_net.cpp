@@ -8,6 +8,7 @@
 
 #include "support/coro_test.hpp"
 #include "support/loop_helpers.hpp"
+#include "net/buffer_cache.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
@@ -538,3 +539,22 @@ BOOST_AUTO_TEST_CASE(socket_io_goes_through_io_uring, *utf::timeout(60)) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Large frame buffers are recycled (already mapped memory: no page faults),
+// but not for a frame that would waste more than half of one.
+BOOST_AUTO_TEST_CASE(large_frame_buffers_are_recycled, *utf::timeout(10)) {
+  auto a = net::detail::acquire_large_buffer(std::size_t{8} << 20);
+  const auto* storage = a.data();
+  net::detail::recycle_large_buffer(std::move(a));
+  auto b = net::detail::acquire_large_buffer(std::size_t{6} << 20);
+  BOOST_TEST(b.size() == std::size_t{6} << 20);
+  BOOST_TEST((b.data() == storage));
+  net::detail::recycle_large_buffer(std::move(b));
+  auto c = net::detail::acquire_large_buffer(std::size_t{1} << 20);
+  BOOST_TEST(c.size() == std::size_t{1} << 20);
+  BOOST_TEST((c.data() != storage));
+  auto d = net::detail::acquire_large_buffer(std::size_t{8} << 20);
+  BOOST_TEST((d.data() == storage));
+  net::detail::recycle_large_buffer(std::move(c));
+  net::detail::recycle_large_buffer(std::move(d));
+}

@@ -6,6 +6,7 @@
 #include <corodist/core/error.hpp>
 #include <corodist/store/file_store.hpp>
 
+#include "support/child_process.hpp"
 #include "support/coro_test.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -37,6 +38,11 @@ using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
 // (not `using ...::file_store`: the test suite below is a namespace of that name)
 namespace cs = corodist::store;
+using corodist::test::child_process;
+using corodist::test::pipe_pair;
+using corodist::test::read_all;
+using corodist::test::run_in_child;
+using corodist::test::write_all;
 using cs::watch_event;
 
 namespace {
@@ -55,115 +61,6 @@ struct temp_file {
   temp_file& operator=(const temp_file&) = delete;
   std::string path;
 };
-
-/// A pipe whose ends close at scope exit.
-struct pipe_pair {
-  pipe_pair() { BOOST_REQUIRE(::pipe(fds) == 0); }
-  ~pipe_pair() {
-    close_read();
-    close_write();
-  }
-  void close_read() {
-    if (fds[0] >= 0)
-      ::close(std::exchange(fds[0], -1));
-  }
-  void close_write() {
-    if (fds[1] >= 0)
-      ::close(std::exchange(fds[1], -1));
-  }
-  int read_end() const { return fds[0]; }
-  int write_end() const { return fds[1]; }
-  int fds[2] = {-1, -1};
-};
-
-bool write_all(int fd, const void* data, std::size_t n) {
-  auto p = static_cast<const char*>(data);
-  while (n > 0) {
-    auto w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR)
-      continue;
-    if (w <= 0)
-      return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* data, std::size_t n) {
-  auto p = static_cast<char*>(data);
-  while (n > 0) {
-    auto r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0)
-      return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-  }
-  return true;
-}
-
-/// A forked child process, killed and reaped at scope exit if still running.
-/// The child runs `body` (which must create its own asio objects) and exits
-/// with its return value, or 1 if it throws; it never returns into Boost.Test.
-class child_process {
-public:
-  explicit child_process(std::function<int()> body) {
-    std::fflush(nullptr);
-    pid_ = ::fork();
-    BOOST_REQUIRE_MESSAGE(pid_ >= 0, "fork failed");
-    if (pid_ == 0) {
-      int rc = 1;
-      try {
-        rc = body();
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "child %d: %s\n", static_cast<int>(::getpid()), e.what());
-      } catch (...) {
-        std::fprintf(stderr, "child %d: unknown exception\n", static_cast<int>(::getpid()));
-      }
-      std::fflush(nullptr);
-      ::_exit(rc);
-    }
-  }
-  ~child_process() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      reap();
-    }
-  }
-  child_process(const child_process&) = delete;
-  child_process& operator=(const child_process&) = delete;
-
-  /// Waits for the child; returns its exit code (128 + signal if killed).
-  int wait() {
-    int rc = reap();
-    pid_ = -1;
-    return rc;
-  }
-
-private:
-  int reap() {
-    int status = 0;
-    while (::waitpid(pid_, &status, 0) < 0) {
-      if (errno != EINTR)
-        return -1;
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  pid_t pid_ = -1;
-};
-
-/// Runs `a` to completion on `ctx` (for child processes: no Boost.Test there).
-template <typename T>
-T run_in_child(asio::io_context& ctx, asio::awaitable<T> a) {
-  std::exception_ptr error;
-  asio::co_spawn(ctx, std::move(a), [&](std::exception_ptr e, auto&&...) { error = e; });
-  ctx.run();
-  if (error)
-    std::rethrow_exception(error);
-  return T();
-}
 
 std::string le32(std::uint32_t v) {
   std::string s;

@@ -1,0 +1,240 @@
+/// \file
+/// Suite `rpc`: two rpc::agents in this process ("client" w0 and "server" w1),
+/// each on an event-loop thread of its own, over loopback; the store they
+/// meet in (a hash_store) sits on a third, idle loop. rpc_sync cases call from
+/// the benchmark's own (plain) thread, as a user's rpc_sync would.
+
+#include "closed_loop.hpp"
+#include "harness.hpp"
+
+#include <corodist/core/event_loop.hpp>
+#include <corodist/rpc/agent.hpp>
+#include <corodist/store/hash_store.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <future>
+#include <stdexcept>
+#include <thread>
+
+namespace corodist::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+constexpr int pipeline_depth = 64;
+constexpr auto case_timeout = std::chrono::seconds(120);
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+void register_functions(rpc::agent& a) {
+  // Coroutine functions run on the server's loop; "plain_noop" on its pool.
+  a.register_function("noop", []() -> asio::awaitable<void> { co_return; });
+  a.register_function("plain_noop", [] {});
+  a.register_function("size_of", [](const std::string& s) -> asio::awaitable<std::size_t> { co_return s.size(); });
+  a.register_function("att_size", [](const rpc::attachment& b) -> asio::awaitable<std::size_t> { co_return b.size(); });
+  a.register_function("echo", [](rpc::attachment b) -> asio::awaitable<rpc::attachment> { co_return b; });
+  a.register_function("add", [](int x, int y) -> asio::awaitable<int> { co_return x + y; });
+}
+
+class agent_pair {
+public:
+  explicit agent_pair(std::chrono::microseconds sync_spin = {}) {
+    store_loop_.start();
+    client_loop_.start();
+    server_loop_.start();
+    auto store = std::make_shared<store::hash_store>(store_loop_.get_executor());
+    for (int r = 0; r < 2; ++r) {
+      rpc::agent_options o;
+      o.name = r == 0 ? "client" : "server";
+      o.rank = r;
+      o.world_size = 2;
+      o.store = store;
+      o.auth_token = "";
+      o.rpc_timeout = std::chrono::seconds(60);
+      o.sync_spin = sync_spin;
+      agents_[r] = std::make_unique<rpc::agent>(r == 0 ? client_loop_ : server_loop_, o);
+      register_functions(*agents_[r]);
+    }
+    std::thread t([&] { agents_[1]->start(); });
+    agents_[0]->start();
+    t.join();
+  }
+  ~agent_pair() {
+    std::thread t([&] { agents_[1]->shutdown(); });
+    agents_[0]->shutdown();
+    t.join();
+    agents_[0].reset();
+    agents_[1].reset();
+  }
+
+  rpc::agent& client() { return *agents_[0]; }
+
+  /// Runs `make(executor)` on the client loop and waits (bounded) for its result.
+  template <typename F>
+  auto run_on_client(F make) {
+    auto fut = asio::co_spawn(client_loop_.get_executor(), make(asio::any_io_executor(client_loop_.get_executor())),
+                              asio::use_future);
+    if (fut.wait_for(case_timeout) != std::future_status::ready)
+      throw std::runtime_error("rpc benchmark case timed out");
+    return fut.get();
+  }
+
+private:
+  event_loop store_loop_;
+  event_loop client_loop_;
+  event_loop server_loop_;
+  std::unique_ptr<rpc::agent> agents_[2];
+};
+
+struct sync_case {
+  const char* name;
+  std::size_t bytes; // 0: no argument
+  std::size_t quick_samples;
+  std::size_t full_samples;
+};
+
+// One rpc_sync of the case's shape: no argument, a msgpack string, or (1 MiB)
+// a zero-copy attachment.
+void one_sync(rpc::agent& a, const sync_case& sc, const std::string& text, const rpc::attachment& blob,
+              const char* fn) {
+  if (sc.bytes == 0) {
+    a.rpc_sync<void>("server", fn);
+  } else if (sc.bytes < (1u << 20)) {
+    if (a.rpc_sync<std::size_t>("server", "size_of", text) != sc.bytes)
+      throw std::runtime_error("size mismatch");
+  } else {
+    if (a.rpc_sync<std::size_t>("server", "att_size", blob) != sc.bytes)
+      throw std::runtime_error("size mismatch");
+  }
+}
+
+void sync_latency(context& ctx, agent_pair& pair, const sync_case& sc, const char* fn = "noop") {
+  const std::size_t samples = ctx.quick ? sc.quick_samples : sc.full_samples;
+  const double budget_s = ctx.quick ? 4.0 : 30.0;
+  const std::string text(sc.bytes, 'x');
+  const rpc::attachment blob(std::vector<std::byte>(sc.bytes));
+  auto& a = pair.client();
+  for (std::size_t i = 0; i < std::max<std::size_t>(samples / 10, 10); ++i)
+    one_sync(a, sc, text, blob, fn);
+  latency_recorder rec(samples);
+  const auto start = clock_type::now();
+  for (std::size_t i = 0; i < samples; ++i) {
+    const auto t0 = clock_type::now();
+    one_sync(a, sc, text, blob, fn);
+    const auto t1 = clock_type::now();
+    rec.add(t1 - t0);
+    if (std::chrono::duration<double>(t1 - start).count() > budget_s)
+      break;
+  }
+  const double elapsed = seconds_since(start);
+  auto r = latency_record("rpc", sc.name, rec, elapsed);
+  if (sc.bytes >= 4096)
+    r.gbytes_per_s = static_cast<double>(sc.bytes) * static_cast<double>(rec.size()) / elapsed / 1e9;
+  r.extra = {{"argument_bytes", static_cast<double>(sc.bytes)},
+             {"samples", static_cast<double>(rec.size())},
+             {"calls_per_s", static_cast<double>(rec.size()) / elapsed}};
+  ctx.report(std::move(r));
+}
+
+// call<void> from a coroutine on the client's loop: no caller thread to wake.
+void coroutine_latency(context& ctx, agent_pair& pair) {
+  const std::size_t samples = ctx.quick ? 20'000 : 200'000;
+  const double budget_s = ctx.quick ? 4.0 : 30.0;
+  auto& a = pair.client();
+  auto [rec, elapsed] = pair.run_on_client([&](asio::any_io_executor) -> asio::awaitable<std::pair<latency_recorder, double>> {
+    for (std::size_t i = 0; i < samples / 10; ++i)
+      co_await a.call<void>("server", "noop");
+    latency_recorder rec(samples);
+    const auto start = clock_type::now();
+    for (std::size_t i = 0; i < samples; ++i) {
+      const auto t0 = clock_type::now();
+      co_await a.call<void>("server", "noop");
+      const auto t1 = clock_type::now();
+      rec.add(t1 - t0);
+      if (std::chrono::duration<double>(t1 - start).count() > budget_s)
+        break;
+    }
+    co_return std::pair{std::move(rec), seconds_since(start)};
+  });
+  auto r = latency_record("rpc", "call_empty_coroutine", rec, elapsed);
+  r.extra = {{"samples", static_cast<double>(rec.size())}, {"calls_per_s", static_cast<double>(rec.size()) / elapsed}};
+  ctx.report(std::move(r));
+}
+
+// 64 coroutines on the client loop, each keeping one rpc_async call in flight.
+void async_throughput(context& ctx, agent_pair& pair) {
+  const std::size_t total = ctx.quick ? 200'000 : 1'000'000;
+  auto& a = pair.client();
+  auto [rec, elapsed] = pair.run_on_client([&](asio::any_io_executor ex) {
+    auto one_call = [&a](int) -> asio::awaitable<void> { (void)co_await a.rpc_async<int>("server", "add", 1, 2); };
+    return run_closed_loop(ex, pipeline_depth, total, one_call);
+  });
+  auto r = latency_record("rpc", "rpc_async_x64", rec, elapsed);
+  r.extra = {{"in_flight", double(pipeline_depth)},
+             {"calls", static_cast<double>(rec.size())},
+             {"calls_per_s", static_cast<double>(rec.size()) / elapsed}};
+  ctx.report(std::move(r));
+}
+
+// 64 MiB out and back as an attachment (zero-copy on send, one copy out of
+// the socket on receive); GB/s counts both directions.
+void echo_64MiB(context& ctx, agent_pair& pair) {
+  const std::size_t bytes = std::size_t{64} << 20;
+  const int rounds = ctx.quick ? 3 : 10;
+  auto data = std::make_shared<std::vector<std::byte>>(bytes, std::byte{7});
+  const rpc::attachment blob(data, std::span<const std::byte>(*data));
+  auto& a = pair.client();
+  if (a.rpc_sync<rpc::attachment>("server", "echo", blob).size() != bytes) // warm-up
+    throw std::runtime_error("echo size mismatch");
+  latency_recorder rec(static_cast<std::size_t>(rounds));
+  const auto start = clock_type::now();
+  for (int i = 0; i < rounds; ++i) {
+    const auto t0 = clock_type::now();
+    auto back = a.rpc_sync<rpc::attachment>("server", "echo", blob);
+    rec.add(clock_type::now() - t0);
+    if (back.size() != bytes)
+      throw std::runtime_error("echo size mismatch");
+  }
+  const double elapsed = seconds_since(start);
+  auto r = latency_record("rpc", "echo_64MiB", rec, elapsed);
+  // From the median round trip: 2 x 64 MiB moved.
+  r.gbytes_per_s = 2.0 * static_cast<double>(bytes) / (rec.percentile(0.5) * 1e-6) / 1e9;
+  r.extra = {{"bytes", static_cast<double>(bytes)}, {"rounds", static_cast<double>(rounds)}};
+  ctx.report(std::move(r));
+}
+
+void run_rpc_suite(context& ctx) {
+  agent_pair pair;
+  static const sync_case cases[] = {
+      {"rpc_sync_empty", 0, 20'000, 200'000},
+      {"rpc_sync_64B", 64, 20'000, 100'000},
+      {"rpc_sync_4KiB", 4096, 10'000, 50'000},
+      {"rpc_sync_1MiB", 1 << 20, 300, 2'000},
+  };
+  for (const auto& sc : cases)
+    sync_latency(ctx, pair, sc);
+  sync_latency(ctx, pair, sync_case{"rpc_sync_empty_plain_fn", 0, 20'000, 100'000}, "plain_noop");
+  {
+    // The same empty call with the caller polling for its reply (sync_spin).
+    agent_pair spinning(std::chrono::microseconds(100));
+    sync_latency(ctx, spinning, sync_case{"rpc_sync_empty_spin100us", 0, 20'000, 200'000});
+  }
+  coroutine_latency(ctx, pair);
+  async_throughput(ctx, pair);
+  echo_64MiB(ctx, pair);
+}
+
+const suite_registrar registrar("rpc", &run_rpc_suite, 40);
+
+} // namespace
+} // namespace corodist::bench

@@ -1,0 +1,72 @@
+#pragma once
+/// \file
+/// corodist::rpc::agent_options: how an RPC agent joins its job, and its limits.
+
+#include <corodist/store/store.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace corodist::rpc {
+
+using namespace std::chrono_literals;
+
+/// Settings of an `rpc::agent`. Defaults are the named constants.
+///
+/// Either `store` (with `rank` and `world_size`) or `init_method` (a
+/// rendezvous URL, see `store::async_rendezvous`; it supplies the store, rank
+/// and world size) must be given.
+struct agent_options {
+  static constexpr std::chrono::milliseconds default_rpc_timeout = 60s;
+  static constexpr std::chrono::milliseconds default_init_timeout = 300s;
+  static constexpr std::chrono::milliseconds default_shutdown_timeout = 300s;
+  static constexpr std::size_t default_worker_threads = 4;
+  static constexpr std::size_t default_max_message_size = std::size_t{1} << 30; // 1 GiB
+  static constexpr const char* default_key_prefix = "corodist/rpc/";
+
+  /// This worker's name; unique in the job (a duplicate fails start()).
+  std::string name;
+  /// This worker's rank in [0, world_size).
+  int rank = -1;
+  /// Number of workers in the job.
+  int world_size = 0;
+  /// The job's shared store (worker addresses, shutdown barrier).
+  std::shared_ptr<corodist::store::store> store;
+  /// Rendezvous URL used when `store` is null (env://, tcp://, file://).
+  std::string init_method;
+  /// Default deadline of every call; zero means none. A per-call
+  /// `call_timeout` overrides it.
+  std::chrono::milliseconds rpc_timeout = default_rpc_timeout;
+  /// Deadline of start(): waiting for all workers to publish their address.
+  std::chrono::milliseconds init_timeout = default_init_timeout;
+  /// Deadline of each wait in a graceful shutdown (own calls, each barrier).
+  std::chrono::milliseconds shutdown_timeout = default_shutdown_timeout;
+  /// Threads of the pool that runs plain (non-coroutine) functions.
+  std::size_t worker_threads = default_worker_threads;
+  /// Largest call or reply (msgpack body plus attachments), both directions.
+  std::size_t max_message_size = default_max_message_size;
+  /// Address to listen on (port 0: the kernel picks) and to publish to peers.
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  /// rpc_sync polls for its reply this long before sleeping (0: sleeps at
+  /// once). Spinning saves the wake-up of the calling thread (tens of µs on a
+  /// VM whose idle vCPUs halt) at the cost of a busy core meanwhile.
+  std::chrono::microseconds sync_spin{0};
+  /// Prefix of the agent's keys in the store.
+  std::string key_prefix = default_key_prefix;
+  /// Token peers must prove when connecting (HMAC hello). nullopt:
+  /// CORODIST_AUTH_TOKEN if set; "": none.
+  std::optional<std::string> auth_token;
+};
+
+/// A per-call deadline, passed first: `rpc.rpc_async<int>(rpc::call_timeout{500ms}, "w1", "f")`.
+/// Zero means no deadline.
+struct call_timeout {
+  std::chrono::milliseconds value;
+};
+
+} // namespace corodist::rpc

@@ -1,0 +1,31 @@
+#pragma once
+/// \file
+/// RPC-specific errors. Both derive from `corodist::remote_error` (they are
+/// reported by the callee), so `catch (const remote_error&)` sees every
+/// failure the remote side reported.
+
+#include <corodist/core/error.hpp>
+
+#include <string>
+
+namespace corodist::rpc {
+
+/// The callee has no function registered under the called name.
+/// `type()` is "unknown_function".
+class unknown_function_error : public remote_error {
+public:
+  /// `worker`: the callee; `message` names the function.
+  unknown_function_error(std::string worker, std::string message)
+      : remote_error(std::move(worker), "unknown_function", std::move(message)) {}
+};
+
+/// The call's arguments do not decode to the function's parameter types (or
+/// their number differs). `type()` is "bad_arguments".
+class bad_arguments_error : public remote_error {
+public:
+  /// `worker`: the callee; `message` says which argument and why.
+  bad_arguments_error(std::string worker, std::string message)
+      : remote_error(std::move(worker), "bad_arguments", std::move(message)) {}
+};
+
+} // namespace corodist::rpc

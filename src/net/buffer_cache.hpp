@@ -1,0 +1,21 @@
+#pragma once
+// Recycling of large frame buffers. A fresh buffer of many MiB costs a page
+// fault (and the kernel's zeroing of the page) for every page on first touch,
+// which dominated a 64 MiB RPC echo; a recycled buffer is already mapped.
+#include <corodist/net/connection.hpp>
+
+namespace corodist::net::detail {
+
+/// Buffers from this size up are recycled.
+inline constexpr std::size_t recycle_min_size = std::size_t{1} << 20;
+
+/// Returns a buffer of `n` bytes: a recycled one with enough capacity if
+/// there is one (its contents are stale: the caller overwrites them all), else
+/// a new one (from 4 MiB up advised to use transparent huge pages). Thread-safe.
+bytes acquire_large_buffer(std::size_t n);
+
+/// Offers `b` for reuse (kept if large enough and the cache has room: at most
+/// 4 buffers, 512 MiB in all); otherwise frees it. Thread-safe.
+void recycle_large_buffer(bytes&& b) noexcept;
+
+} // namespace corodist::net::detail

@@ -1,0 +1,157 @@
+#pragma once
+// Test fixtures of the RPC suite: options for worker `rank`, a standard set of
+// functions, and an in-process cluster of agents (one event loop each) over a
+// shared in-memory store.
+
+#include <corodist/core/event_loop.hpp>
+#include <corodist/rpc/agent.hpp>
+#include <corodist/store/hash_store.hpp>
+
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace corodist::test {
+
+using namespace std::chrono_literals;
+
+/// A user type that crosses the wire through msgpack's adaptors.
+struct point {
+  int x = 0;
+  double y = 0;
+  std::string label;
+  std::vector<int> tags;
+  rpc::attachment blob;
+  MSGPACK_DEFINE(x, y, label, tags, blob);
+};
+
+/// A user exception type (its name must come back in remote_error::type()).
+class custom_failure : public std::logic_error {
+public:
+  using std::logic_error::logic_error;
+};
+
+/// Options of worker `rank` ("w<rank>") with test-sized deadlines.
+inline rpc::agent_options worker_options(int rank, int world, std::shared_ptr<store::store> s) {
+  rpc::agent_options o;
+  o.name = "w" + std::to_string(rank);
+  o.rank = rank;
+  o.world_size = world;
+  o.store = std::move(s);
+  o.rpc_timeout = 30s;
+  o.init_timeout = 20s;
+  o.shutdown_timeout = 20s;
+  o.auth_token = "";
+  return o;
+}
+
+/// Registers the functions every test worker offers.
+inline void register_standard(rpc::agent& a, const std::string& name) {
+  a.register_function("add", [](int x, int y) { return x + y; });
+  a.register_function("whoami", [name] { return name; });
+  a.register_function("nothing", [] {});
+  a.register_function("concat", [](const std::string& x, const std::string& y) { return x + y; });
+  a.register_function("make_string", [](std::size_t n) { return std::string(n, 'z'); });
+  a.register_function("echo_att", [](rpc::attachment b) { return b; });
+  a.register_function("att_size", [](const rpc::attachment& b) { return b.size(); });
+  a.register_function("move_point", [](point p, int dx) {
+    p.x += dx;
+    p.label += "!";
+    return p;
+  });
+  a.register_function("sleep_ms", [](int ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return ms;
+  });
+  a.register_function("co_sleep_ms", [](int ms) -> asio::awaitable<int> {
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(ms));
+    co_await t.async_wait(asio::use_awaitable);
+    co_return ms;
+  });
+  a.register_function("co_add", [](int x, int y) -> asio::awaitable<int> { co_return x + y; });
+  a.register_function("fail", [](const std::string& msg) -> int { throw std::runtime_error(msg); });
+  a.register_function("fail_custom", [](const std::string& msg) { throw custom_failure(msg); });
+  a.register_function("co_fail", [](std::string msg) -> asio::awaitable<void> {
+    throw std::invalid_argument(msg);
+    co_return;
+  });
+  // Nested calls: a coroutine that calls another worker, and a blocking one.
+  a.register_function("co_relay", [&a](std::string to, int x) -> asio::awaitable<int> {
+    co_return co_await a.call<int>(to, "add", x, 1);
+  });
+  a.register_function("relay", [&a](const std::string& to, int x) { return a.rpc_sync<int>(to, "add", x, 1); });
+}
+
+/// `n` agents "w0".."w<n-1>" in this process, each on its own event loop,
+/// sharing a hash_store. Agents are destroyed (without shutdown unless the
+/// test did it) before their loops.
+struct cluster {
+  explicit cluster(int n, const std::function<void(rpc::agent_options&)>& tweak = {}, bool start = true) {
+    store_loop.start();
+    store = std::make_shared<store::hash_store>(store_loop.get_executor());
+    store->set_timeout(20s);
+    for (int r = 0; r < n; ++r) {
+      loops.push_back(std::make_unique<event_loop>());
+      loops.back()->start();
+      auto o = worker_options(r, n, store);
+      if (tweak)
+        tweak(o);
+      agents.push_back(std::make_unique<rpc::agent>(*loops.back(), o));
+      register_standard(*agents.back(), o.name);
+    }
+    if (start)
+      start_all();
+  }
+  ~cluster() {
+    agents.clear();
+    loops.clear();
+  }
+
+  /// Starts every agent (each waits for all the others), from threads.
+  void start_all() {
+    for_each_agent([](rpc::agent& a, int) { a.start(); });
+  }
+
+  /// Shuts every agent down gracefully, concurrently.
+  void shutdown_all() {
+    for_each_agent([](rpc::agent& a, int) { a.shutdown(); });
+  }
+
+  /// Runs `f(agent, rank)` on one thread per agent; rethrows the first failure.
+  void for_each_agent(const std::function<void(rpc::agent&, int)>& f) {
+    std::vector<std::thread> ts;
+    std::vector<std::exception_ptr> errors(agents.size());
+    for (std::size_t i = 0; i < agents.size(); ++i)
+      ts.emplace_back([&, i] {
+        try {
+          f(*agents[i], static_cast<int>(i));
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+      });
+    for (auto& t : ts)
+      t.join();
+    for (auto& e : errors)
+      if (e)
+        std::rethrow_exception(e);
+  }
+
+  rpc::agent& operator[](int r) { return *agents[static_cast<std::size_t>(r)]; }
+
+  event_loop store_loop;
+  std::shared_ptr<store::hash_store> store;
+  std::vector<std::unique_ptr<event_loop>> loops;
+  std::vector<std::unique_ptr<rpc::agent>> agents;
+};
+
+} // namespace corodist::test

@@ -1,0 +1,526 @@
+#define BOOST_TEST_MODULE corodist_rpc
+#include <boost/test/unit_test.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/rpc/agent.hpp>
+
+#include "rpc/rpc_fixtures.hpp"
+#include "support/coro_test.hpp"
+#include "support/loop_helpers.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <latch>
+#include <numeric>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace rpc = corodist::rpc;
+using corodist::event_loop;
+using corodist::test::cluster;
+using corodist::test::point;
+using corodist::test::run_coro;
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+std::vector<std::byte> pattern(std::size_t n) {
+  std::vector<std::byte> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<std::byte>((i * 131 + (i >> 12)) & 0xff);
+  return v;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(rpc_agent)
+
+// rpc_sync, rpc_async and call (from a coroutine) reach the function; workers
+// are found by name and by rank.
+BOOST_AUTO_TEST_CASE(sync_async_and_coroutine_calls, *utf::timeout(60)) {
+  cluster c(2);
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 2, 3) == 5);
+  BOOST_TEST(c[0].rpc_sync<std::string>(1, "whoami") == "w1");
+  BOOST_TEST(c[1].rpc_sync<std::string>("w0", "whoami") == "w0");
+  auto f = c[0].rpc_async<int>("w1", "co_add", 20, 22);
+  BOOST_TEST(f.get() == 42);
+  c[0].rpc_sync<void>("w1", "nothing");
+  BOOST_TEST(c[0].rpc_sync<std::string>("w1", "concat", "ab", std::string("cd")) == "abcd");
+
+  asio::io_context ctx;
+  auto r = run_coro(ctx, [&]() -> asio::awaitable<int> {
+    int a = co_await c[0].call<int>("w1", "add", 1, 2);
+    int b = co_await c[1].call<int>(0, "co_add", a, 10);
+    co_return b;
+  }());
+  BOOST_TEST(r == 13);
+
+  const auto& infos = c[0].get_worker_infos();
+  BOOST_TEST(infos.size() == 2u);
+  BOOST_TEST(infos[1].name == "w1");
+  BOOST_TEST(c[0].get_worker_info("w1").rank == 1);
+  BOOST_TEST(c[0].get_worker_info(1).port == c[1].local_endpoint().port());
+  BOOST_TEST(c[1].self().name == "w1");
+  BOOST_CHECK_THROW(c[0].get_worker_info("nobody"), corodist::usage_error);
+  // rpc_sync on a loop thread would deadlock: it throws instead.
+  std::promise<bool> threw;
+  asio::post(c.loops[0]->get_executor(), [&] {
+    try {
+      c[0].rpc_sync<int>("w1", "add", 1, 1);
+      threw.set_value(false);
+    } catch (const corodist::usage_error&) {
+      threw.set_value(true);
+    }
+  });
+  BOOST_TEST(threw.get_future().get());
+  c.shutdown_all();
+}
+
+// User structs (msgpack adaptors) with an attachment inside, and nested calls
+// from a coroutine function and from a blocking one.
+BOOST_AUTO_TEST_CASE(structs_attachments_and_nested_calls, *utf::timeout(60)) {
+  cluster c(3);
+  point p;
+  p.x = 1;
+  p.y = 2.5;
+  p.label = "p";
+  p.tags = {1, 2, 3};
+  p.blob = rpc::attachment::copy_of("blob bytes");
+  auto q = c[0].rpc_sync<point>("w2", "move_point", p, 10);
+  BOOST_TEST(q.x == 11);
+  BOOST_TEST(q.y == 2.5);
+  BOOST_TEST(q.label == "p!");
+  BOOST_TEST((q.tags == std::vector<int>{1, 2, 3}));
+  BOOST_TEST(q.blob.str() == "blob bytes");
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "co_relay", "w2", 41) == 42);
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "relay", "w2", 41) == 42);
+  BOOST_TEST(c[2].rpc_sync<int>("w1", "relay", "w0", 1) == 2);
+  c.shutdown_all();
+}
+
+// A 64 MiB attachment goes out and comes back intact; the echo sends the
+// received bytes back without copying them.
+BOOST_AUTO_TEST_CASE(payload_64MiB, *utf::timeout(120)) {
+  cluster c(2);
+  const std::size_t n = std::size_t{64} << 20;
+  auto data = std::make_shared<std::vector<std::byte>>(pattern(n));
+  rpc::attachment a(data, std::span<const std::byte>(*data));
+  auto back = c[0].rpc_sync<rpc::attachment>("w1", "echo_att", a);
+  BOOST_TEST(back.size() == n);
+  BOOST_TEST(std::memcmp(back.data(), data->data(), n) == 0);
+  BOOST_TEST(c[1].rpc_sync<std::size_t>("w0", "att_size", a) == n);
+  // The same size as a msgpack string (copied into the body).
+  std::string big(n, 'x');
+  auto s = c[0].rpc_sync<std::string>("w1", "concat", big, "!");
+  BOOST_TEST(s.size() == n + 1);
+  c.shutdown_all();
+}
+
+// 10,000 rpc_async calls in flight at once, in both directions, coroutine and
+// blocking functions mixed.
+BOOST_AUTO_TEST_CASE(ten_thousand_async_calls_in_flight, *utf::timeout(120)) {
+  cluster c(2);
+  constexpr int n = 10000;
+  std::vector<corodist::future<int>> a, b;
+  a.reserve(n);
+  b.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    a.push_back(c[0].rpc_async<int>("w1", i % 2 ? "add" : "co_add", i, 1));
+    b.push_back(c[1].rpc_async<int>("w0", "co_add", i, 2));
+  }
+  long bad = 0;
+  for (int i = 0; i < n; ++i) {
+    bad += a[i].get() != i + 1;
+    bad += b[i].get() != i + 2;
+  }
+  BOOST_TEST(bad == 0);
+  c.shutdown_all();
+}
+
+// Blocking functions run on the pool (in parallel, up to worker_threads) while
+// coroutine functions keep answering on the loop.
+BOOST_AUTO_TEST_CASE(coroutine_and_blocking_functions_side_by_side, *utf::timeout(60)) {
+  cluster c(2);
+  auto t0 = clock_type::now();
+  std::vector<corodist::future<int>> slow;
+  for (int i = 0; i < 4; ++i)
+    slow.push_back(c[0].rpc_async<int>("w1", "sleep_ms", 600));
+  // While all four pool threads sleep, the loop answers coroutine functions.
+  for (int i = 0; i < 20; ++i)
+    BOOST_TEST(c[0].rpc_sync<int>("w1", "co_add", i, i) == 2 * i);
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "co_sleep_ms", 10) == 10);
+  const double fast_ms = ms_since(t0);
+  for (auto& f : slow)
+    BOOST_TEST(f.get() == 600);
+  const double all_ms = ms_since(t0);
+  BOOST_TEST_MESSAGE("coroutine calls done after " << fast_ms << " ms, blocking ones after " << all_ms << " ms");
+  BOOST_TEST(fast_ms < 500.0);  // while the blocking ones still sleep
+  BOOST_TEST(all_ms < 2000.0); // parallel: about 600 ms, not 2400
+  c.shutdown_all();
+}
+
+// The agent on a user's io_context (embedded mode): the user runs the context.
+BOOST_AUTO_TEST_CASE(embedded_mode_on_user_io_context, *utf::timeout(60)) {
+  asio::io_context ctx;
+  event_loop loop(ctx);
+  event_loop store_loop;
+  store_loop.start();
+  auto store = std::make_shared<corodist::store::hash_store>(store_loop.get_executor());
+  event_loop other;
+  other.start();
+  rpc::agent a(loop, corodist::test::worker_options(0, 2, store));
+  rpc::agent b(other, corodist::test::worker_options(1, 2, store));
+  corodist::test::register_standard(a, "w0");
+  corodist::test::register_standard(b, "w1");
+  std::thread bt([&] { b.start(); });
+  int r = 0;
+  std::string failure;
+  try {
+    r = run_coro(ctx, [&]() -> asio::awaitable<int> {
+      co_await a.async_start();
+      int x = co_await a.call<int>("w1", "add", 40, 2);
+      int y = co_await a.call<int>("w1", "co_relay", "w0", x);
+      co_return y;
+    }());
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  bt.join();
+  BOOST_TEST(failure == "");
+  BOOST_TEST(r == 43);
+  // Both shut down together: each waits for the other in the barrier.
+  std::thread bs([&] { b.shutdown(); });
+  try {
+    run_coro(ctx, a.async_shutdown());
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  bs.join();
+  BOOST_TEST(failure == "");
+}
+
+// Two workers that call each other for the first time at the same moment
+// both succeed (each direction dials its own connection), many times over.
+BOOST_AUTO_TEST_CASE(simultaneous_first_calls, *utf::timeout(120)) {
+  for (int round = 0; round < 20; ++round) {
+    cluster c(2);
+    std::latch go(2);
+    std::atomic<int> ok{0};
+    c.for_each_agent([&](rpc::agent& a, int r) {
+      go.arrive_and_wait();
+      ok += a.rpc_sync<int>(1 - r, "add", r, 100) == r + 100;
+    });
+    BOOST_TEST(ok.load() == 2);
+    std::size_t open = corodist::test::on_loop(*c.loops[0], [&] { return c[0].open_channels(); });
+    BOOST_TEST(open == 1u);
+    c.shutdown_all();
+  }
+}
+
+// An agent given a rendezvous URL instead of a store (here file://) gets
+// its store, rank and world size from the rendezvous.
+BOOST_AUTO_TEST_CASE(init_method_rendezvous, *utf::timeout(30)) {
+  char tmpl[] = "/tmp/corodist_rpc_rdzv_XXXXXX";
+  const int fd = ::mkstemp(tmpl);
+  BOOST_REQUIRE(fd >= 0);
+  ::close(fd);
+  const std::string path = tmpl;
+  {
+    std::vector<std::unique_ptr<event_loop>> loops;
+    std::vector<std::unique_ptr<rpc::agent>> agents;
+    for (int r = 0; r < 2; ++r) {
+      loops.push_back(std::make_unique<event_loop>());
+      loops.back()->start();
+      rpc::agent_options o;
+      o.name = "w" + std::to_string(r);
+      o.init_method = "file://" + path + "?rank=" + std::to_string(r) + "&world_size=2";
+      o.init_timeout = 20s;
+      o.shutdown_timeout = 20s;
+      o.auth_token = "";
+      agents.push_back(std::make_unique<rpc::agent>(*loops.back(), o));
+      corodist::test::register_standard(*agents.back(), o.name);
+    }
+    std::thread t([&] { agents[1]->start(); });
+    agents[0]->start();
+    t.join();
+    BOOST_TEST(agents[0]->rpc_sync<std::string>(1, "whoami") == "w1");
+    BOOST_TEST(agents[1]->self().rank == 1);
+    BOOST_TEST(agents[1]->get_worker_infos().size() == 2u);
+    std::thread s([&] { agents[1]->shutdown(); });
+    agents[0]->shutdown();
+    s.join();
+    agents.clear();
+  }
+  ::unlink(path.c_str());
+}
+
+// With sync_spin, rpc_sync polls for the reply before sleeping: short calls
+// and calls that outlast the spin both complete.
+BOOST_AUTO_TEST_CASE(rpc_sync_with_spin, *utf::timeout(30)) {
+  cluster c(2, [](rpc::agent_options& o) { o.sync_spin = 200us; });
+  for (int i = 0; i < 100; ++i)
+    BOOST_TEST(c[0].rpc_sync<int>("w1", "co_add", i, 1) == i + 1);
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "sleep_ms", 20) == 20);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{10ms}, "w1", "co_sleep_ms", 200), corodist::timeout_error);
+  c.shutdown_all();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(rpc_errors)
+
+BOOST_AUTO_TEST_CASE(unknown_function, *utf::timeout(30)) {
+  cluster c(2);
+  try {
+    c[0].rpc_sync<int>("w1", "no_such_function", 1);
+    BOOST_FAIL("expected unknown_function_error");
+  } catch (const rpc::unknown_function_error& e) {
+    BOOST_TEST(e.worker() == "w1");
+    BOOST_TEST(e.type() == "unknown_function");
+    BOOST_TEST(e.message().find("no_such_function") != std::string::npos);
+  }
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "no_such_function"), corodist::remote_error);
+  c.shutdown_all();
+}
+
+BOOST_AUTO_TEST_CASE(bad_arguments, *utf::timeout(30)) {
+  cluster c(2);
+  try {
+    c[0].rpc_sync<int>("w1", "add", "two", 3);
+    BOOST_FAIL("expected bad_arguments_error");
+  } catch (const rpc::bad_arguments_error& e) {
+    BOOST_TEST(e.worker() == "w1");
+    BOOST_TEST(e.type() == "bad_arguments");
+    BOOST_TEST_MESSAGE(e.what());
+    BOOST_TEST(e.message().find("argument 0 (msgpack str) does not decode to int") != std::string::npos);
+  }
+  try {
+    c[0].rpc_sync<int>("w1", "add", 1);
+    BOOST_FAIL("expected bad_arguments_error");
+  } catch (const rpc::bad_arguments_error& e) {
+    BOOST_TEST(e.message().find("expected 2 argument(s), got 1") != std::string::npos);
+  }
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "co_add", 1, 2, 3), rpc::bad_arguments_error);
+  // A result that does not decode to the caller's type.
+  BOOST_CHECK_THROW(c[0].rpc_sync<std::string>("w1", "add", 1, 2), corodist::protocol_error);
+  // The connection is still fine.
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 1, 2) == 3);
+  c.shutdown_all();
+}
+
+BOOST_AUTO_TEST_CASE(remote_exception, *utf::timeout(30)) {
+  cluster c(2);
+  try {
+    c[0].rpc_sync<int>("w1", "fail", "boom");
+    BOOST_FAIL("expected remote_error");
+  } catch (const corodist::remote_error& e) {
+    BOOST_TEST(e.worker() == "w1");
+    BOOST_TEST(e.type() == "std::runtime_error");
+    BOOST_TEST(e.message() == "boom");
+  }
+  try {
+    c[1].rpc_sync<void>("w0", "fail_custom", "custom");
+    BOOST_FAIL("expected remote_error");
+  } catch (const corodist::remote_error& e) {
+    BOOST_TEST(e.worker() == "w0");
+    BOOST_TEST(e.type() == "corodist::test::custom_failure");
+    BOOST_TEST(e.message() == "custom");
+  }
+  try {
+    c[0].rpc_sync<void>("w1", "co_fail", "from a coroutine");
+    BOOST_FAIL("expected remote_error");
+  } catch (const corodist::remote_error& e) {
+    BOOST_TEST(e.type() == "std::invalid_argument");
+    BOOST_TEST(e.message() == "from a coroutine");
+  }
+  c.shutdown_all();
+}
+
+// A call past its deadline fails with timeout_error; the late reply is
+// dropped and the channel keeps working.
+BOOST_AUTO_TEST_CASE(timeout_and_late_reply, *utf::timeout(30)) {
+  cluster c(2, [](rpc::agent_options& o) { o.rpc_timeout = 5s; });
+  auto t0 = clock_type::now();
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "sleep_ms", 1000), corodist::timeout_error);
+  BOOST_TEST(ms_since(t0) < 800.0);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{50ms}, "w1", "co_sleep_ms", 300), corodist::timeout_error);
+  std::this_thread::sleep_for(1200ms); // both late replies arrive and are dropped
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 1, 2) == 3);
+  // The default deadline (rpc_timeout) applies too.
+  cluster d(2, [](rpc::agent_options& o) { o.rpc_timeout = 100ms; });
+  BOOST_CHECK_THROW(d[0].rpc_sync<int>("w1", "co_sleep_ms", 400), corodist::timeout_error);
+  BOOST_TEST(d[0].rpc_sync<int>(rpc::call_timeout{0ms}, "w1", "co_sleep_ms", 200) == 200);
+  c.shutdown_all();
+  d.shutdown_all();
+}
+
+BOOST_AUTO_TEST_CASE(usage_errors, *utf::timeout(30)) {
+  cluster c(2, {}, false);
+  // Before start.
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "add", 1, 2), corodist::usage_error);
+  BOOST_CHECK_THROW(c[0].register_function("add", [] {}), corodist::usage_error); // duplicate
+  c.start_all();
+  BOOST_CHECK_THROW(c[0].register_function("late", [] {}), corodist::usage_error);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w7", "add", 1, 2), corodist::usage_error);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(7, "add", 1, 2), corodist::usage_error);
+  BOOST_CHECK_THROW(c[0].start(), corodist::usage_error);
+  c.shutdown_all();
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "add", 1, 2), corodist::usage_error);
+  c[0].shutdown(); // idempotent
+  // Options the agent cannot work with.
+  rpc::agent_options o;
+  BOOST_CHECK_THROW(rpc::agent(*c.loops[0], o), corodist::usage_error);
+  o.name = "x";
+  BOOST_CHECK_THROW(rpc::agent(*c.loops[0], o), corodist::usage_error);
+}
+
+// A second worker claiming a taken name fails start() naming both ranks.
+BOOST_AUTO_TEST_CASE(duplicate_name, *utf::timeout(30)) {
+  cluster c(2, [](rpc::agent_options& o) {
+    o.name = "same";
+    o.init_timeout = 2s;
+  }, false);
+  std::vector<std::string> errors(2);
+  c.for_each_agent([&](rpc::agent& a, int r) {
+    try {
+      a.start();
+    } catch (const corodist::error& e) {
+      errors[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  // One of them lost the name at once; the other waited for it in vain.
+  int duplicate = 0;
+  for (auto& e : errors) {
+    BOOST_TEST_MESSAGE(e);
+    if (e.find("worker name 'same' is already taken by rank") != std::string::npos)
+      ++duplicate;
+  }
+  BOOST_TEST(duplicate == 1);
+}
+
+// A message over max_message_size fails the call, not the channel.
+BOOST_AUTO_TEST_CASE(message_too_large, *utf::timeout(30)) {
+  cluster c(2, [](rpc::agent_options& o) { o.max_message_size = 1 << 20; });
+  auto big = rpc::attachment(std::vector<std::byte>(2 << 20));
+  BOOST_CHECK_THROW(c[0].rpc_sync<std::size_t>("w1", "att_size", big), corodist::usage_error);
+  // A result over the callee's limit: the callee reports it.
+  auto small = rpc::attachment(std::vector<std::byte>(600 << 10));
+  BOOST_CHECK_THROW(c[0].rpc_sync<std::string>("w1", "make_string", std::size_t{2} << 20), corodist::remote_error);
+  BOOST_TEST(c[0].rpc_sync<std::size_t>("w1", "att_size", small) == std::size_t{600 << 10});
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 1, 2) == 3);
+  c.shutdown_all();
+}
+
+// A peer that goes away (here: its agent destroyed) fails every call pending
+// to it at once with connection_error; later calls fail to connect.
+BOOST_AUTO_TEST_CASE(peer_death_fails_pending_calls, *utf::timeout(30)) {
+  cluster c(2);
+  std::vector<corodist::future<int>> pending;
+  for (int i = 0; i < 3; ++i)
+    pending.push_back(c[0].rpc_async<int>("w1", "co_sleep_ms", 10000));
+  pending.push_back(c[0].rpc_async<int>("w1", "sleep_ms", 500));
+  std::this_thread::sleep_for(100ms);
+  auto t0 = clock_type::now();
+  c.agents[1].reset(); // immediate: closes its connections
+  for (auto& f : pending)
+    BOOST_CHECK_THROW(f.get(), corodist::connection_error);
+  BOOST_TEST(ms_since(t0) < 2000.0);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "add", 1, 2), corodist::connection_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(rpc_shutdown)
+
+// Graceful shutdown waits for the calls in flight everywhere, including nested
+// calls that start after the callee has itself entered shutdown.
+BOOST_AUTO_TEST_CASE(graceful_with_calls_in_flight, *utf::timeout(60)) {
+  cluster c(3);
+  std::vector<corodist::future<int>> fs;
+  fs.push_back(c[0].rpc_async<int>("w1", "sleep_ms", 300));
+  fs.push_back(c[0].rpc_async<int>("w2", "co_sleep_ms", 300));
+  fs.push_back(c[1].rpc_async<int>("w0", "sleep_ms", 200));
+  // w2 serves a blocking relay that calls w0 after everybody began shutting down.
+  fs.push_back(c[2].rpc_async<int>("w1", "relay", "w0", 7));
+  c.shutdown_all();
+  BOOST_TEST(fs[0].get() == 300);
+  BOOST_TEST(fs[1].get() == 300);
+  BOOST_TEST(fs[2].get() == 200);
+  BOOST_TEST(fs[3].get() == 8);
+  for (int r = 0; r < 3; ++r)
+    BOOST_CHECK_THROW(c[r].rpc_sync<int>("w0", "add", 1, 2), corodist::usage_error);
+}
+
+// Nested calls issued by a function after shutdown started: the join
+// protocol runs rounds until no worker saw new calls.
+BOOST_AUTO_TEST_CASE(graceful_with_late_nested_calls, *utf::timeout(60)) {
+  cluster c(3);
+  std::atomic<int> done{0};
+  auto f = c[0].rpc_async<int>("w1", "co_relay", "w2", 1);
+  std::thread late([&] {
+    // Starts while the others are already in their barrier.
+    std::this_thread::sleep_for(50ms);
+    done += c[2].rpc_sync<int>("w0", "sleep_ms", 200) == 200;
+  });
+  c.for_each_agent([&](rpc::agent& a, int r) {
+    if (r == 2)
+      std::this_thread::sleep_for(100ms);
+    a.shutdown();
+  });
+  late.join();
+  BOOST_TEST(f.get() == 2);
+  BOOST_TEST(done.load() == 1);
+}
+
+// shutdown(false) closes at once: the caller's pending calls fail promptly.
+BOOST_AUTO_TEST_CASE(immediate_shutdown, *utf::timeout(30)) {
+  cluster c(2);
+  auto f = c[0].rpc_async<int>("w1", "co_sleep_ms", 10000);
+  auto g = c[1].rpc_async<int>("w0", "co_sleep_ms", 10000);
+  std::this_thread::sleep_for(100ms);
+  auto t0 = clock_type::now();
+  c[1].shutdown(false);
+  BOOST_CHECK_THROW(f.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(g.get(), corodist::connection_error);
+  BOOST_TEST(ms_since(t0) < 2000.0);
+  c[0].shutdown(false);
+}
+
+// Destroying agents with calls in flight (no shutdown) is safe.
+BOOST_AUTO_TEST_CASE(destroy_without_shutdown, *utf::timeout(30)) {
+  std::vector<corodist::future<int>> fs;
+  {
+    cluster c(3);
+    for (int i = 0; i < 100; ++i) {
+      fs.push_back(c[i % 3].rpc_async<int>((i + 1) % 3, i % 2 ? "co_sleep_ms" : "sleep_ms", 20));
+      fs.push_back(c[i % 3].rpc_async<int>((i + 2) % 3, "add", i, 1));
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  int completed = 0;
+  std::size_t ready = 0;
+  for (auto& f : fs) {
+    if (!f.wait_for(5s))
+      continue;
+    ++ready;
+    try {
+      f.get();
+      ++completed;
+    } catch (const corodist::error&) {
+    }
+  }
+  BOOST_TEST_MESSAGE(completed << " of " << fs.size() << " calls completed before the agents went away");
+  BOOST_TEST(ready == fs.size()); // the others failed: none is left hanging
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,133 @@
+// RPC between worker processes (fork) over a store server in the test
+// process. Linked into the rpc test executable (BOOST_TEST_MODULE is in
+// test_rpc.cpp).
+#include <boost/test/unit_test.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/rpc/agent.hpp>
+#include <corodist/store/store_server.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include "rpc/rpc_fixtures.hpp"
+#include "store/store_fixtures.hpp"
+#include "support/child_process.hpp"
+
+#include <poll.h>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace rpc = corodist::rpc;
+namespace cs = corodist::store;
+using corodist::event_loop;
+using corodist::test::child_process;
+using corodist::test::pipe_pair;
+
+namespace {
+
+/// A store server on its own loop, for worker processes to meet at.
+struct store_host : corodist::test::tcp_impl {
+  std::uint16_t port() const { return server->local_endpoint().port(); }
+};
+
+std::shared_ptr<cs::store> connect_store(event_loop& loop, std::uint16_t port) {
+  cs::tcp_store_options o;
+  o.port = port;
+  o.auth_token = "";
+  o.timeout = 20s;
+  return cs::tcp_store::connect_sync(loop.get_executor(), o);
+}
+
+/// Worker `rank` of `world` (a child process): calls every worker, itself
+/// included, synchronously, asynchronously and through a third worker, then
+/// shuts down gracefully. Returns the number of wrong answers.
+int call_everyone(std::uint16_t port, int rank, int world) {
+  event_loop loop;
+  loop.start();
+  auto store = connect_store(loop, port);
+  rpc::agent a(loop, corodist::test::worker_options(rank, world, store));
+  corodist::test::register_standard(a, "w" + std::to_string(rank));
+  a.start();
+  int bad = 0;
+  for (int to = 0; to < world; ++to) {
+    const std::string name = "w" + std::to_string(to);
+    bad += a.rpc_sync<int>(to, "add", rank, to) != rank + to;
+    bad += a.rpc_sync<std::string>(name, "whoami") != name;
+    std::vector<corodist::future<int>> fs;
+    for (int i = 0; i < 200; ++i)
+      fs.push_back(a.rpc_async<int>(name, i % 2 ? "co_add" : "add", i, rank));
+    for (int i = 0; i < 200; ++i)
+      bad += fs[static_cast<std::size_t>(i)].get() != i + rank;
+    const std::string third = "w" + std::to_string((to + 1) % world);
+    bad += a.rpc_sync<int>(name, "relay", third, rank) != rank + 1;
+    bad += a.rpc_sync<int>(name, "co_relay", third, rank) != rank + 1;
+  }
+  a.shutdown();
+  if (bad)
+    std::fprintf(stderr, "worker %d: %d wrong answers\n", rank, bad);
+  return bad == 0 ? 0 : 2;
+}
+
+bool wait_readable(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(rpc_processes)
+
+// Three worker processes calling one another in every direction.
+BOOST_AUTO_TEST_CASE(three_processes_call_in_every_direction, *utf::timeout(90)) {
+  store_host host;
+  const auto port = host.port();
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < 3; ++r)
+    kids.push_back(std::make_unique<child_process>([port, r] { return call_everyone(port, r, 3); }));
+  for (int r = 0; r < 3; ++r)
+    BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait() == 0, "worker " << r);
+}
+
+// A worker killed in the middle of a call: the caller's pending calls fail
+// promptly with connection_error, and so do later ones.
+BOOST_AUTO_TEST_CASE(worker_killed_mid_call, *utf::timeout(60)) {
+  store_host host;
+  const auto port = host.port();
+  pipe_pair started;
+  child_process child([&]() -> int {
+    started.close_read();
+    event_loop loop;
+    loop.start();
+    auto store = connect_store(loop, port);
+    rpc::agent a(loop, corodist::test::worker_options(1, 2, store));
+    const int fd = started.write_end();
+    a.register_function("hang", [fd](int) {
+      char c = 'x';
+      (void)::write(fd, &c, 1);
+      std::this_thread::sleep_for(30s);
+      return 0;
+    });
+    a.start();
+    std::this_thread::sleep_for(60s); // until killed
+    return 3;
+  });
+  started.close_write();
+  event_loop loop;
+  loop.start();
+  rpc::agent a(loop, corodist::test::worker_options(0, 2, connect_store(loop, port)));
+  a.start();
+  auto hung = a.rpc_async<int>("w1", "hang", 1);
+  auto slow = a.rpc_async<int>("w1", "hang", 2);
+  BOOST_REQUIRE(wait_readable(started.read_end(), 10s));
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(child.pid(), SIGKILL);
+  BOOST_CHECK_THROW(hung.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(slow.get(), corodist::connection_error);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_MESSAGE("pending calls failed " << ms << " ms after the kill");
+  BOOST_TEST(ms < 2000.0);
+  BOOST_CHECK_THROW(a.rpc_sync<int>("w1", "hang", 3), corodist::connection_error);
+  BOOST_TEST(child.wait() == 128 + SIGKILL);
+  a.shutdown(false);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
