@@ -239,7 +239,8 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
     queued_.large.push_back(large_frame{st.size(), std::move(body), std::move(segments)});
   }
   queued_bytes_ += header_size + len;
-  if (queued_bytes_ > opts_.max_buffered_output) {
+  // A frame alone in the queue is always accepted, whatever its size.
+  if (queued_bytes_ > opts_.max_buffered_output && queued_bytes_ > header_size + len) {
     CORODIST_LOG_WARN("closing connection to {}: peer does not read ({} bytes of output queued, cap {})",
                       endpoint_text(socket_), queued_bytes_, opts_.max_buffered_output);
     close(errc::output_overflow);

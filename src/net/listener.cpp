@@ -106,7 +106,7 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
     foreign_->take(std::move(socket));
     co_return;
   }
-  CORODIST_LOG_WARN("rejected connection from {}:{}: unrecognised protocol (first byte 0x{:02x})",
+  CORODIST_LOG_WARN("rejected connection from {}:{}: protocol not served here (first byte 0x{:02x})",
                     peer.address().to_string(), peer.port(), first[0]);
 }
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <thread>
 #include <unordered_map>
 
 namespace corodist::rpc {
@@ -182,6 +183,9 @@ asio::awaitable<void> agent_impl::start() {
     if (aec)
       throw usage_error("rpc: host '" + opts_.host + "' is not an IP address");
     copts_.max_frame_size = opts_.max_message_size;
+    // Room for a burst of maximal messages: a peer that reads is never taken
+    // for one that does not (a lone frame above the cap is always accepted).
+    copts_.max_buffered_output = std::max(copts_.max_buffered_output, 4 * opts_.max_message_size);
     copts_.request_timeout = std::chrono::milliseconds(0);
     copts_.auth_token = store::resolve_auth_token(opts_.auth_token);
     auto [lec, l] = net::listener::listen(ex_, {addr, opts_.port}, copts_,
@@ -407,6 +411,12 @@ void agent_impl::serve(const std::shared_ptr<net::connection>& conn, net::messag
   }
   ++incoming_active_;
   std::weak_ptr<net::connection> wc = conn;
+  if (b.plain && !pool_) { // the agent is being destroyed: its pool is gone
+    --incoming_active_;
+    send_failure(conn, id, failure::exception, "corodist::usage_error",
+                 "worker '" + opts_.name + "' is shutting down");
+    return;
+  }
   if (b.plain) {
     asio::post(*pool_, [w = weak_from_this(), ex = ex_, wc, id, work = std::move(b.plain)]() mutable {
       encoded out;
@@ -564,8 +574,19 @@ agent::~agent() {
     asio::post(im->ex_, [im] { im->close_all(); });
   if (im->pool_) {
     im->pool_->stop();
-    im->pool_->join();
+    if (loop_.running_in_this_thread()) {
+      // Joining here could deadlock: a running plain function may be waiting
+      // for something only this loop can complete. Join on a thread of its own.
+      std::thread([pool = std::move(im->pool_)] { pool->join(); }).detach();
+    } else {
+      im->pool_->join();
+    }
   }
+}
+
+void agent::refuse_on_loop_thread() {
+  if (corodist::detail::on_loop_thread())
+    corodist::detail::throw_blocking_on_loop("rpc::agent::rpc_sync (use call() in coroutines)");
 }
 
 void agent::spin_until_ready(const std::function<bool()>& ready) const {

@@ -53,6 +53,7 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   std::unordered_map<std::uint64_t, session> sessions;
   std::unordered_map<std::uint64_t, std::weak_ptr<detail::torch_session>> torch_sessions;
   std::uint64_t next_session = 1;
+  bool stopped = false; // after stop(): connections still in their handshake are closed on arrival
 };
 
 namespace {
@@ -62,6 +63,10 @@ void reply(const std::shared_ptr<net::connection>& c, std::uint64_t rid, std::ui
 } // namespace
 
 void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
+  if (stopped) {
+    conn->close();
+    return;
+  }
   const auto sid = next_session++;
   sessions[sid].conn = conn;
   conn->start(
@@ -78,6 +83,11 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
 }
 
 void store_server::impl::accept_torch(asio::ip::tcp::socket socket) {
+  if (stopped) {
+    std::error_code ignored;
+    socket.close(ignored);
+    return;
+  }
   const auto sid = next_session++;
   detail::torch_session::limits lim{opts.max_key_size, opts.max_value_size, opts.max_keys_per_request,
                                     opts.max_pending_waits, opts.max_buffered_output};
@@ -92,6 +102,7 @@ void store_server::impl::accept_torch(asio::ip::tcp::socket socket) {
 }
 
 void store_server::impl::close_all() {
+  stopped = true;
   if (listener)
     listener->close();
   std::vector<std::shared_ptr<net::connection>> conns;

@@ -17,7 +17,9 @@
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
 
+#include <algorithm>
 #include <deque>
+#include <system_error>
 #include <random>
 
 namespace corodist::store::detail {
@@ -269,9 +271,14 @@ private:
 
   asio::awaitable<guard> lock() {
     if (busy_) {
-      auto turn = std::make_shared<asio::steady_timer>(get_executor(), asio::steady_timer::time_point::max());
-      queue_.push_back(turn);
-      co_await turn->async_wait(use_tuple); // release() cancels it, handing the lock over (busy_ stays set)
+      auto t = std::make_shared<turn>(get_executor());
+      queue_.push_back(t);
+      co_await t->timer.async_wait(use_tuple); // release() grants and cancels it
+      if (!t->granted) { // the caller was cancelled while queued: leave the line
+        queue_.erase(std::remove(queue_.begin(), queue_.end(), t), queue_.end());
+        throw std::system_error(asio::error::operation_aborted, "store: PyTorch-protocol query");
+      }
+      co_return guard(this); // busy_ stayed set: the lock was handed over
     }
     busy_ = true;
     co_return guard(this);
@@ -284,7 +291,8 @@ private:
     }
     auto next = std::move(queue_.front()); // the lock passes straight to the next in line
     queue_.pop_front();
-    next->cancel();
+    next->granted = true;
+    next->timer.cancel();
   }
 
   std::uint8_t code(query q) const { return torch::encode_query(version_, q); }
@@ -395,8 +403,13 @@ private:
 
   version version_;
   std::shared_ptr<asio::ip::tcp::socket> socket_;
+  struct turn {
+    explicit turn(const asio::any_io_executor& ex) : timer(ex, asio::steady_timer::time_point::max()) {}
+    asio::steady_timer timer;
+    bool granted = false;
+  };
   bool busy_ = false;
-  std::deque<std::shared_ptr<asio::steady_timer>> queue_;
+  std::deque<std::shared_ptr<turn>> queue_;
 };
 
 } // namespace

@@ -9,6 +9,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include <algorithm>
 #include <cstring>
 
 namespace corodist::store::detail {
@@ -58,8 +59,10 @@ void torch_session::finish(bool notify) {
 
 asio::awaitable<void> torch_session::run() {
   auto self = shared_from_this();
-  // Largest query accepted: one maximal value and key, with room for framing.
-  const std::size_t max_query = limits_.max_value_size + 2 * limits_.max_key_size + 1024 * 1024;
+  // Largest query accepted: one maximal value and key with room for framing,
+  // and at least 4 maximal values (a MULTI_SET).
+  const std::size_t max_query = std::max(limits_.max_value_size + 2 * limits_.max_key_size + 1024 * 1024,
+                                         4 * limits_.max_value_size);
   std::vector<std::uint8_t> buf(read_chunk);
   std::size_t begin = 0, end = 0;
   while (!closed_) {
@@ -236,6 +239,10 @@ std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size)
       return 0;
     if (n > max_keys)
       throw protocol_error(std::to_string(n) + " keys in one query exceed the limit of " + std::to_string(max_keys));
+    torch::cursor scan = in; // all there? (without copying: see cursor::keys)
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (!scan.skip(max_key, "key") || !scan.skip(max_value, "value"))
+        return 0;
     std::vector<std::pair<std::string, std::string>> kvs(n);
     for (auto& [k, v] : kvs)
       if (!in.bytes(k, max_key, "key") || !in.bytes(v, max_value, "value"))
@@ -285,7 +292,8 @@ void torch_session::queue_output(const std::string& bytes) {
   if (closed_)
     return;
   out_ += bytes;
-  if (out_.size() + sending_.size() > limits_.max_buffered_output) {
+  // One response alone may exceed the cap (a MULTI_GET of large values).
+  if (out_.size() + sending_.size() > limits_.max_buffered_output && out_.size() + sending_.size() > bytes.size()) {
     CORODIST_LOG_WARN("store: dropping PyTorch TCPStore client {}: it does not read its responses ({} bytes queued)",
                       peer_, out_.size() + sending_.size());
     close();

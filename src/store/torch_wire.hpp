@@ -107,13 +107,32 @@ public:
     off_ += n;
     return true;
   }
-  /// A u64 count (at most `max_count`) and that many strings.
+  /// Like bytes() without copying: whether a whole length-prefixed field is there.
+  bool skip(std::size_t max, const char* what) {
+    std::uint64_t n = 0;
+    if (!u64(n))
+      return false;
+    if (n > max)
+      throw protocol_error(std::string(what) + " of " + std::to_string(n) + " bytes exceeds the limit of " +
+                           std::to_string(max));
+    if (size_ - off_ < n)
+      return false;
+    off_ += n;
+    return true;
+  }
+  /// A u64 count (at most `max_count`) and that many strings. Checks that all
+  /// are there before copying any (a long list arriving in many reads is
+  /// parsed again after each; copying only once keeps that linear).
   bool keys(std::vector<std::string>& out, std::size_t max_count, std::size_t max_key) {
     std::uint64_t n = 0;
     if (!u64(n))
       return false;
     if (n > max_count)
       throw protocol_error(std::to_string(n) + " keys in one query exceed the limit of " + std::to_string(max_count));
+    cursor scan = *this;
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (!scan.skip(max_key, "key"))
+        return false;
     out.resize(n);
     for (auto& k : out)
       if (!bytes(k, max_key, "key"))

@@ -15,6 +15,9 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/read.hpp>
 #include <asio/use_future.hpp>
 #include <asio/write.hpp>
@@ -318,6 +321,49 @@ BOOST_AUTO_TEST_CASE(pytorch_2_queues_ping_and_cancel_wait, *utf::timeout(60)) {
   BOOST_TEST(a.read<std::int64_t>() == 1);
   b.send(len + v2_socket::bytes("q2"));
   BOOST_TEST(b.read<std::int64_t>() == 1); // the next byte b reads is this answer, not a stale STOP_WAITING
+}
+
+BOOST_AUTO_TEST_CASE(pytorch_mode_caller_cancelled_while_queued, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  auto port = srv->local_endpoint().port();
+  auto native = connect(loop, port);
+  auto v2 = connect(loop, port, cs::wire_protocol::pytorch_2);
+  auto store = v2.async();
+  // A holds the connection (a get waiting for its key); B queues behind it and
+  // is cancelled by its own deadline; once A is done, C must run normally.
+  auto a = std::async(std::launch::async, [&] { return v2.get("slow", 10s); });
+  std::this_thread::sleep_for(100ms);
+  auto b = asio::co_spawn(
+      loop.get_executor(),
+      [store]() -> asio::awaitable<bool> {
+        using namespace asio::experimental::awaitable_operators;
+        asio::steady_timer t(co_await asio::this_coro::executor, 100ms);
+        auto r = co_await (store->add("counter", 1) || t.async_wait(asio::use_awaitable));
+        co_return r.index() == 1; // the deadline won
+      },
+      asio::use_future);
+  BOOST_TEST(b.get());
+  native.set("/slow", "S");
+  BOOST_TEST(a.get() == "S");
+  BOOST_TEST(v2.add("counter", 1) == 1); // B never ran, and the lock was not lost
+  BOOST_TEST(v2.get("slow", 1s) == "S");
+}
+
+BOOST_AUTO_TEST_CASE(stopped_server_closes_connections_still_sniffing, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  auto srv = start_server(loop);
+  asio::io_context ctx;
+  auto s = raw_socket(ctx, srv->local_endpoint().port()); // accepted, first byte not yet seen
+  std::this_thread::sleep_for(100ms);
+  srv->stop();
+  std::this_thread::sleep_for(100ms);
+  asio::write(s, asio::buffer(v1_set("/late", "v")));
+  BOOST_TEST(closed_by_peer(s));
+  BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 0u);
+  BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(bad_first_bytes_close_only_that_connection, *utf::timeout(60)) {

@@ -108,6 +108,7 @@ public:
   /// `usage_error` on a loop thread (use `call`).
   template <typename R, typename... A>
   R rpc_sync(worker_ref to, std::string_view fn, A&&... args) {
+    refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
     auto f = rpc_async_impl<R>(std::nullopt, to, fn, args...);
     spin_until_ready([&f] { return f.is_ready(); });
     return f.get();
@@ -116,6 +117,7 @@ public:
   /// As above with a per-call deadline.
   template <typename R, typename... A>
   R rpc_sync(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
+    refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
     auto f = rpc_async_impl<R>(timeout.value, to, fn, args...);
     spin_until_ready([&f] { return f.is_ready(); });
     return f.get();
@@ -186,6 +188,8 @@ private:
 
   // Polls `ready` for up to options' sync_spin (not on a loop thread).
   void spin_until_ready(const std::function<bool()>& ready) const;
+  /// Throws usage_error on an event-loop thread (rpc_sync would deadlock it).
+  static void refuse_on_loop_thread();
   void add_handler(std::string name, detail::handler h);
   void start_call(worker_ref to, std::string_view fn, detail::encoded call,
                   std::optional<std::chrono::milliseconds> timeout, detail::reply_handler done);
