@@ -103,6 +103,7 @@ public:
     encoded call;
     std::chrono::milliseconds timeout;
     reply_handler done;
+    clock::time_point queued_at = clock::now();
   };
   struct peer {
     std::shared_ptr<net::connection> conn;
@@ -141,6 +142,9 @@ public:
 
 private:
   asio::awaitable<void> dial(int rank);
+  /// Time left of a queued call's deadline (negative: passed).
+  static std::chrono::milliseconds left_of(const queued_call& q);
+  static std::exception_ptr timed_out(const queued_call& q, const std::string& worker);
   asio::awaitable<void> request(std::shared_ptr<net::connection> conn, int rank, std::string fn, encoded call,
                                 std::chrono::milliseconds timeout, reply_handler done);
   void send(const std::shared_ptr<net::connection>& conn, int rank, queued_call&& q);
@@ -253,7 +257,7 @@ asio::awaitable<void> agent_impl::start() {
 
 void agent_impl::issue(int rank, std::string fn, encoded call, std::chrono::milliseconds timeout, reply_handler done) {
   auto& p = peers_[static_cast<std::size_t>(rank)];
-  queued_call q{std::move(fn), std::move(call), timeout, std::move(done)};
+  queued_call q{std::move(fn), std::move(call), timeout, std::move(done), clock::now()};
   if (state_ == agent_state::stopped) {
     fail(std::make_exception_ptr(usage_error("rpc: agent '" + opts_.name + "' is shut down")), q.done);
     return;
@@ -277,6 +281,11 @@ asio::awaitable<void> agent_impl::dial(int rank) {
   std::shared_ptr<net::connection> conn;
   if (!ec) {
     auto opts = copts_;
+    // The dial may take no longer than the nearest deadline of the calls waiting for it.
+    for (auto& q : peers_[static_cast<std::size_t>(rank)].waiting)
+      if (q.timeout.count() > 0)
+        opts.handshake_timeout = std::min(opts.handshake_timeout, left_of(q));
+    opts.handshake_timeout = std::max(opts.handshake_timeout, std::chrono::milliseconds(1));
     auto [cec, c] = co_await net::connection::connect(ex_, asio::ip::tcp::endpoint(addr, w.port), opts);
     ec = cec;
     conn = std::move(c);
@@ -293,7 +302,7 @@ asio::awaitable<void> agent_impl::dial(int rank) {
     auto e = std::make_exception_ptr(connection_error("rpc: cannot connect to worker '" + w.name + "' at " + w.host +
                                                       ":" + std::to_string(w.port) + ": " + ec.message()));
     for (auto& q : waiting)
-      fail(e, q.done);
+      fail(q.timeout.count() > 0 && left_of(q).count() <= 0 ? timed_out(q, w.name) : e, q.done);
     co_return;
   }
   conn->start({}, [wk = weak_from_this(), rank, raw = conn.get()](std::error_code) {
@@ -304,8 +313,26 @@ asio::awaitable<void> agent_impl::dial(int rank) {
     }
   });
   p.conn = conn;
-  for (auto& q : waiting)
+  for (auto& q : waiting) {
+    if (q.timeout.count() > 0) { // the dial used part of the call's time
+      auto left = left_of(q);
+      if (left.count() <= 0) {
+        fail(timed_out(q, w.name), q.done);
+        continue;
+      }
+      q.timeout = left;
+    }
     send(conn, rank, std::move(q));
+  }
+}
+
+std::chrono::milliseconds agent_impl::left_of(const queued_call& q) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(q.timeout - (clock::now() - q.queued_at));
+}
+
+std::exception_ptr agent_impl::timed_out(const queued_call& q, const std::string& worker) {
+  return std::make_exception_ptr(timeout_error("rpc '" + q.fn + "' on worker '" + worker + "': no connection within " +
+                                               std::to_string(q.timeout.count()) + " ms"));
 }
 
 void agent_impl::send(const std::shared_ptr<net::connection>& conn, int rank, queued_call&& q) {

@@ -13,6 +13,8 @@
 
 #include <atomic>
 #include <cstring>
+#include <asio/post.hpp>
+
 #include <future>
 #include <latch>
 #include <numeric>
@@ -362,6 +364,21 @@ BOOST_AUTO_TEST_CASE(timeout_and_late_reply, *utf::timeout(30)) {
   BOOST_TEST(d[0].rpc_sync<int>(rpc::call_timeout{0ms}, "w1", "co_sleep_ms", 200) == 200);
   c.shutdown_all();
   d.shutdown_all();
+}
+
+BOOST_AUTO_TEST_CASE(timeout_covers_the_first_dial, *utf::timeout(30)) {
+  cluster c(2, [](rpc::agent_options& o) { o.rpc_timeout = 5s; });
+  // w1's loop is stalled: the TCP connect to it succeeds (the kernel accepts),
+  // but its hello never comes. The call's 200 ms must bound the dial too.
+  std::promise<void> release;
+  auto stalled = release.get_future().share();
+  asio::post(c.loops[1]->get_executor(), [stalled] { stalled.wait_for(3s); });
+  auto t0 = clock_type::now();
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{200ms}, "w1", "add", 1, 2), corodist::timeout_error);
+  BOOST_TEST(ms_since(t0) < 1500.0);
+  release.set_value();
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 1, 2) == 3); // a later call dials again and succeeds
+  c.shutdown_all();
 }
 
 BOOST_AUTO_TEST_CASE(usage_errors, *utf::timeout(30)) {
