@@ -447,6 +447,20 @@ BOOST_AUTO_TEST_CASE(peer_death_fails_pending_requests_within_100ms, *utf::timeo
   BOOST_CHECK(worst < 100ms);
 }
 
+BOOST_AUTO_TEST_CASE(lone_frame_above_output_cap_is_sent, *utf::timeout(60)) {
+  // The cap detects a peer that does not read: a single frame larger than it,
+  // with nothing else queued, is not that, on either side.
+  net::connection_options small;
+  small.max_buffered_output = 64 * 1024;
+  test_server srv(small);
+  asio::io_context ctx;
+  bool ok = run_coro(ctx, [&]() -> asio::awaitable<bool> {
+    auto c = co_await connect_to(srv.endpoint, small);
+    co_return co_await echo_ok(c, 1 << 20, 7); // 1 MiB out and 1 MiB back
+  }());
+  BOOST_TEST(ok);
+}
+
 BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
   asio::io_context ctx;
   tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
