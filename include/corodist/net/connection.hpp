@@ -55,7 +55,8 @@ struct connection_options {
   std::size_t max_frame_size = default_max_frame_size;
   /// Most requests this side may have awaiting a response at once.
   std::size_t max_pending_requests = default_max_pending_requests;
-  /// Queued, unwritten output above which the peer is deemed not to read and is dropped.
+  /// Queued, unwritten output above which the peer is deemed not to read and is
+  /// dropped (a lone frame larger than this, with nothing else queued, is sent).
   std::size_t max_buffered_output = default_max_buffered_output;
   /// Default deadline of `request()`; zero means none.
   std::chrono::milliseconds request_timeout = default_request_timeout;
