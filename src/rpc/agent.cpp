@@ -436,14 +436,13 @@ void agent_impl::serve(const std::shared_ptr<net::connection>& conn, net::messag
                   "function '" + std::string(name) + "': " + e.what());
     return;
   }
-  ++incoming_active_;
-  std::weak_ptr<net::connection> wc = conn;
   if (b.plain && !pool_) { // the agent is being destroyed: its pool is gone
-    --incoming_active_;
     send_failure(conn, id, failure::exception, "corodist::usage_error",
                  "worker '" + opts_.name + "' is shutting down");
     return;
   }
+  ++incoming_active_;
+  std::weak_ptr<net::connection> wc = conn;
   if (b.plain) {
     asio::post(*pool_, [w = weak_from_this(), ex = ex_, wc, id, work = std::move(b.plain)]() mutable {
       encoded out;

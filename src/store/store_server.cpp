@@ -89,9 +89,7 @@ void store_server::impl::accept_torch(asio::ip::tcp::socket socket) {
     return;
   }
   const auto sid = next_session++;
-  detail::torch_session::limits lim{opts.max_key_size, opts.max_value_size, opts.max_keys_per_request,
-                                    opts.max_pending_waits, opts.max_buffered_output};
-  auto s = std::make_shared<detail::torch_session>(std::move(socket), state, sid, lim, [w = weak_from_this(), sid] {
+  auto s = std::make_shared<detail::torch_session>(std::move(socket), state, sid, opts, [w = weak_from_this(), sid] {
     if (auto self = w.lock()) {
       self->state->drop_owner(sid);
       self->torch_sessions.erase(sid);

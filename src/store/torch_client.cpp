@@ -114,14 +114,7 @@ public:
   }
 
   /// Counts this client in the master's worker counter, as PyTorch's clients do.
-  asio::awaitable<void> register_worker() {
-    auto self = shared_from_this();
-    auto guard = co_await lock();
-    std::string q;
-    torch::encoder(q).u8(code(query::add)).bytes(init_key).i64(1);
-    co_await send(q);
-    co_await recv_i64(options().timeout);
-  }
+  asio::awaitable<void> register_worker() { co_await add_full_key(std::string(init_key), 1); }
 
 protected:
   asio::awaitable<void> do_set(std::string key, std::string value) override {
@@ -144,12 +137,7 @@ protected:
   }
 
   asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
-    auto self = shared_from_this();
-    auto guard = co_await lock();
-    std::string q;
-    torch::encoder(q).u8(code(query::add)).bytes(prefixed(key)).i64(delta);
-    co_await send(q);
-    co_return co_await recv_i64(options().timeout);
+    co_return co_await add_full_key(prefixed(key), delta);
   }
 
   asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
@@ -253,6 +241,16 @@ protected:
   }
 
 private:
+  /// ADD on `key` as sent (user keys are prefixed by the caller; "init/" is not).
+  asio::awaitable<std::int64_t> add_full_key(std::string key, std::int64_t delta) {
+    auto self = shared_from_this();
+    auto guard = co_await lock();
+    std::string q;
+    torch::encoder(q).u8(code(query::add)).bytes(key).i64(delta);
+    co_await send(q);
+    co_return co_await recv_i64(options().timeout);
+  }
+
   /// Held while one query and its response use the socket; PyTorch's protocol
   /// has no request ids, so queries run one at a time, in arrival order.
   class guard {

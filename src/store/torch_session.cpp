@@ -23,8 +23,10 @@ const char* version_name(torch::version v) { return v == torch::version::v1 ? "1
 } // namespace
 
 torch_session::torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_state> state, kv_state::owner_id id,
-                             limits lim, std::function<void()> on_close)
-    : socket_(std::move(socket)), state_(std::move(state)), id_(id), limits_(lim), on_close_(std::move(on_close)),
+                             const server_options& limits, std::function<void()> on_close)
+    : socket_(std::move(socket)), state_(std::move(state)), id_(id), on_close_(std::move(on_close)),
+      max_key_(limits.max_key_size), max_value_(limits.max_value_size), max_keys_(limits.max_keys_per_request),
+      max_pending_waits_(limits.max_pending_waits), max_output_(limits.max_buffered_output),
       registry_(&corodist::detail::registry_of(socket_.get_executor())) {
   std::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
@@ -61,8 +63,7 @@ asio::awaitable<void> torch_session::run() {
   auto self = shared_from_this();
   // Largest query accepted: one maximal value and key with room for framing,
   // and at least 4 maximal values (a MULTI_SET).
-  const std::size_t max_query = std::max(limits_.max_value_size + 2 * limits_.max_key_size + 1024 * 1024,
-                                         4 * limits_.max_value_size);
+  const std::size_t max_query = std::max(max_value_ + 2 * max_key_ + 1024 * 1024, 4 * max_value_);
   std::vector<std::uint8_t> buf(read_chunk);
   std::size_t begin = 0, end = 0;
   while (!closed_) {
@@ -128,11 +129,13 @@ std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size)
   if (!q)
     throw protocol_error("unknown PyTorch " + std::string(version_name(*version_)) + " TCPStore query code " +
                          std::to_string(code));
-  const auto max_key = limits_.max_key_size;
-  const auto max_value = limits_.max_value_size;
-  const auto max_keys = limits_.max_keys_per_request;
-  std::string out;
-  torch::encoder reply(out);
+  const auto max_key = max_key_;
+  const auto max_value = max_value_;
+  const auto max_keys = max_keys_;
+  // Responses are encoded straight into the output queue, and only once the
+  // whole query has been parsed (an incomplete one leaves nothing behind).
+  const auto queued_before = out_.size();
+  torch::encoder reply(out_);
   switch (*q) {
   case query::validate: {
     std::uint32_t magic = 0;
@@ -199,8 +202,8 @@ std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size)
     std::vector<std::string> keys;
     if (!in.keys(keys, max_keys, max_key))
       return 0;
-    if (state_->pending_waits(id_) >= limits_.max_pending_waits)
-      throw protocol_error("too many pending waits (limit " + std::to_string(limits_.max_pending_waits) + ")");
+    if (state_->pending_waits(id_) >= max_pending_waits_)
+      throw protocol_error("too many pending waits (limit " + std::to_string(max_pending_waits_) + ")");
     // No server deadline, as in PyTorch: the client times out (2.x then sends
     // CANCEL_WAIT); the wait goes when the connection does.
     state_->wait(std::move(keys), std::chrono::milliseconds(0), id_,
@@ -208,7 +211,8 @@ std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size)
                    auto self = w.lock();
                    if (!self || self->closed_ || !missing.empty())
                      return;
-                   self->queue_output(std::string(1, static_cast<char>(torch::wait_stop_waiting)));
+                   const char stop = static_cast<char>(torch::wait_stop_waiting);
+                   self->queue_output(std::string_view(&stop, 1));
                    self->flush();
                  });
     break; // answered when the keys exist (possibly at once, above)
@@ -283,19 +287,24 @@ std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size)
   case query::watch_key: // 1.13's callback registration; no Python API uses it
     throw protocol_error("PyTorch 1.13 TCPStore query WATCH_KEY is not supported");
   }
-  if (!out.empty())
-    queue_output(out);
+  // (A WAIT answered at once has flushed out_ already: then nothing was added here.)
+  if (out_.size() > queued_before)
+    check_output(out_.size() - queued_before);
   return in.consumed();
 }
 
-void torch_session::queue_output(const std::string& bytes) {
+void torch_session::queue_output(std::string_view bytes) {
   if (closed_)
     return;
   out_ += bytes;
-  // One response alone may exceed the cap (a MULTI_GET of large values).
-  if (out_.size() + sending_.size() > limits_.max_buffered_output && out_.size() + sending_.size() > bytes.size()) {
+  check_output(bytes.size());
+}
+
+void torch_session::check_output(std::size_t added) {
+  const auto queued = out_.size() + sending_.size();
+  if (queued > max_output_ && queued > added) {
     CORODIST_LOG_WARN("store: dropping PyTorch TCPStore client {}: it does not read its responses ({} bytes queued)",
-                      peer_, out_.size() + sending_.size());
+                      peer_, queued);
     close();
   }
 }

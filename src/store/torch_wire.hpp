@@ -95,30 +95,16 @@ public:
   bool u64(std::uint64_t& v) { return raw(&v, 8); }
   bool i64(std::int64_t& v) { return raw(&v, 8); }
   bool bytes(std::string& s, std::size_t max, const char* what) {
-    std::uint64_t n = 0;
-    if (!u64(n))
+    std::string_view v;
+    if (!field(v, max, what))
       return false;
-    if (n > max)
-      throw protocol_error(std::string(what) + " of " + std::to_string(n) + " bytes exceeds the limit of " +
-                           std::to_string(max));
-    if (size_ - off_ < n)
-      return false;
-    s.assign(reinterpret_cast<const char*>(data_ + off_), n);
-    off_ += n;
+    s.assign(v);
     return true;
   }
   /// Like bytes() without copying: whether a whole length-prefixed field is there.
   bool skip(std::size_t max, const char* what) {
-    std::uint64_t n = 0;
-    if (!u64(n))
-      return false;
-    if (n > max)
-      throw protocol_error(std::string(what) + " of " + std::to_string(n) + " bytes exceeds the limit of " +
-                           std::to_string(max));
-    if (size_ - off_ < n)
-      return false;
-    off_ += n;
-    return true;
+    std::string_view ignored;
+    return field(ignored, max, what);
   }
   /// A u64 count (at most `max_count`) and that many strings. Checks that all
   /// are there before copying any (a long list arriving in many reads is
@@ -142,6 +128,20 @@ public:
   std::size_t consumed() const noexcept { return off_; }
 
 private:
+  // A u64 length (at most `max`) and that many bytes, viewed in place.
+  bool field(std::string_view& v, std::size_t max, const char* what) {
+    std::uint64_t n = 0;
+    if (!u64(n))
+      return false;
+    if (n > max)
+      throw protocol_error(std::string(what) + " of " + std::to_string(n) + " bytes exceeds the limit of " +
+                           std::to_string(max));
+    if (size_ - off_ < n)
+      return false;
+    v = std::string_view(reinterpret_cast<const char*>(data_ + off_), n);
+    off_ += n;
+    return true;
+  }
   bool raw(void* p, std::size_t n) {
     if (size_ - off_ < n)
       return false;

@@ -64,6 +64,18 @@ std::shared_ptr<cs::store_server> start_server(event_loop& loop, bool torch = tr
   return cs::store_server::start(loop.get_executor(), so);
 }
 
+// A loop running a store server (PyTorch protocol on): the common test setup.
+struct served {
+  served() {
+    loop.start();
+    srv = start_server(loop);
+    port = srv->local_endpoint().port();
+  }
+  event_loop loop;
+  std::shared_ptr<cs::store_server> srv;
+  std::uint16_t port = 0;
+};
+
 cs::sync_store connect(event_loop& loop, std::uint16_t port, cs::wire_protocol protocol = cs::wire_protocol::native) {
   cs::tcp_store_options o;
   o.port = port;
@@ -176,12 +188,8 @@ void exercise(cs::sync_store& s, const std::string& ns, bool v2) {
 
 BOOST_AUTO_TEST_SUITE(pytorch_compat)
 
-BOOST_AUTO_TEST_CASE(pytorch_clients_do_every_operation_at_once, *utf::precondition(torch_available) *
+BOOST_FIXTURE_TEST_CASE(pytorch_clients_do_every_operation_at_once, served, *utf::precondition(torch_available) *
                                                                      utf::timeout(200)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
-  auto port = srv->local_endpoint().port();
   auto native = connect(loop, port);
   native.set("/from_native", "hello from corodist"); // PyTorch's get("from_native")
   run_job("ops", port, 4);
@@ -199,21 +207,14 @@ BOOST_AUTO_TEST_CASE(pytorch_clients_do_every_operation_at_once, *utf::precondit
   BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 1u);
 }
 
-BOOST_AUTO_TEST_CASE(pytorch_gloo_process_group_and_ddp_step, *utf::precondition(torch_available) *
+BOOST_FIXTURE_TEST_CASE(pytorch_gloo_process_group_and_ddp_step, served, *utf::precondition(torch_available) *
                                                                   utf::timeout(200)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
-  run_job("ddp", srv->local_endpoint().port());
+  run_job("ddp", port);
 }
 
-BOOST_AUTO_TEST_CASE(pytorch_rpc_initialised_through_our_server, *utf::precondition(torch_available) *
+BOOST_FIXTURE_TEST_CASE(pytorch_rpc_initialised_through_our_server, served, *utf::precondition(torch_available) *
                                                                      utf::timeout(200)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
-  run_job("rpc", srv->local_endpoint().port());
-  auto native = connect(loop, srv->local_endpoint().port());
+  run_job("rpc", port);
   // torchelastic's agent-store layout: PyTorch RPC's keys under /worker/attempt_0/.
   BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) > 2u);
 }
@@ -247,11 +248,7 @@ BOOST_AUTO_TEST_CASE(our_client_against_a_pytorch_master, *utf::precondition(tor
   BOOST_TEST(rc == 0);
 }
 
-BOOST_AUTO_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native, *utf::timeout(60)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
-  auto port = srv->local_endpoint().port();
+BOOST_FIXTURE_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native, served, *utf::timeout(60)) {
   auto native = connect(loop, port);
   auto v1 = connect(loop, port, cs::wire_protocol::pytorch_1_13);
   auto v2 = connect(loop, port, cs::wire_protocol::pytorch_2);
@@ -287,11 +284,7 @@ BOOST_AUTO_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native, *
   BOOST_TEST(native.get("/many", 1s) == "50");
 }
 
-BOOST_AUTO_TEST_CASE(pytorch_2_queues_ping_and_cancel_wait, *utf::timeout(60)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
-  auto port = srv->local_endpoint().port();
+BOOST_FIXTURE_TEST_CASE(pytorch_2_queues_ping_and_cancel_wait, served, *utf::timeout(60)) {
   asio::io_context ctx;
   v2_socket a(ctx, port), b(ctx, port);
   constexpr char push = 14, pop = 15, len = 16, wait = 6, check = 5, cancel = 12;
@@ -323,11 +316,7 @@ BOOST_AUTO_TEST_CASE(pytorch_2_queues_ping_and_cancel_wait, *utf::timeout(60)) {
   BOOST_TEST(b.read<std::int64_t>() == 1); // the next byte b reads is this answer, not a stale STOP_WAITING
 }
 
-BOOST_AUTO_TEST_CASE(pytorch_mode_caller_cancelled_while_queued, *utf::timeout(60)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
-  auto port = srv->local_endpoint().port();
+BOOST_FIXTURE_TEST_CASE(pytorch_mode_caller_cancelled_while_queued, served, *utf::timeout(60)) {
   auto native = connect(loop, port);
   auto v2 = connect(loop, port, cs::wire_protocol::pytorch_2);
   auto store = v2.async();
@@ -351,12 +340,9 @@ BOOST_AUTO_TEST_CASE(pytorch_mode_caller_cancelled_while_queued, *utf::timeout(6
   BOOST_TEST(v2.get("slow", 1s) == "S");
 }
 
-BOOST_AUTO_TEST_CASE(stopped_server_closes_connections_still_sniffing, *utf::timeout(60)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
+BOOST_FIXTURE_TEST_CASE(stopped_server_closes_connections_still_sniffing, served, *utf::timeout(60)) {
   asio::io_context ctx;
-  auto s = raw_socket(ctx, srv->local_endpoint().port()); // accepted, first byte not yet seen
+  auto s = raw_socket(ctx, port); // accepted, first byte not yet seen
   std::this_thread::sleep_for(100ms);
   srv->stop();
   std::this_thread::sleep_for(100ms);
@@ -366,11 +352,7 @@ BOOST_AUTO_TEST_CASE(stopped_server_closes_connections_still_sniffing, *utf::tim
   BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(bad_first_bytes_close_only_that_connection, *utf::timeout(60)) {
-  event_loop loop;
-  loop.start();
-  auto srv = start_server(loop);
-  auto port = srv->local_endpoint().port();
+BOOST_FIXTURE_TEST_CASE(bad_first_bytes_close_only_that_connection, served, *utf::timeout(60)) {
   auto native = connect(loop, port);
   auto v2 = connect(loop, port, cs::wire_protocol::pytorch_2);
   native.set("keep", "safe");
