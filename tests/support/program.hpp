@@ -3,7 +3,7 @@
 // captured, reads its output line by line or to the end, and kills and reaps
 // it at scope exit if it is still running. Every wait has a deadline.
 
-#include <boost/test/unit_test.hpp>
+#include "support/child_process.hpp"
 
 #include <chrono>
 #include <csignal>
@@ -11,44 +11,30 @@
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
 #include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 namespace corodist::test {
 
+/// A child_process that execs a program, with its output on a pipe.
 class program {
 public:
   /// Starts `argv[0]` (looked up in PATH) with `argv`.
-  explicit program(const std::vector<std::string>& argv) {
-    int fds[2];
-    BOOST_REQUIRE(::pipe2(fds, O_CLOEXEC) == 0);
-    pid_ = ::fork();
-    BOOST_REQUIRE_MESSAGE(pid_ >= 0, "fork failed");
-    if (pid_ == 0) {
-      ::dup2(fds[1], 1);
-      ::dup2(fds[1], 2);
-      std::vector<char*> args;
-      for (auto& a : argv)
-        args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execvp(args[0], args.data());
-      ::_exit(127);
-    }
-    ::close(fds[1]);
-    out_ = fds[0];
+  explicit program(const std::vector<std::string>& argv)
+      : child_([this, argv] {
+          ::dup2(pipe_.write_end(), 1);
+          ::dup2(pipe_.write_end(), 2);
+          pipe_.close_read();
+          pipe_.close_write();
+          std::vector<char*> args;
+          for (auto& a : argv)
+            args.push_back(const_cast<char*>(a.c_str()));
+          args.push_back(nullptr);
+          ::execvp(args[0], args.data());
+          return 127;
+        }) {
+    pipe_.close_write();
   }
-  ~program() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-    if (out_ >= 0)
-      ::close(out_);
-  }
-  program(const program&) = delete;
-  program& operator=(const program&) = delete;
 
   /// The next line of output (without the newline), or nullopt at end of
   /// output or after `timeout`.
@@ -75,11 +61,9 @@ public:
     output_ += buf_;
     buf_.clear();
     if (std::chrono::steady_clock::now() >= deadline)
-      ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      ::kill(child_.pid(), SIGKILL);
+    int rc = child_.wait();
+    return rc >= 128 ? -1 : rc;
   }
 
   /// Everything read so far.
@@ -92,12 +76,12 @@ private:
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0)
         return false;
-      pollfd p{out_, POLLIN, 0};
+      pollfd p{pipe_.read_end(), POLLIN, 0};
       int r = ::poll(&p, 1, static_cast<int>(std::min<long>(left.count(), 200)));
       if (r <= 0)
         continue;
       char chunk[4096];
-      ssize_t n = ::read(out_, chunk, sizeof chunk);
+      ssize_t n = ::read(pipe_.read_end(), chunk, sizeof chunk);
       if (n <= 0)
         return false;
       buf_.append(chunk, static_cast<std::size_t>(n));
@@ -105,8 +89,8 @@ private:
     }
   }
 
-  pid_t pid_ = -1;
-  int out_ = -1;
+  pipe_pair pipe_; // before child_: the child uses it, and it closes after the child is reaped
+  child_process child_;
   std::string buf_;
   std::string output_;
 };
