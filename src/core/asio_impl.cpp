@@ -1,2 +1,13 @@
 // The one translation unit that compiles Asio (ASIO_SEPARATE_COMPILATION).
+#if CORODIST_IO_URING
+#include "core/ring_setup.hpp"
+#include <liburing.h>
+// Asio 1.22 creates its ring with `io_uring_queue_init(entries, ring, 0)` in
+// io_uring_service::init_ring(), its only call of that function: route it through
+// init_asio_ring so rings made by event_loop get its setup flags (core/ring_setup.hpp).
+#define io_uring_queue_init corodist::detail::init_asio_ring
+#endif
 #include <asio/impl/src.hpp>
+#if CORODIST_IO_URING
+#undef io_uring_queue_init
+#endif

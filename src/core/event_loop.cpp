@@ -3,8 +3,12 @@
 
 #include "core/io_registry.hpp"
 #include "core/log.hpp"
+#if CORODIST_IO_URING
+#include "core/ring_setup.hpp"
+#endif
 
 #include <asio/executor_work_guard.hpp>
+#include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -85,7 +89,15 @@ void event_loop::probe_io_uring() {
 event_loop::event_loop() {
   probe_io_uring();
   try {
+#if CORODIST_IO_URING
+    // One thread submits to and reaps this ring: it can take the cooperative flags.
+    const detail::ring_flags_scope flags(detail::owned_loop_ring_flags());
+#endif
     owned_ = std::make_unique<asio::io_context>(1);
+#if CORODIST_IO_URING
+    // Asio makes the ring lazily, with the first I/O object: make it here, inside the scope.
+    asio::steady_timer make_ring(*owned_);
+#endif
   } catch (const std::system_error& e) {
     throw_io_uring_unavailable(e.code().value(), "asio::io_context");
   }

@@ -7,6 +7,10 @@
 #include <corodist/core/logging.hpp>
 
 #include "support/coro_test.hpp"
+#if CORODIST_IO_URING
+#include "core/ring_setup.hpp"
+#include <liburing.h>
+#endif
 #include "support/loop_helpers.hpp"
 
 #include <asio/bind_executor.hpp>
@@ -61,6 +65,39 @@ BOOST_AUTO_TEST_CASE(backend_is_reported, *utf::timeout(10)) {
   BOOST_TEST(event_loop::backend() == "epoll");
 #endif
 }
+
+#if CORODIST_IO_URING
+// An owned loop's ring takes COOP_TASKRUN | TASKRUN_FLAG where the kernel has them (5.19+);
+// an io_context a user makes keeps Asio's own setup (flags 0).
+BOOST_AUTO_TEST_CASE(owned_rings_are_cooperative_users_rings_untouched, *utf::timeout(30)) {
+  const unsigned coop = IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG;
+  BOOST_TEST(corodist::detail::owned_loop_ring_flags() == coop);
+  io_uring probe;
+  io_uring_params params{};
+  params.flags = coop;
+  const bool kernel_has_coop = io_uring_queue_init_params(4, &probe, &params) == 0;
+  if (kernel_has_coop)
+    io_uring_queue_exit(&probe);
+  {
+    event_loop loop;
+    BOOST_TEST(corodist::detail::last_ring_flags() == (kernel_has_coop ? coop : 0u));
+    loop.start();
+    // Completions reach the cooperative ring: a timer and cross-thread posts.
+    BOOST_TEST(on_loop(loop, [] { return 7; }) == 7);
+    auto fired = on_loop(loop, [&loop] {
+      auto t = std::make_shared<asio::steady_timer>(loop.get_executor(), 5ms);
+      auto p = std::make_shared<std::promise<void>>();
+      auto f = p->get_future();
+      t->async_wait([t, p](std::error_code) { p->set_value(); });
+      return f;
+    });
+    BOOST_TEST((fired.wait_for(10s) == std::future_status::ready));
+  }
+  asio::io_context users;
+  asio::steady_timer makes_users_ring(users); // Asio makes a ring with the first I/O object
+  BOOST_TEST(corodist::detail::last_ring_flags() == 0u);
+}
+#endif
 
 BOOST_AUTO_TEST_CASE(embedded_mode_runs_on_users_context, *utf::timeout(30)) {
   asio::io_context ctx;
