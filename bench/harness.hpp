@@ -143,6 +143,18 @@ struct bulk_result {
 /// `chunk_bytes` buffer and times first byte to last byte.
 bulk_result raw_bulk(std::uint64_t total_bytes, std::size_t chunk_bytes);
 
+struct fanin_result {
+  double ops_per_s = not_applicable;
+  double seconds = 0;
+  std::size_t messages = 0;
+};
+
+/// `connections` loopback TCP connections, one thread per side with epoll
+/// and blocking recv/send, one `message_bytes` message in flight on each
+/// connection until `total` have round-tripped: the socket floor for the
+/// many-clients cases.
+fanin_result raw_fanin(int connections, std::size_t message_bytes, std::size_t total);
+
 /// Raw 64 B ping-pong p50 in microseconds (same sample counts as the raw suite).
 double measure_raw_floor(bool quick);
 

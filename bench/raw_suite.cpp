@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -29,6 +30,8 @@ using clock_type = std::chrono::steady_clock;
 constexpr int io_timeout_s = 10; // every blocking socket call gives up after this
 constexpr std::size_t pingpong_bytes = 64;
 constexpr std::size_t pingpong_warmup = 2'000;
+constexpr int fanin_connections = 64;
+constexpr std::size_t fanin_bytes = 64;
 constexpr std::size_t bulk_chunk = std::size_t{1} << 20; // 1 MiB
 
 std::size_t pingpong_samples(bool quick) { return quick ? 20'000 : 200'000; }
@@ -206,6 +209,98 @@ private:
   std::thread thread_; // last: started once the members above exist
 };
 
+
+/// Epoll descriptor with every fd of `fds` registered for EPOLLIN (data.u32 = index).
+socket_fd epoll_over(const std::vector<int>& fds) {
+  socket_fd ep(::epoll_create1(EPOLL_CLOEXEC));
+  if (ep.get() < 0) throw_errno("epoll_create1");
+  for (std::size_t i = 0; i < fds.size(); ++i) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u32 = static_cast<std::uint32_t>(i);
+    if (::epoll_ctl(ep.get(), EPOLL_CTL_ADD, fds[i], &ev) != 0) throw_errno("epoll_ctl");
+  }
+  return ep;
+}
+
+/// Waits for readable fds; throws after io_timeout_s without any.
+int wait_ready(int ep, epoll_event* events, int max_events) {
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int n = ::epoll_wait(ep, events, max_events, io_timeout_s * 1000);
+    if (n > 0) return n;
+    if (n == 0) throw std::runtime_error("epoll_wait: timed out after " + std::to_string(io_timeout_s) + " s");
+    if (errno != EINTR) throw_errno("epoll_wait");
+  }
+  throw std::runtime_error("epoll_wait: interrupted too often");
+}
+
+} // namespace
+
+fanin_result raw_fanin(int connections, std::size_t message_bytes, std::size_t total) {
+  if (connections <= 0 || message_bytes == 0)
+    throw std::invalid_argument("raw_fanin: connections and message_bytes must be > 0");
+  std::vector<tcp_pair> pairs;
+  std::vector<int> client_fds, server_fds;
+  for (int i = 0; i < connections; ++i) {
+    pairs.push_back(connect_loopback());
+    client_fds.push_back(pairs.back().client.get());
+    server_fds.push_back(pairs.back().server.get());
+  }
+  // Server: one thread, epoll over every connection, answers each message.
+  // A client shutdown reads as EOF; the thread ends once every connection has.
+  peer_thread server(server_fds.front(), [&server_fds, message_bytes] {
+    const socket_fd ep = epoll_over(server_fds);
+    std::vector<epoll_event> events(server_fds.size());
+    std::vector<char> buf(message_bytes);
+    std::size_t open = server_fds.size();
+    while (open > 0) {
+      const int n = wait_ready(ep.get(), events.data(), static_cast<int>(events.size()));
+      for (int i = 0; i < n; ++i) {
+        const int fd = server_fds[events[i].data.u32];
+        if (!recv_full(fd, buf.data(), message_bytes)) {
+          ::epoll_ctl(ep.get(), EPOLL_CTL_DEL, fd, nullptr);
+          --open;
+          continue;
+        }
+        send_full(fd, buf.data(), message_bytes);
+      }
+    }
+  });
+
+  // Clients: this thread keeps one message in flight on every connection.
+  const socket_fd ep = epoll_over(client_fds);
+  std::vector<epoll_event> events(client_fds.size());
+  std::vector<char> out(message_bytes, 'q'), in(message_bytes);
+  std::size_t issued = 0, completed = 0;
+  const auto start = clock_type::now();
+  for (int fd : client_fds) {
+    if (issued == total) break;
+    send_full(fd, out.data(), message_bytes);
+    ++issued;
+  }
+  while (completed < issued) { // each pass completes at least one message or throws
+    const int n = wait_ready(ep.get(), events.data(), static_cast<int>(events.size()));
+    for (int i = 0; i < n; ++i) {
+      const int fd = client_fds[events[i].data.u32];
+      if (!recv_full(fd, in.data(), message_bytes)) throw std::runtime_error("raw_fanin: server closed");
+      ++completed;
+      if (issued < total) {
+        send_full(fd, out.data(), message_bytes);
+        ++issued;
+      }
+    }
+  }
+  fanin_result result;
+  result.seconds = seconds_between(start, clock_type::now());
+  result.messages = completed;
+  result.ops_per_s = static_cast<double>(completed) / result.seconds;
+  for (int fd : client_fds) ::shutdown(fd, SHUT_WR);
+  server.join();
+  return result;
+}
+
+namespace {
+
 void run_raw_suite(context& ctx) {
   const auto pp = raw_pingpong(pingpong_bytes, pingpong_warmup, pingpong_samples(ctx.quick),
                                pingpong_budget_s(ctx.quick));
@@ -223,6 +318,16 @@ void run_raw_suite(context& ctx) {
              {"chunk_bytes", static_cast<double>(bulk_chunk)},
              {"seconds", bulk.seconds}};
   ctx.report(std::move(b));
+
+  const auto fan = raw_fanin(fanin_connections, fanin_bytes, ctx.quick ? 200'000 : 1'000'000);
+  record f;
+  f.suite = "raw";
+  f.name = "fanin_64_conns";
+  f.ops_per_s = fan.ops_per_s;
+  f.extra = {{"connections", double(fanin_connections)},
+             {"message_bytes", double(fanin_bytes)},
+             {"messages", static_cast<double>(fan.messages)}};
+  ctx.report(std::move(f));
 }
 
 const suite_registrar registrar("raw", &run_raw_suite, 0);
