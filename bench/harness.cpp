@@ -116,8 +116,9 @@ void context::report(record r) {
   // Headline figures of cases that are neither latency nor bandwidth go after the row.
   std::string notes;
   for (const auto& [key, value] : r.extra)
-    if (key == "rendezvous_s" || key == "bytes_per_conn")
-      notes += fmt::format("  {}={:.4g}", key, value);
+    if (key == "rendezvous_s" || key == "bytes_per_conn" || key == "raw_fanin_ops_per_s" || key == "of_raw_fanin")
+      notes += key.ends_with("ops_per_s") ? fmt::format("  {}={:.0f}", key, value)
+                                          : fmt::format("  {}={:.4g}", key, value);
   fmt::print(table_out, row_format, r.suite, r.name, cell(r.p50_us, 2), cell(r.p99_us, 2),
              cell(r.ops_per_s, 0), cell(r.gbytes_per_s, 2), cell(ratio_of(r), 2));
   fmt::print(table_out, "{}\n", notes);
