@@ -1,14 +1,13 @@
 #include <corodist/net/connection.hpp>
 
+#include "core/deadline.hpp"
+#include "core/io_registry.hpp"
 #include "core/log.hpp"
 #include "net/auth.hpp"
 #include "net/buffer_cache.hpp"
-#include "core/io_registry.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/this_coro.hpp>
@@ -25,7 +24,7 @@ namespace corodist::net {
 
 namespace {
 
-constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+using corodist::detail::use_tuple;
 // Size of the per-thread read buffer; a frame that does not fit is read straight
 // into its own buffer.
 constexpr std::size_t read_buffer_size = 64 * 1024;
@@ -150,12 +149,8 @@ asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, cons
 // Runs `op`, giving up with hello_timeout after `timeout` (the op is cancelled).
 asio::awaitable<std::error_code> with_deadline(asio::awaitable<std::error_code> op,
                                                std::chrono::milliseconds timeout) {
-  using namespace asio::experimental::awaitable_operators;
-  asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
-  auto r = co_await (std::move(op) || timer.async_wait(use_tuple));
-  if (r.index() == 0)
-    co_return std::get<0>(r);
-  co_return errc::hello_timeout;
+  auto r = co_await corodist::detail::within(std::move(op), timeout);
+  co_return r ? *r : make_error_code(errc::hello_timeout);
 }
 
 } // namespace

@@ -1,19 +1,18 @@
 #include <corodist/net/listener.hpp>
 
-#include "core/log.hpp"
+#include "core/deadline.hpp"
 #include "core/io_registry.hpp"
+#include "core/log.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
 namespace corodist::net {
 
 namespace {
-constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+using corodist::detail::use_tuple;
 // Pause after an accept error such as EMFILE, so a full fd table is not spun on.
 constexpr auto accept_error_backoff = std::chrono::milliseconds(20);
 } // namespace
@@ -79,15 +78,14 @@ asio::awaitable<void> listener::accept_loop() {
 }
 
 asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
-  using namespace asio::experimental::awaitable_operators;
   auto self = shared_from_this();
   std::error_code ignored;
   auto peer = socket.remote_endpoint(ignored);
   std::array<std::uint8_t, 1> first{};
-  asio::steady_timer timer(socket.get_executor(), opts_.handshake_timeout);
-  auto r = co_await (socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple) ||
-                     timer.async_wait(use_tuple));
-  if (r.index() == 1) { // silent: no byte within the handshake timeout
+  auto r = co_await corodist::detail::within(
+      socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple),
+      opts_.handshake_timeout);
+  if (!r) { // silent: no byte within the handshake timeout
     if (foreign_->take_silent && socket.is_open()) {
       socket.set_option(asio::socket_base::keep_alive(true), ignored);
       foreign_->take(std::move(socket));
@@ -97,7 +95,7 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
     }
     co_return;
   }
-  auto [ec, n] = std::get<0>(r);
+  auto [ec, n] = *r;
   if (ec || n == 0)
     co_return; // closed before saying anything
   if (first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff))

@@ -3,6 +3,7 @@
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 
+#include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "store/codec.hpp"
 #include "store/kv_state.hpp"
@@ -24,7 +25,7 @@ using detail::status;
 using detail::writer;
 
 namespace {
-constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+using corodist::detail::use_tuple;
 constexpr auto first_backoff = std::chrono::milliseconds(10);
 constexpr auto max_backoff = std::chrono::milliseconds(1000);
 // The server times waits out; the client's own deadline comes this much later.

@@ -5,14 +5,13 @@
 #include <corodist/net/errors.hpp>
 #include <corodist/store/tcp_store.hpp>
 
+#include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "store/kv_state.hpp"
 #include "store/tcp_connect.hpp"
 #include "store/torch_wire.hpp"
 
 #include <asio/connect.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/write.hpp>
@@ -20,18 +19,18 @@
 #include <algorithm>
 #include <deque>
 #include <system_error>
+#include <tuple>
 #include <random>
 
 namespace corodist::store::detail {
 
 namespace {
 
-using namespace asio::experimental::awaitable_operators;
 using torch::query;
 using torch::version;
 using ms = std::chrono::milliseconds;
 
-constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+using corodist::detail::use_tuple;
 // PyTorch's client puts this before every user key; its worker counter key has none.
 constexpr std::string_view key_prefix = "/";
 constexpr std::string_view init_key = "init/";
@@ -40,41 +39,35 @@ std::string where(const asio::ip::tcp::endpoint& ep) {
   return ep.address().to_string() + ":" + std::to_string(ep.port());
 }
 
-/// Runs a socket operation with a deadline (zero: none); the operation is
+/// Awaits a socket transfer within `deadline` (zero: no deadline); the transfer is
 /// cancelled when the deadline passes, which gives asio::error::timed_out.
-template <typename Op>
-asio::awaitable<std::error_code> with_deadline(asio::ip::tcp::socket& s, ms deadline, Op op) {
+asio::awaitable<std::error_code> with_deadline(asio::awaitable<std::tuple<std::error_code, std::size_t>> op,
+                                               ms deadline) {
   if (deadline.count() <= 0) {
-    auto [ec, n] = co_await op(s);
+    auto [ec, n] = co_await std::move(op);
     co_return ec;
   }
-  asio::steady_timer timer(s.get_executor(), deadline);
-  auto r = co_await (op(s) || timer.async_wait(use_tuple));
-  if (r.index() == 1)
+  auto r = co_await corodist::detail::within(std::move(op), deadline);
+  if (!r)
     co_return asio::error::timed_out;
-  co_return std::get<0>(std::get<0>(r));
+  co_return std::get<0>(*r);
 }
 
 asio::awaitable<std::error_code> write_all(asio::ip::tcp::socket& s, const std::string& bytes, ms deadline) {
-  co_return co_await with_deadline(s, deadline, [&](asio::ip::tcp::socket& sock) {
-    return asio::async_write(sock, asio::buffer(bytes), use_tuple);
-  });
+  co_return co_await with_deadline(asio::async_write(s, asio::buffer(bytes), use_tuple), deadline);
 }
 
 asio::awaitable<std::error_code> read_exact(asio::ip::tcp::socket& s, void* p, std::size_t n, ms deadline) {
-  co_return co_await with_deadline(s, deadline, [&](asio::ip::tcp::socket& sock) {
-    return asio::async_read(sock, asio::buffer(p, n), use_tuple);
-  });
+  co_return co_await with_deadline(asio::async_read(s, asio::buffer(p, n), use_tuple), deadline);
 }
 
 /// TCP connect plus, for 2.x, the VALIDATE + PING exchange, within `deadline`.
 asio::awaitable<std::error_code> open_socket(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep, version v,
                                              ms deadline) {
-  asio::steady_timer timer(s.get_executor(), deadline);
-  auto r = co_await (s.async_connect(ep, use_tuple) || timer.async_wait(use_tuple));
-  if (r.index() == 1)
+  auto r = co_await corodist::detail::within(s.async_connect(ep, use_tuple), deadline);
+  if (!r)
     co_return net::errc::hello_timeout;
-  if (auto [ec] = std::get<0>(r); ec)
+  if (auto [ec] = *r; ec)
     co_return ec;
   std::error_code ignored;
   s.set_option(asio::ip::tcp::no_delay(true), ignored);

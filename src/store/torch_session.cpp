@@ -1,5 +1,6 @@
 #include "store/torch_session.hpp"
 
+#include "core/deadline.hpp"
 #include "core/io_registry.hpp"
 #include "core/log.hpp"
 
@@ -15,7 +16,7 @@
 namespace corodist::store::detail {
 
 namespace {
-constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitable);
+using corodist::detail::use_tuple;
 constexpr std::size_t read_chunk = 64 * 1024;
 
 const char* version_name(torch::version v) { return v == torch::version::v1 ? "1.13" : "2.x"; }
@@ -24,10 +25,10 @@ const char* version_name(torch::version v) { return v == torch::version::v1 ? "1
 
 torch_session::torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_state> state, kv_state::owner_id id,
                              const server_options& limits, std::function<void()> on_close)
-    : socket_(std::move(socket)), state_(std::move(state)), id_(id), on_close_(std::move(on_close)),
-      max_key_(limits.max_key_size), max_value_(limits.max_value_size), max_keys_(limits.max_keys_per_request),
+    : socket_(std::move(socket)), state_(std::move(state)), id_(id), max_key_(limits.max_key_size),
+      max_value_(limits.max_value_size), max_keys_(limits.max_keys_per_request),
       max_pending_waits_(limits.max_pending_waits), max_output_(limits.max_buffered_output),
-      registry_(&corodist::detail::registry_of(socket_.get_executor())) {
+      on_close_(std::move(on_close)), registry_(&corodist::detail::registry_of(socket_.get_executor())) {
   std::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
