@@ -139,6 +139,7 @@ public:
   std::unordered_map<net::connection*, std::weak_ptr<net::connection>> incoming_;
   std::uint64_t incoming_active_ = 0; // calls received, reply not yet queued
   std::uint64_t calls_received_ = 0;
+  asio::steady_timer* idle_waiter_ = nullptr; // wait_idle's timer while it waits
 
 private:
   asio::awaitable<void> dial(int rank);
@@ -158,6 +159,11 @@ private:
   asio::awaitable<void> wait_idle(clock::time_point deadline);
   asio::awaitable<void> join();
   std::uint64_t active() const { return outgoing_active_.load() + incoming_active_; }
+  /// After a call finished (loop only): wakes wait_idle once nothing is in flight.
+  void call_ended() {
+    if (idle_waiter_ && active() == 0)
+      idle_waiter_->cancel();
+  }
 };
 
 // ---- start --------------------------------------------------------------------
@@ -349,12 +355,14 @@ asio::awaitable<void> agent_impl::request(std::shared_ptr<net::connection> conn,
 
 void agent_impl::fail(std::exception_ptr e, reply_handler& done) {
   --outgoing_active_;
+  call_ended();
   done(reply{std::move(e), {}});
 }
 
 void agent_impl::finish(int rank, const std::string& fn, net::response&& r, reply_handler& done) {
   const auto& worker = workers_[static_cast<std::size_t>(rank)].name;
   --outgoing_active_;
+  call_ended(); // wait_idle resumes later, through the loop: after this reply is delivered
   if (r.ec) {
     std::exception_ptr e;
     try {
@@ -469,6 +477,7 @@ void agent_impl::serve(const std::shared_ptr<net::connection>& conn, net::messag
 void agent_impl::send_reply(const std::weak_ptr<net::connection>& wc, std::uint64_t id, encoded out,
                        std::exception_ptr err) {
   --incoming_active_;
+  call_ended(); // wait_idle resumes later, through the loop: after this reply is queued
   auto c = wc.lock();
   if (!c || !c->is_open())
     return; // the caller is gone (it sees connection_error)
@@ -492,15 +501,20 @@ void agent_impl::send_reply(const std::weak_ptr<net::connection>& wc, std::uint6
 // ---- shutdown -----------------------------------------------------------------
 
 asio::awaitable<void> agent_impl::wait_idle(clock::time_point deadline) {
-  asio::steady_timer t(ex_);
-  while (active() > 0) {
-    if (clock::now() >= deadline)
-      throw timeout_error("rpc: agent '" + opts_.name + "' shutdown: " + std::to_string(outgoing_active_.load()) +
-                          " outgoing and " + std::to_string(incoming_active_) + " incoming calls still in flight after " +
-                          std::to_string(opts_.shutdown_timeout.count()) + " ms");
-    t.expires_after(std::chrono::milliseconds(1));
+  // Sleeps until the deadline; call_ended() cancels the wait when the last call ends.
+  // A call may start again in between (another thread's rpc_async), hence the loop.
+  asio::steady_timer t(ex_, deadline);
+  idle_waiter_ = &t;
+  struct reset {
+    asio::steady_timer*& waiter;
+    ~reset() { waiter = nullptr; }
+  } guard{idle_waiter_};
+  while (active() > 0 && clock::now() < deadline)
     co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-  }
+  if (active() > 0)
+    throw timeout_error("rpc: agent '" + opts_.name + "' shutdown: " + std::to_string(outgoing_active_.load()) +
+                        " outgoing and " + std::to_string(incoming_active_) + " incoming calls still in flight after " +
+                        std::to_string(opts_.shutdown_timeout.count()) + " ms");
 }
 
 // PyTorch's _wait_all_workers, on the store: in rounds, each worker waits

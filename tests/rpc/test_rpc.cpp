@@ -499,6 +499,37 @@ BOOST_AUTO_TEST_CASE(graceful_with_late_nested_calls, *utf::timeout(60)) {
   BOOST_TEST(done.load() == 1);
 }
 
+// A call that outlasts shutdown_timeout makes graceful shutdown give up with a
+// timeout_error that says what is still in flight; the caller's call then fails.
+// A call that ends before the timeout lets shutdown finish right after it.
+BOOST_AUTO_TEST_CASE(graceful_shutdown_gives_up_after_its_timeout, *utf::timeout(30)) {
+  {
+    cluster c(2, [](rpc::agent_options& o) { o.shutdown_timeout = 400ms; });
+    auto short_call = c[0].rpc_async<int>("w1", "co_sleep_ms", 100);
+    const auto t0 = clock_type::now();
+    c.shutdown_all();
+    BOOST_TEST(short_call.get() == 100);
+    BOOST_TEST(ms_since(t0) < 400.0); // ended with the call, not at the timeout
+  }
+  cluster c(2, [](rpc::agent_options& o) { o.shutdown_timeout = 300ms; });
+  auto f = c[0].rpc_async<int>("w1", "co_sleep_ms", 5000);
+  std::this_thread::sleep_for(50ms);
+  std::atomic<int> timeouts{0}, named{0};
+  const auto t0 = clock_type::now();
+  c.for_each_agent([&](rpc::agent& a, int) {
+    try {
+      a.shutdown();
+    } catch (const corodist::timeout_error& e) {
+      ++timeouts;
+      named += std::string(e.what()).find("still in flight") != std::string::npos;
+    }
+  });
+  BOOST_TEST(timeouts.load() == 2);
+  BOOST_TEST(named.load() == 2);
+  BOOST_TEST(ms_since(t0) < 3000.0);
+  BOOST_CHECK_THROW(f.get(), corodist::connection_error);
+}
+
 // shutdown(false) closes at once: the caller's pending calls fail promptly.
 BOOST_AUTO_TEST_CASE(immediate_shutdown, *utf::timeout(30)) {
   cluster c(2);
