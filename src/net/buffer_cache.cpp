@@ -1,7 +1,13 @@
 #include "net/buffer_cache.hpp"
 
+#include "core/log.hpp"
+
 #include <sys/mman.h>
 
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <vector>
 
@@ -10,13 +16,29 @@ namespace corodist::net::detail {
 namespace {
 
 constexpr std::size_t max_buffers = 4;
-constexpr std::size_t max_bytes = std::size_t{512} << 20;
 constexpr std::size_t huge_page = std::size_t{2} << 20;
+
+/// The starting cap: CORODIST_BUFFER_CACHE_MIB when it holds a number, else the default.
+std::size_t initial_limit() {
+  const char* env = std::getenv("CORODIST_BUFFER_CACHE_MIB");
+  if (env == nullptr || *env == '\0')
+    return default_buffer_cache_bytes;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long mib = std::strtoull(env, &end, 10);
+  if (errno != 0 || *end != '\0' || *env == '-' || mib > (std::numeric_limits<std::size_t>::max() >> 20)) {
+    CORODIST_LOG_WARN("CORODIST_BUFFER_CACHE_MIB='{}' is not a size in MiB; using {} MiB", env,
+                      default_buffer_cache_bytes >> 20);
+    return default_buffer_cache_bytes;
+  }
+  return static_cast<std::size_t>(mib) << 20;
+}
 
 struct cache {
   std::mutex mutex;
   std::vector<bytes> buffers;
   std::size_t bytes_held = 0;
+  std::size_t limit = initial_limit();
 };
 
 cache& the_cache() {
@@ -71,7 +93,7 @@ void recycle_large_buffer(bytes&& b) noexcept {
     return;
   auto& c = the_cache();
   std::lock_guard lk(c.mutex);
-  if (c.buffers.size() >= max_buffers || c.bytes_held + cap > max_bytes)
+  if (c.buffers.size() >= max_buffers || c.bytes_held + cap > c.limit)
     return; // freed after the lock is released (`dropped` is declared before it)
   c.bytes_held += cap;
   try {
@@ -81,4 +103,32 @@ void recycle_large_buffer(bytes&& b) noexcept {
   }
 }
 
+std::size_t cached_bytes() noexcept {
+  auto& c = the_cache();
+  std::lock_guard lk(c.mutex);
+  return c.bytes_held;
+}
+
 } // namespace corodist::net::detail
+
+namespace corodist::net {
+
+void set_buffer_cache_limit(std::size_t max_bytes) noexcept {
+  auto& c = detail::the_cache();
+  std::array<bytes, detail::max_buffers> freed; // released after the lock
+  std::lock_guard lk(c.mutex);
+  c.limit = max_bytes;
+  for (std::size_t i = 0; c.bytes_held > c.limit && !c.buffers.empty(); ++i) {
+    c.bytes_held -= c.buffers.back().capacity();
+    freed[i] = std::move(c.buffers.back());
+    c.buffers.pop_back();
+  }
+}
+
+std::size_t buffer_cache_limit() noexcept {
+  auto& c = detail::the_cache();
+  std::lock_guard lk(c.mutex);
+  return c.limit;
+}
+
+} // namespace corodist::net

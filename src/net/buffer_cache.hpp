@@ -15,7 +15,10 @@ inline constexpr std::size_t recycle_min_size = std::size_t{1} << 20;
 bytes acquire_large_buffer(std::size_t n);
 
 /// Offers `b` for reuse (kept if large enough and the cache has room: at most
-/// 4 buffers, 512 MiB in all); otherwise frees it. Thread-safe.
+/// 4 buffers, buffer_cache_limit() bytes in all); otherwise frees it. Thread-safe.
 void recycle_large_buffer(bytes&& b) noexcept;
+
+/// Bytes of capacity the cache holds now. Thread-safe.
+std::size_t cached_bytes() noexcept;
 
 } // namespace corodist::net::detail

@@ -572,3 +572,24 @@ BOOST_AUTO_TEST_CASE(large_frame_buffers_are_recycled, *utf::timeout(10)) {
   net::detail::recycle_large_buffer(std::move(c));
   net::detail::recycle_large_buffer(std::move(d));
 }
+
+// The cache's cap is settable: lowering it frees what no longer fits, 0 turns
+// recycling off.
+BOOST_AUTO_TEST_CASE(buffer_cache_limit_is_settable, *utf::timeout(10)) {
+  const auto before = net::buffer_cache_limit();
+  net::set_buffer_cache_limit(net::default_buffer_cache_bytes);
+  BOOST_TEST(net::buffer_cache_limit() == net::default_buffer_cache_bytes);
+  const std::size_t mib8 = std::size_t{8} << 20;
+  auto a = net::detail::acquire_large_buffer(mib8);
+  const auto held = net::detail::cached_bytes();
+  net::detail::recycle_large_buffer(std::move(a));
+  BOOST_TEST(net::detail::cached_bytes() >= held + mib8);
+  net::set_buffer_cache_limit(std::size_t{4} << 20);
+  BOOST_TEST(net::detail::cached_bytes() <= std::size_t{4} << 20);
+  net::set_buffer_cache_limit(0);
+  BOOST_TEST(net::detail::cached_bytes() == 0u);
+  auto b = net::detail::acquire_large_buffer(mib8);
+  net::detail::recycle_large_buffer(std::move(b));
+  BOOST_TEST(net::detail::cached_bytes() == 0u);
+  net::set_buffer_cache_limit(before);
+}

@@ -67,6 +67,21 @@ struct connection_options {
   std::string auth_token;
 };
 
+/// Default cap of the process-wide cache of large receive buffers (see
+/// set_buffer_cache_limit).
+inline constexpr std::size_t default_buffer_cache_bytes = std::size_t{512} << 20; // 512 MiB
+
+/// Caps the process-wide cache in which payload buffers of 1 MiB and more are
+/// kept for reuse (a recycled buffer is already mapped: no page fault per page).
+/// At most 4 buffers and `max_bytes` in all are kept; 0 turns recycling off.
+/// Cached buffers above a lowered cap are freed at once. The cap starts at
+/// default_buffer_cache_bytes, or at `CORODIST_BUFFER_CACHE_MIB` MiB when that
+/// variable holds a number. Thread-safe; never throws.
+void set_buffer_cache_limit(std::size_t max_bytes) noexcept;
+
+/// The cache's current cap in bytes (see set_buffer_cache_limit). Thread-safe.
+[[nodiscard]] std::size_t buffer_cache_limit() noexcept;
+
 /// A received frame.
 struct message {
   frame_header header;
