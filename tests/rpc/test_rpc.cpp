@@ -504,12 +504,12 @@ BOOST_AUTO_TEST_CASE(graceful_with_late_nested_calls, *utf::timeout(60)) {
 // A call that ends before the timeout lets shutdown finish right after it.
 BOOST_AUTO_TEST_CASE(graceful_shutdown_gives_up_after_its_timeout, *utf::timeout(30)) {
   {
-    cluster c(2, [](rpc::agent_options& o) { o.shutdown_timeout = 400ms; });
+    cluster c(2, [](rpc::agent_options& o) { o.shutdown_timeout = 10s; });
     auto short_call = c[0].rpc_async<int>("w1", "co_sleep_ms", 100);
     const auto t0 = clock_type::now();
     c.shutdown_all();
     BOOST_TEST(short_call.get() == 100);
-    BOOST_TEST(ms_since(t0) < 400.0); // ended with the call, not at the timeout
+    BOOST_TEST(ms_since(t0) < 5000.0); // ended with the call, not at the timeout
   }
   cluster c(2, [](rpc::agent_options& o) { o.shutdown_timeout = 300ms; });
   auto f = c[0].rpc_async<int>("w1", "co_sleep_ms", 5000);
