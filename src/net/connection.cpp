@@ -1,7 +1,6 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/deadline.hpp"
-#include "core/io_registry.hpp"
 #include "core/log.hpp"
 #include "net/auth.hpp"
 #include "net/buffer_cache.hpp"
@@ -186,25 +185,18 @@ connection::accept(asio::ip::tcp::socket s, connection_options opts) {
 }
 
 connection::connection(asio::ip::tcp::socket socket, connection_options opts)
-    : socket_(std::move(socket)), opts_(opts),
-      registry_(&corodist::detail::registry_of(socket_.get_executor())) {
+    : socket_(std::move(socket)), opts_(opts), registration_(socket_.get_executor(), [this](bool final) {
+        close(errc::connection_closed);
+        if (final)
+          timer_.reset(); // destroyed while the timer service is alive
+      }) {
   std::error_code ec;
   remote_ = socket_.remote_endpoint(ec);
-  registry_->add(this, [this](bool final) {
-    close(errc::connection_closed);
-    if (final) {
-      timer_.reset();      // destroyed while the timer service is alive
-      registry_ = nullptr; // the context is shutting down: the registry goes next
-    }
-  });
 }
 
-connection::~connection() {
-  // The socket's own destructor closes it (after a context shutdown it is
-  // already closed, and nothing here touches Asio's services).
-  if (registry_)
-    registry_->remove(this);
-}
+// The socket's own destructor closes it (after a context shutdown it is already
+// closed, and nothing here touches Asio's services).
+connection::~connection() = default;
 
 void connection::start(request_handler on_request, close_handler on_close) {
   if (started_)

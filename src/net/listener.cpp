@@ -1,7 +1,6 @@
 #include <corodist/net/listener.hpp>
 
 #include "core/deadline.hpp"
-#include "core/io_registry.hpp"
 #include "core/log.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -35,20 +34,12 @@ listener::listen(asio::any_io_executor ex, const asio::ip::tcp::endpoint& ep, co
 
 listener::listener(asio::ip::tcp::acceptor acceptor, connection_options opts, accept_handler on_accept)
     : acceptor_(std::move(acceptor)), opts_(opts), on_accept_(std::move(on_accept)),
-      registry_(&corodist::detail::registry_of(acceptor_.get_executor())) {
+      registration_(acceptor_.get_executor(), [this](bool) { close(); }) {
   std::error_code ec;
   local_ = acceptor_.local_endpoint(ec);
-  registry_->add(this, [this](bool final) {
-    close();
-    if (final)
-      registry_ = nullptr;
-  });
 }
 
-listener::~listener() {
-  if (registry_)
-    registry_->remove(this);
-}
+listener::~listener() = default;
 
 void listener::start() { asio::co_spawn(acceptor_.get_executor(), accept_loop(), asio::detached); }
 

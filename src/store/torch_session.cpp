@@ -1,7 +1,6 @@
 #include "store/torch_session.hpp"
 
 #include "core/deadline.hpp"
-#include "core/io_registry.hpp"
 #include "core/log.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -28,22 +27,16 @@ torch_session::torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_st
     : socket_(std::move(socket)), state_(std::move(state)), id_(id), max_key_(limits.max_key_size),
       max_value_(limits.max_value_size), max_keys_(limits.max_keys_per_request),
       max_pending_waits_(limits.max_pending_waits), max_output_(limits.max_buffered_output),
-      on_close_(std::move(on_close)), registry_(&corodist::detail::registry_of(socket_.get_executor())) {
+      on_close_(std::move(on_close)),
+      // at context shutdown (final): close only, nothing else is safe to touch
+      registration_(socket_.get_executor(), [this](bool final) { finish(!final); }) {
   std::error_code ec;
   auto ep = socket_.remote_endpoint(ec);
   peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
-  registry_->add(this, [this](bool final) {
-    finish(!final); // at context shutdown: close only, nothing else is safe to touch
-    if (final)
-      registry_ = nullptr;
-  });
 }
 
-torch_session::~torch_session() {
-  if (registry_)
-    registry_->remove(this);
-}
+torch_session::~torch_session() = default;
 
 void torch_session::start() { asio::co_spawn(socket_.get_executor(), run(), asio::detached); }
 

@@ -3,6 +3,7 @@
 // Speaks PyTorch 1.13's or 2.x's protocol (told apart by the first query) on
 // the server's shared kv_state, so native and PyTorch clients see the same keys.
 
+#include <corodist/core/detail/io_registration.hpp>
 #include <corodist/store/store_server.hpp>
 
 #include "store/kv_state.hpp"
@@ -16,10 +17,6 @@
 #include <optional>
 #include <string>
 #include <vector>
-
-namespace corodist::detail {
-class io_registry;
-}
 
 namespace corodist::store::detail {
 
@@ -63,7 +60,7 @@ private:
   std::string sending_;  // the write in flight
   bool writing_ = false;
   bool closed_ = false;
-  corodist::detail::io_registry* registry_;
+  corodist::detail::io_registration registration_; // closes us at context shutdown; last: goes first
 };
 
 } // namespace corodist::store::detail

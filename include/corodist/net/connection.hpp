@@ -2,6 +2,7 @@
 /// \file
 /// corodist::net::connection: a framed, multiplexed TCP connection.
 
+#include <corodist/core/detail/io_registration.hpp>
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/net/frame.hpp>
@@ -23,15 +24,9 @@
 #include <utility>
 #include <vector>
 
-namespace corodist::detail {
-class io_registry;
-}
-
 namespace corodist::net {
 
 using namespace std::chrono_literals;
-
-
 
 /// Owned bytes of a frame payload.
 using bytes = std::vector<std::byte>;
@@ -223,11 +218,11 @@ private:
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light
   bytes big_;                       // 64 KiB read target while reads keep filling head_
   bytes scratch_hold_;              // keeps a released big_ alive until parsed
-  corodist::detail::io_registry* registry_;   // closes us at context shutdown; null after
   bool open_ = true;
   bool started_ = false;
   bool writing_ = false;
   bool write_scheduled_ = false;
+  corodist::detail::io_registration registration_; // closes us at context shutdown; last: goes first
 };
 
 } // namespace corodist::net

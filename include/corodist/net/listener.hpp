@@ -2,6 +2,7 @@
 /// \file
 /// corodist::net::listener: accepts TCP connections and performs the hello.
 
+#include <corodist/core/detail/io_registration.hpp>
 #include <corodist/net/connection.hpp>
 
 #include <asio/ip/tcp.hpp>
@@ -10,10 +11,6 @@
 #include <memory>
 #include <optional>
 #include <system_error>
-
-namespace corodist::detail {
-class io_registry;
-}
 
 namespace corodist::net {
 
@@ -73,7 +70,7 @@ private:
   accept_handler on_accept_;
   std::optional<foreign_protocol> foreign_;
   asio::ip::tcp::endpoint local_;
-  corodist::detail::io_registry* registry_; // closes the acceptor at context shutdown; null after
+  corodist::detail::io_registration registration_; // closes the acceptor at context shutdown; last: goes first
 };
 
 } // namespace corodist::net
