@@ -1,6 +1,7 @@
 // tcp_store's PyTorch compatibility mode: a client of a PyTorch TCPStore
 // master (the 1.13 or the 2.x protocol), behaving as PyTorch's own client.
 
+#include <corodist/core/detail/io_registration.hpp>
 #include <corodist/core/error.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/store/tcp_store.hpp>
@@ -96,7 +97,15 @@ public:
   torch_client(asio::any_io_executor ex, tcp_store_options opts, asio::ip::tcp::endpoint remote,
                asio::ip::tcp::socket socket, version v)
       : tcp_store(ex, std::move(opts), remote), version_(v),
-        socket_(std::make_shared<asio::ip::tcp::socket>(std::move(socket))) {}
+        socket_(std::make_shared<asio::ip::tcp::socket>(std::move(socket))),
+        // Ends a transfer still in flight (whose frame keeps us alive) and every queued
+        // caller before the context's services go (Asio issue 1235).
+        registration_(get_executor(), [this](bool) {
+          closed_ = true;
+          drop();
+          for (auto& t : queue_)
+            t->timer.cancel();
+        }) {}
 
   ~torch_client() override {
     if (socket_)
@@ -265,6 +274,10 @@ private:
       auto t = std::make_shared<turn>(get_executor());
       queue_.push_back(t);
       co_await t->timer.async_wait(use_tuple); // release() grants and cancels it
+      if (closed_) {
+        queue_.erase(std::remove(queue_.begin(), queue_.end(), t), queue_.end());
+        throw_closed();
+      }
       if (!t->granted) { // the caller was cancelled while queued: leave the line
         queue_.erase(std::remove(queue_.begin(), queue_.end(), t), queue_.end());
         throw std::system_error(asio::error::operation_aborted, "store: PyTorch-protocol query");
@@ -332,6 +345,8 @@ private:
   }
 
   asio::awaitable<void> send(const std::string& q) {
+    if (closed_)
+      throw_closed();
     if (!socket_) { // lost, or given up after a 1.13 wait timed out: connect again
       asio::ip::tcp::socket s(get_executor());
       if (auto ec = co_await open_socket(s, remote_endpoint(), version_, options().timeout))
@@ -376,6 +391,11 @@ private:
 
   /// The socket is unusable after a failed or timed-out transfer: drop it (the
   /// next query reconnects) and throw.
+  [[noreturn]] void throw_closed() const {
+    throw connection_error("store: PyTorch TCPStore client of " + where(remote_endpoint()) +
+                           " closed: its event loop is shutting down");
+  }
+
   [[noreturn]] void fail(std::error_code ec, const char* what) {
     drop();
     auto msg = std::string("store: ") + what + " to PyTorch TCPStore at " + where(remote_endpoint()) + ": ";
@@ -400,7 +420,9 @@ private:
     bool granted = false;
   };
   bool busy_ = false;
+  bool closed_ = false; // by the event loop, at its shutdown: no query runs after
   std::deque<std::shared_ptr<turn>> queue_;
+  corodist::detail::io_registration registration_; // last: goes first
 };
 
 } // namespace

@@ -340,6 +340,26 @@ BOOST_FIXTURE_TEST_CASE(pytorch_mode_caller_cancelled_while_queued, served, *utf
   BOOST_TEST(v2.get("slow", 1s) == "S");
 }
 
+// Destroying a PyTorch-mode client's loop while a query is in flight ends that
+// query (the event loop closes the client's socket while it drains), for the
+// one holding the connection and for one queued behind it.
+BOOST_FIXTURE_TEST_CASE(pytorch_mode_client_is_closed_with_its_loop, served, *utf::timeout(60)) {
+  std::future<std::string> held, queued;
+  {
+    event_loop client_loop;
+    client_loop.start();
+    auto store = connect(client_loop, port, cs::wire_protocol::pytorch_2).async();
+    held = asio::co_spawn(client_loop.get_executor(), store->get("never", 30s), asio::use_future);
+    std::this_thread::sleep_for(50ms);
+    queued = asio::co_spawn(client_loop.get_executor(), store->get("never", 30s), asio::use_future);
+    std::this_thread::sleep_for(50ms);
+  } // the loop stops and drains here
+  BOOST_REQUIRE((held.wait_for(5s) == std::future_status::ready));
+  BOOST_REQUIRE((queued.wait_for(5s) == std::future_status::ready));
+  BOOST_CHECK_THROW(held.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(queued.get(), corodist::connection_error);
+}
+
 BOOST_FIXTURE_TEST_CASE(stopped_server_closes_connections_still_sniffing, served, *utf::timeout(60)) {
   asio::io_context ctx;
   auto s = raw_socket(ctx, port); // accepted, first byte not yet seen
