@@ -5,6 +5,7 @@
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/store_server.hpp>
 
+#include "core/deadline.hpp"
 #include "core/log.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -169,6 +170,7 @@ private:
 // ---- start --------------------------------------------------------------------
 
 asio::awaitable<void> agent_impl::start() {
+  auto self = shared_from_this(); // an agent destroyed while starting is freed after this
   auto expected = agent_state::created;
   if (!state_.compare_exchange_strong(expected, agent_state::starting))
     throw usage_error("rpc: agent '" + opts_.name + "' was already started");
@@ -503,6 +505,8 @@ void agent_impl::send_reply(const std::weak_ptr<net::connection>& wc, std::uint6
 asio::awaitable<void> agent_impl::wait_idle(clock::time_point deadline) {
   // Sleeps until the deadline; call_ended() cancels the wait when the last call ends.
   // A call may start again in between (another thread's rpc_async), hence the loop.
+  // The timer lives in this frame, not in the agent: a frame Asio destroys at
+  // context shutdown must not take Asio objects down with it (Asio issue 1235).
   asio::steady_timer t(ex_, deadline);
   idle_waiter_ = &t;
   struct reset {
@@ -510,7 +514,7 @@ asio::awaitable<void> agent_impl::wait_idle(clock::time_point deadline) {
     ~reset() { waiter = nullptr; }
   } guard{idle_waiter_};
   while (active() > 0 && clock::now() < deadline)
-    co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    co_await t.async_wait(corodist::detail::use_tuple);
   if (active() > 0)
     throw timeout_error("rpc: agent '" + opts_.name + "' shutdown: " + std::to_string(outgoing_active_.load()) +
                         " outgoing and " + std::to_string(incoming_active_) + " incoming calls still in flight after " +

@@ -26,8 +26,9 @@ const decode_context*& current_decode() noexcept {
   return ctx;
 }
 
-encoder::encoder() : out_(prefix_size), prev_(current_encode()), packer_(*this) {
-  out_.reserve(128);
+encoder::encoder() : prev_(current_encode()), packer_(*this) {
+  out_.reserve(128); // then the prefix: one allocation per message
+  out_.resize(prefix_size);
   current_encode() = &ctx_;
 }
 
