@@ -77,6 +77,8 @@ asio::awaitable<void> torch_session::run() {
       break;
     if (begin == end) {
       begin = end = 0;
+      if (buf.size() > read_chunk) // a large query is done: give its memory back
+        std::vector<std::uint8_t>(read_chunk).swap(buf);
     } else if (begin > 0) {
       std::memmove(buf.data(), buf.data() + begin, end - begin);
       end -= begin;
