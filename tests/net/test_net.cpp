@@ -14,6 +14,7 @@
 #include <asio/connect.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
@@ -491,6 +492,66 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
   }());
   peer.join();
   BOOST_TEST((ec == net::errc::output_overflow || ec == net::errc::connection_closed));
+}
+
+// Asio 1.22 leaves the cancel SQE's user_data as the slot's previous owner's;
+// once the ring's slots have all been used, a cancel (here: the hello deadline of
+// silent sockets) completed into an unrelated live operation (a busy
+// connection's read saw EOF, the pending accept got fd 0). Both backends must
+// keep the busy connection and the accept intact.
+BOOST_AUTO_TEST_CASE(timeouts_after_ring_wraparound_leave_live_operations_alone, *utf::timeout(120)) {
+  net::connection_options opts;
+  opts.handshake_timeout = 150ms;
+  test_server srv(opts);
+  asio::io_context ctx;
+  constexpr int warmup = 50'000;  // > 2 x 16,384 ring slots on the server
+  constexpr int silent_count = 50;
+  int failures = 0;
+  int during = 0;
+  std::vector<tcp::socket> silent;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto busy = co_await connect_to(srv.endpoint);
+    // Past the wrap-around.
+    int next = 0;
+    auto pump = [&](int until) -> asio::awaitable<void> {
+      while (next < until) {
+        const int i = next++;
+        auto payload = make_payload(16, static_cast<unsigned>(i));
+        auto r = co_await busy->request(kind_echo, payload);
+        if (r.ec || r.msg.payload != payload) {
+          if (failures++ == 0)
+            BOOST_TEST_MESSAGE("first failure: " << r.ec.message() << " at request " << i);
+        }
+      }
+    };
+    {
+      using namespace asio::experimental::awaitable_operators;
+      co_await (pump(warmup) && pump(warmup) && pump(warmup) && pump(warmup)); // four in flight
+    }
+    BOOST_REQUIRE_EQUAL(failures, 0);
+    // Sockets that never say hello: the server cancels their reads at the deadline
+    // while the busy connection keeps its read posted.
+    for (int i = 0; i < silent_count; ++i) {
+      tcp::socket s(ctx);
+      s.connect(srv.endpoint);
+      silent.push_back(std::move(s));
+    }
+    const auto until = std::chrono::steady_clock::now() + opts.handshake_timeout * 4;
+    while (failures == 0 && std::chrono::steady_clock::now() < until) {
+      if (!co_await echo_ok(busy, 16, static_cast<unsigned>(during)))
+        ++failures;
+      ++during;
+    }
+    BOOST_TEST(busy->is_open());
+    // The accept posted meanwhile still works.
+    auto fresh = co_await connect_to(srv.endpoint);
+    BOOST_TEST(co_await echo_ok(fresh, 32, 5));
+    BOOST_TEST(co_await echo_ok(busy, 32, 6));
+  }(), 100s);
+  BOOST_TEST(failures == 0);
+  BOOST_TEST_MESSAGE(during << " requests while " << silent_count << " hellos timed out");
+  for (auto& s : silent)
+    BOOST_TEST(closed_by_peer(s));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
