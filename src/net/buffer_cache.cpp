@@ -62,27 +62,32 @@ bytes fresh_buffer(std::size_t n) {
 
 } // namespace
 
-bytes acquire_large_buffer(std::size_t n) {
-  if (n >= recycle_min_size) {
-    auto& c = the_cache();
-    std::unique_lock lk(c.mutex);
-    // The smallest cached buffer that holds n bytes without wasting more than half.
-    std::size_t best = c.buffers.size();
-    for (std::size_t i = 0; i < c.buffers.size(); ++i) {
-      const auto cap = c.buffers[i].capacity();
-      if (cap >= n && cap / 2 <= n && (best == c.buffers.size() || cap < c.buffers[best].capacity()))
-        best = i;
-    }
-    if (best != c.buffers.size()) {
-      bytes b = std::move(c.buffers[best]);
-      c.buffers.erase(c.buffers.begin() + static_cast<std::ptrdiff_t>(best));
-      c.bytes_held -= b.capacity();
-      lk.unlock();
-      // Shrinking keeps the stale bytes (no memset); growing zero-fills the tail only.
-      b.resize(n);
-      return b;
-    }
+bytes take_cached_buffer(std::size_t n) {
+  if (n < recycle_min_size)
+    return {};
+  auto& c = the_cache();
+  std::unique_lock lk(c.mutex);
+  // The smallest cached buffer that holds n bytes without wasting more than half.
+  std::size_t best = c.buffers.size();
+  for (std::size_t i = 0; i < c.buffers.size(); ++i) {
+    const auto cap = c.buffers[i].capacity();
+    if (cap >= n && cap / 2 <= n && (best == c.buffers.size() || cap < c.buffers[best].capacity()))
+      best = i;
   }
+  if (best == c.buffers.size())
+    return {};
+  bytes b = std::move(c.buffers[best]);
+  c.buffers.erase(c.buffers.begin() + static_cast<std::ptrdiff_t>(best));
+  c.bytes_held -= b.capacity();
+  lk.unlock();
+  // Shrinking keeps the stale bytes (no memset); growing zero-fills the tail only.
+  b.resize(n);
+  return b;
+}
+
+bytes acquire_large_buffer(std::size_t n) {
+  if (auto b = take_cached_buffer(n); !b.empty())
+    return b;
   return fresh_buffer(n);
 }
 

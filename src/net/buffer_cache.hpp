@@ -14,6 +14,11 @@ inline constexpr std::size_t recycle_min_size = std::size_t{1} << 20;
 /// a new one (from 4 MiB up advised to use transparent huge pages). Thread-safe.
 bytes acquire_large_buffer(std::size_t n);
 
+/// Returns a cached buffer of `n` bytes (contents stale) if the cache holds one
+/// that fits without wasting more than half, else an empty buffer. Taking it
+/// costs no new memory: the process holds it already. Thread-safe.
+bytes take_cached_buffer(std::size_t n);
+
 /// Offers `b` for reuse (kept if large enough and the cache has room: at most
 /// 4 buffers, buffer_cache_limit() bytes in all); otherwise frees it. Thread-safe.
 void recycle_large_buffer(bytes&& b) noexcept;

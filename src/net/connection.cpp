@@ -373,18 +373,68 @@ std::size_t connection::parse(const std::byte* data, std::size_t n) {
   return used;
 }
 
-void connection::on_read_error(std::error_code ec) {
+void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
   if (!open_)
     return;
-  if (!carry_.empty()) {
+  if (ec == errc::frame_stalled) {
+    CORODIST_LOG_INFO("closing connection from {}: no byte of an incomplete frame for {} ms ({} bytes of it received)",
+                      endpoint_text(socket_), opts_.frame_timeout.count(), frame_bytes);
+    close(errc::frame_stalled);
+    return;
+  }
+  if (frame_bytes > 0) {
     CORODIST_LOG_WARN("connection from {} closed in the middle of a frame ({} bytes buffered): {}",
-                      endpoint_text(socket_), carry_.size(), ec.message());
+                      endpoint_text(socket_), frame_bytes, ec.message());
     close(errc::truncated_frame);
     return;
   }
   if (ec != asio::error::eof)
     CORODIST_LOG_DEBUG("connection from {} lost: {}", endpoint_text(socket_), ec.message());
   close(errc::connection_closed);
+}
+
+asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_bytes(asio::mutable_buffer b) {
+  if (opts_.frame_timeout.count() <= 0) {
+    auto [ec, n] = co_await socket_.async_read_some(b, use_tuple);
+    co_return std::pair{ec, n};
+  }
+  auto r = co_await corodist::detail::within(socket_.async_read_some(b, use_tuple), opts_.frame_timeout);
+  if (!r)
+    co_return std::pair{std::error_code(errc::frame_stalled), std::size_t{0}};
+  auto [ec, n] = *r;
+  co_return std::pair{ec, n};
+}
+
+// The body of a frame too large for the read buffer, whose header (and first
+// bytes) are in carry_. Memory follows the data: a cached buffer for the whole
+// frame if there is one (the process holds it already), else a buffer that
+// starts at 64 KiB and grows fourfold each time it fills, so a peer that
+// declares a large frame and sends little of it holds little.
+asio::awaitable<void> connection::read_large_frame(frame_header h) {
+  const std::size_t len = h.payload_len;
+  std::size_t got = carry_.size() - header_size;
+  bytes body = detail::take_cached_buffer(len);
+  if (body.empty())
+    body.resize(std::min(len, std::max(read_buffer_size, got)));
+  std::memcpy(body.data(), carry_.data() + header_size, got);
+  carry_ = bytes();
+  while (got < len) {
+    if (got == body.size()) {
+      bytes bigger = detail::take_cached_buffer(len);
+      if (bigger.empty())
+        bigger = detail::acquire_large_buffer(std::min(len, body.size() * 4));
+      std::memcpy(bigger.data(), body.data(), got);
+      detail::recycle_large_buffer(std::exchange(body, std::move(bigger)));
+    }
+    auto [ec, n] = co_await read_frame_bytes(asio::buffer(body.data() + got, body.size() - got));
+    if (ec) {
+      detail::recycle_large_buffer(std::move(body));
+      on_read_error(ec, header_size + got);
+      co_return;
+    }
+    got += n;
+  }
+  dispatch(message{h, std::move(body)});
 }
 
 // Idle connections hold only a 512-byte read buffer (head_): a read into it
@@ -407,7 +457,7 @@ asio::awaitable<void> connection::read_loop() {
         const bool big = !big_.empty();
         auto [rec, got] = co_await socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), use_tuple);
         if (rec) {
-          on_read_error(rec);
+          on_read_error(rec, 0);
           co_return;
         }
         std::byte* data = big_.data();
@@ -431,30 +481,21 @@ asio::awaitable<void> connection::read_loop() {
         continue;
       }
       // An incomplete frame is buffered: complete it.
+      std::size_t want = read_buffer_size;
       if (carry_.size() >= header_size) {
         auto h = decode_header(carry_.data());
         if (header_size + h.payload_len > read_buffer_size) {
-          message m{h, detail::acquire_large_buffer(h.payload_len)};
-          const std::size_t have = carry_.size() - header_size;
-          std::memcpy(m.payload.data(), carry_.data() + header_size, have);
-          auto [rec, n] =
-              co_await asio::async_read(socket_, asio::buffer(m.payload.data() + have, h.payload_len - have),
-                                        transfer_all_uncapped{}, use_tuple);
-          if (rec) {
-            on_read_error(rec);
-            co_return;
-          }
-          carry_ = bytes();
-          dispatch(std::move(m));
+          co_await read_large_frame(h);
           continue;
         }
+        want = header_size + h.payload_len; // no more than this frame needs
       }
       const std::size_t have = carry_.size();
-      carry_.resize(read_buffer_size);
-      auto [rec, n] = co_await socket_.async_read_some(asio::buffer(carry_.data() + have, carry_.size() - have), use_tuple);
+      carry_.resize(want);
+      auto [rec, n] = co_await read_frame_bytes(asio::buffer(carry_.data() + have, want - have));
       carry_.resize(have + (rec ? 0 : n));
       if (rec) {
-        on_read_error(rec);
+        on_read_error(rec, carry_.size());
         co_return;
       }
       std::size_t used = parse(carry_.data(), carry_.size());

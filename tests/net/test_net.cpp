@@ -448,6 +448,51 @@ BOOST_AUTO_TEST_CASE(peer_death_fails_pending_requests_within_100ms, *utf::timeo
   BOOST_CHECK(worst < 100ms);
 }
 
+// Resident memory of this process, in bytes.
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// A header that declares a large frame reserves nothing up front: memory
+// follows the bytes that arrive (before, each connection held its whole
+// declared payload, zero-filled). A frame that stops arriving is closed at
+// frame_timeout; a real large frame still goes through on the same server.
+BOOST_AUTO_TEST_CASE(declared_frame_sizes_reserve_nothing_and_stalled_frames_close, *utf::timeout(60)) {
+  net::connection_options opts;
+  opts.max_frame_size = std::size_t{512} << 20;
+  opts.frame_timeout = 300ms;
+  test_server srv(opts);
+  asio::io_context ctx;
+  constexpr int hostile = 8;
+  const std::size_t before = resident_bytes();
+  std::vector<tcp::socket> socks;
+  for (int i = 0; i < hostile; ++i) {
+    auto s = raw_client(ctx, srv.endpoint);
+    auto h = net::encode(net::frame_header{std::uint32_t{256} << 20, kind_echo, 0, 1}); // 256 MiB declared
+    asio::write(s, asio::buffer(h));
+    auto start = make_payload(100'000, 3); // and 100 kB of it sent
+    asio::write(s, asio::buffer(start));
+    socks.push_back(std::move(s));
+  }
+  // A legitimate 16 MiB echo on the same server is served meanwhile (so the
+  // hostile bytes have been read by then: the server's loop is one thread).
+  bool ok = run_coro(ctx, [&]() -> asio::awaitable<bool> {
+    auto c = co_await connect_to(srv.endpoint, opts);
+    co_return co_await echo_ok(c, 16 << 20, 4);
+  }());
+  BOOST_TEST(ok);
+  const std::size_t after = resident_bytes();
+  const double grown_mib = (static_cast<double>(after) - static_cast<double>(before)) / (1 << 20);
+  BOOST_TEST_MESSAGE(hostile << " connections that declared 256 MiB frames: resident memory grew " << grown_mib
+                             << " MiB (with a 16 MiB echo in and out)");
+  BOOST_TEST(grown_mib < 128.0); // was hostile x 256 MiB = 2 GiB
+  for (auto& s : socks)
+    BOOST_TEST(closed_by_peer(s));
+}
+
 BOOST_AUTO_TEST_CASE(lone_frame_above_output_cap_is_sent, *utf::timeout(60)) {
   // The cap detects a peer that does not read: a single frame larger than it,
   // with nothing else queued, is not that, on either side.

@@ -45,6 +45,7 @@ struct connection_options {
   static constexpr std::size_t default_max_buffered_output = std::size_t{2} << 30;     // 2 GiB
   static constexpr std::chrono::milliseconds default_request_timeout = 60s;
   static constexpr std::chrono::milliseconds default_handshake_timeout = 10s;
+  static constexpr std::chrono::milliseconds default_frame_timeout = 30s;
 
   /// Largest payload accepted from the peer (and sent to it).
   std::size_t max_frame_size = default_max_frame_size;
@@ -57,6 +58,9 @@ struct connection_options {
   std::chrono::milliseconds request_timeout = default_request_timeout;
   /// Deadline of TCP connect plus the hello exchange.
   std::chrono::milliseconds handshake_timeout = default_handshake_timeout;
+  /// An incomplete incoming frame that receives no byte for this long closes the
+  /// connection (errc::frame_stalled); zero means never.
+  std::chrono::milliseconds frame_timeout = default_frame_timeout;
   /// Shared secret. Server: if set, clients must prove they hold it
   /// (challenge-response, HMAC-SHA-256); client: the token to prove with.
   std::string auth_token;
@@ -195,7 +199,9 @@ private:
   void start_write();
   asio::awaitable<void> read_loop();
   std::size_t parse(const std::byte* data, std::size_t n);
-  void on_read_error(std::error_code ec);
+  asio::awaitable<std::pair<std::error_code, std::size_t>> read_frame_bytes(asio::mutable_buffer b);
+  asio::awaitable<void> read_large_frame(frame_header h);
+  void on_read_error(std::error_code ec, std::size_t frame_bytes);
   void dispatch(message&& m);
   void complete(std::uint64_t id, response r);
   void arm_timer(std::chrono::steady_clock::time_point deadline);
