@@ -34,7 +34,10 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   };
 
   impl(asio::any_io_executor ex, server_options o)
-      : executor(std::move(ex)), opts(std::move(o)), state(std::make_shared<detail::kv_state>(executor)) {}
+      : executor(std::move(ex)), opts(std::move(o)),
+        state(std::make_shared<detail::kv_state>(
+            executor, detail::wait_limits{opts.max_pending_waits, opts.max_wait_bytes_per_connection,
+                                          opts.max_wait_bytes})) {}
 
   void accept(std::shared_ptr<net::connection> conn);
   void accept_torch(asio::ip::tcp::socket socket);
@@ -148,13 +151,9 @@ void store_server::impl::handle(std::uint64_t sid, const std::shared_ptr<net::co
 void store_server::impl::respond_wait(std::uint64_t sid, std::vector<std::string> keys, std::chrono::milliseconds timeout,
                                       std::weak_ptr<net::connection> conn, std::uint64_t rid, std::uint16_t kind,
                                       bool with_values) {
-  if (state->pending_waits(sid) >= opts.max_pending_waits)
-    throw store_error("too many pending waits on this connection (limit " + std::to_string(opts.max_pending_waits) +
-                      ")");
-  auto requested = std::make_shared<std::vector<std::string>>(keys);
   state->wait(std::move(keys), timeout, sid,
-              [st = std::weak_ptr<detail::kv_state>(state), conn, rid, kind, timeout, with_values,
-               requested](std::vector<std::string> missing) {
+              [st = std::weak_ptr<detail::kv_state>(state), conn, rid, kind, timeout,
+               with_values](std::vector<std::string>&& keys, std::vector<std::string>&& missing) {
                 auto c = conn.lock();
                 auto state = st.lock();
                 if (!c || !state)
@@ -165,8 +164,8 @@ void store_server::impl::respond_wait(std::uint64_t sid, std::vector<std::string
                 }
                 writer w(status::ok);
                 if (with_values) {
-                  w.u32(static_cast<std::uint32_t>(requested->size()));
-                  for (auto& k : *requested) {
+                  w.u32(static_cast<std::uint32_t>(keys.size()));
+                  for (auto& k : keys) {
                     auto* v = state->find(k);
                     w.str(v ? *v : std::string());
                   }
@@ -354,5 +353,7 @@ std::size_t store_server::connection_count() const noexcept {
 }
 
 std::size_t store_server::key_count() const noexcept { return impl_->state->size(); }
+
+std::size_t store_server::pending_wait_bytes() const noexcept { return impl_->state->wait_bytes(); }
 
 } // namespace corodist::store

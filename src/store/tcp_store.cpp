@@ -133,6 +133,11 @@ tcp_store::~tcp_store() {
     asio::post(ex_, [c = conn_] { c->close(); });
 }
 
+void tcp_store::close() {
+  if (conn_)
+    asio::post(ex_, [c = conn_] { c->close(); });
+}
+
 void tcp_store::on_frame(net::message&& m) {
   if (m.header.kind != static_cast<std::uint16_t>(op::watch_event))
     return;

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/net/frame.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>
@@ -247,6 +248,65 @@ BOOST_AUTO_TEST_CASE(authentication_accepted_and_refused, *utf::timeout(60)) {
   auto raw = raw_client(ctx, port);
   BOOST_TEST(closed_by_peer(raw));
   BOOST_TEST(cs::sync_store(good).get("k") == "v");
+}
+
+// Pending waits are bounded in bytes per connection and for the server: a wait
+// over a bound fails with a store_error naming the limit, the others stay
+// pending, and what they held is released when their client goes.
+BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  so.max_wait_bytes_per_connection = 2 << 20;
+  so.max_wait_bytes = 3 << 20;
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  auto a = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  auto b = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  // 100 keys of 4 KiB each: ~0.8 MiB counted per wait (each key is held twice).
+  auto keys = [](const std::string& tag) {
+    std::vector<std::string> k;
+    for (int i = 0; i < 100; ++i)
+      k.push_back(tag + std::to_string(i) + std::string(4096, 'k'));
+    return k;
+  };
+  auto start_wait = [&](std::shared_ptr<cs::tcp_store> s, std::string tag) {
+    return asio::co_spawn(loop.get_executor(), s->wait(keys(tag), 30s), asio::use_future);
+  };
+  auto held = [&] { return on_loop(server_loop, [&] { return server->pending_wait_bytes(); }); };
+  auto a1 = start_wait(a, "a1-");
+  auto a2 = start_wait(a, "a2-");
+  auto a3 = start_wait(a, "a3-"); // over the connection's 2 MiB
+  try {
+    a3.get();
+    BOOST_FAIL("a third wait was accepted");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("over the limit") != std::string::npos, e.what());
+  }
+  const auto two = held();
+  BOOST_TEST(two > std::size_t{1} << 20);
+  auto b1 = start_wait(b, "b1-");
+  auto b2 = start_wait(b, "b2-"); // b's first fits; this one passes the server's 3 MiB
+  try {
+    b2.get();
+    BOOST_FAIL("the server's bound was not applied");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("server") != std::string::npos, e.what());
+  }
+  // The waits that fit are still pending, and complete normally.
+  corodist::run_blocking(loop.get_executor(), a->set("unrelated", "x"));
+  BOOST_TEST((a1.wait_for(0s) == std::future_status::timeout));
+  for (auto& k : keys("b1-"))
+    corodist::run_blocking(loop.get_executor(), b->set(k, "v"));
+  b1.get();
+  // A client that goes takes its waits' memory with it.
+  a->close();
+  b->close();
+  BOOST_TEST(corodist::test::eventually([&] { return held() == 0; }));
+  BOOST_CHECK_THROW(a1.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(a2.get(), corodist::connection_error);
 }
 
 BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
