@@ -78,6 +78,9 @@ asio::awaitable<std::error_code> write_all(asio::ip::tcp::socket& s, asio::const
   co_return ec;
 }
 
+// The client side of the hello. With a token it sends a nonce, requires the
+// server to prove the token over both nonces before proving it in turn, and
+// refuses a server that does not authenticate (auth_not_offered).
 asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
                                                   const std::string& token) {
   auto [ec] = co_await s.async_connect(ep, use_tuple);
@@ -85,26 +88,36 @@ asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, cons
     co_return ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
   hello mine;
-  if (!token.empty())
+  bytes client_nonce;
+  if (!token.empty()) {
     mine.flags |= hello_flags::auth;
+    client_nonce = auth_nonce();
+    mine.extension_len = static_cast<std::uint32_t>(client_nonce.size());
+  }
   auto hb = encode(mine);
-  if (auto wec = co_await write_all(s, asio::buffer(hb)))
+  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(client_nonce)};
+  if (auto [wec, wn] = co_await asio::async_write(s, out, use_tuple); wec)
     co_return wec;
   hello h;
-  bytes challenge;
-  if (auto rec = co_await read_hello(s, h, challenge))
+  bytes ext;
+  if (auto rec = co_await read_hello(s, h, ext))
     co_return rec;
   if (h.version != protocol_version)
     co_return errc::unsupported_version;
-  if (!(h.flags & hello_flags::auth))
-    co_return std::error_code{};
-  // The server demands authentication: answer its challenge.
+  const bool server_authenticates = (h.flags & hello_flags::auth) != 0;
   if (token.empty())
-    co_return errc::auth_required;
-  if (challenge.size() != auth_challenge_size)
+    co_return server_authenticates ? std::error_code(errc::auth_required) : std::error_code{};
+  if (!server_authenticates)
+    co_return errc::auth_not_offered;
+  if (ext.size() != auth_nonce_size + auth_proof_size)
     co_return errc::bad_hello;
-  auto mac = auth_response(token, challenge);
-  if (auto wec = co_await write_all(s, asio::buffer(mac)))
+  const bytes server_nonce(ext.begin(), ext.begin() + auth_nonce_size);
+  auth_proof server_proof;
+  std::memcpy(server_proof.data(), ext.data() + auth_nonce_size, auth_proof_size);
+  if (!check_auth_proof(token, auth_role::server, client_nonce, server_nonce, server_proof))
+    co_return errc::auth_failed; // the server does not hold our token
+  const auto proof = make_auth_proof(token, auth_role::client, client_nonce, server_nonce);
+  if (auto wec = co_await write_all(s, asio::buffer(proof)))
     co_return wec;
   std::array<std::byte, 1> verdict{};
   auto [vec, vn] = co_await asio::async_read(s, asio::buffer(verdict), use_tuple);
@@ -113,21 +126,28 @@ asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, cons
   co_return std::error_code{};
 }
 
+// The server side: with a token, answers the client's nonce with its own and
+// its proof, then checks the client's proof.
 asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, const std::string& token) {
   hello h;
-  bytes ext;
-  if (auto ec = co_await read_hello(s, h, ext))
+  bytes client_nonce;
+  if (auto ec = co_await read_hello(s, h, client_nonce))
     co_return ec;
   // Answer even on a version mismatch so the client can report which we speak.
   hello mine;
-  bytes challenge;
+  bytes ext;
+  const bool client_proves = (h.flags & hello_flags::auth) && client_nonce.size() == auth_nonce_size;
   if (!token.empty() && h.version == protocol_version) {
     mine.flags |= hello_flags::auth;
-    challenge = auth_challenge();
-    mine.extension_len = static_cast<std::uint32_t>(challenge.size());
+    ext = auth_nonce();
+    if (client_proves) {
+      const auto proof = make_auth_proof(token, auth_role::server, client_nonce, ext);
+      ext.insert(ext.end(), proof.begin(), proof.end());
+    }
+    mine.extension_len = static_cast<std::uint32_t>(ext.size());
   }
   auto hb = encode(mine);
-  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(challenge)};
+  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(ext)};
   auto [wec, wn] = co_await asio::async_write(s, out, use_tuple);
   if (wec)
     co_return wec;
@@ -135,11 +155,12 @@ asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, cons
     co_return errc::unsupported_version;
   if (token.empty())
     co_return std::error_code{};
-  std::array<std::byte, auth_response_size> mac;
-  auto [rec, rn] = co_await asio::async_read(s, asio::buffer(mac), use_tuple);
-  if (rec)
-    co_return errc::auth_failed;
-  if (!auth_verify(token, challenge, mac))
+  if (!client_proves)
+    co_return errc::auth_failed; // a client without a token (it reports auth_required itself)
+  const bytes server_nonce(ext.begin(), ext.begin() + auth_nonce_size);
+  auth_proof proof;
+  auto [rec, rn] = co_await asio::async_read(s, asio::buffer(proof), use_tuple);
+  if (rec || !check_auth_proof(token, auth_role::client, client_nonce, server_nonce, proof))
     co_return errc::auth_failed;
   std::array<std::byte, 1> ok{std::byte{1}};
   co_return co_await write_all(s, asio::buffer(ok));

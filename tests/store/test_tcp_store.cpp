@@ -253,6 +253,57 @@ BOOST_AUTO_TEST_CASE(authentication_accepted_and_refused, *utf::timeout(60)) {
 // Pending waits are bounded in bytes per connection and for the server: a wait
 // over a bound fails with a store_error naming the limit, the others stay
 // pending, and what they held is released when their client goes.
+// Authentication is mutual: a client that holds a token refuses a server that
+// does not authenticate, and a server that replays another server's
+// authentication (its nonce and proof) to a client is refused by the client,
+// whose own nonce the replayed proof does not cover.
+BOOST_AUTO_TEST_CASE(authentication_is_mutual, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  auto open_server = start_server(server_loop, std::string(""));
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), client_opts(open_server->local_endpoint().port(), "s3cret"));
+    BOOST_FAIL("a client with a token talked to a server that does not authenticate");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("does not authenticate") != std::string::npos, e.what());
+  }
+  auto real = start_server(server_loop, std::string("s3cret"));
+  // The relay: takes the real server's answer to a hello of its own, and hands
+  // it to the client as if it were its own.
+  asio::io_context ctx;
+  tcp::acceptor relay(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  std::thread relay_thread([&] {
+    tcp::socket up(ctx);
+    up.connect({asio::ip::make_address("127.0.0.1"), real->local_endpoint().port()});
+    net::hello mine;
+    mine.flags = net::hello_flags::auth;
+    mine.extension_len = 32;
+    std::array<std::byte, 32> my_nonce{};
+    auto hb = net::encode(mine);
+    asio::write(up, asio::buffer(hb));
+    asio::write(up, asio::buffer(my_nonce));
+    std::array<std::byte, net::hello_size + 64> answer;
+    asio::read(up, asio::buffer(answer)); // the real server's hello, nonce and proof
+    tcp::socket victim(ctx);
+    relay.accept(victim);
+    std::array<std::byte, net::hello_size + 32> client_hello;
+    asio::read(victim, asio::buffer(client_hello));
+    asio::write(victim, asio::buffer(answer)); // replayed
+    std::array<std::byte, 32> proof;
+    std::error_code ec;
+    asio::read(victim, asio::buffer(proof), ec);
+    BOOST_TEST(ec, "the client answered a replayed proof");
+  });
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), client_opts(relay.local_endpoint().port(), "s3cret"));
+    BOOST_FAIL("the client accepted a replayed proof");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("authentication failed") != std::string::npos, e.what());
+  }
+  relay_thread.join();
+}
+
 BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
   event_loop server_loop, loop;
   server_loop.start();
