@@ -4,6 +4,7 @@
 #include "core/log.hpp"
 #include "net/auth.hpp"
 #include "net/buffer_cache.hpp"
+#include "net/endpoint_text.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -30,6 +31,8 @@ constexpr std::size_t read_buffer_size = 64 * 1024;
 // Bodies up to this size are copied next to their header (one iovec per batch);
 // larger ones are written in place.
 constexpr std::size_t copy_threshold = 2048;
+// A write buffer larger than this is freed once written, not kept for reuse.
+constexpr std::size_t release_above = 1 << 20;
 // Largest hello extension accepted (reserved for authentication).
 constexpr std::uint32_t max_hello_extension = 64 * 1024;
 
@@ -44,14 +47,6 @@ struct transfer_all_uncapped {
     return ec ? 0 : std::numeric_limits<std::uint32_t>::max();
   }
 };
-
-std::string endpoint_text(const asio::ip::tcp::socket& s) {
-  std::error_code ec;
-  auto ep = s.remote_endpoint(ec);
-  if (ec)
-    return "?";
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
-}
 
 // Reads the peer's hello and validates it; `extension` receives its extension block.
 asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out, bytes& extension) {
@@ -176,7 +171,10 @@ asio::awaitable<std::error_code> with_deadline(asio::awaitable<std::error_code> 
 } // namespace
 
 void connection::batch::clear() noexcept {
-  stage.clear();
+  if (stage.capacity() > release_above)
+    bytes().swap(stage); // a burst is over: give its memory back
+  else
+    stage.clear();
   large.clear();
 }
 
@@ -247,10 +245,19 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
     queued_.large.push_back(large_frame{st.size(), std::move(body), std::move(segments)});
   }
   queued_bytes_ += header_size + len;
+  const std::size_t shared = opts_.shared_output ? opts_.shared_output->add(header_size + len) : 0;
   // A frame alone in the queue is always accepted, whatever its size.
   if (queued_bytes_ > opts_.max_buffered_output && queued_bytes_ > header_size + len) {
-    CORODIST_LOG_WARN("closing connection to {}: peer does not read ({} bytes of output queued, cap {})",
-                      endpoint_text(socket_), queued_bytes_, opts_.max_buffered_output);
+    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued, cap {})",
+                      detail::peer_text(socket_), queued_bytes_, opts_.max_buffered_output);
+    close(errc::output_overflow);
+    return errc::output_overflow;
+  }
+  if (opts_.shared_output && shared > opts_.shared_output->limit() &&
+      queued_bytes_ >= opts_.shared_output->limit() / 4 && queued_bytes_ > header_size + len) {
+    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued for it; its "
+                      "group of connections holds {}, cap {})",
+                      detail::peer_text(socket_), queued_bytes_, shared, opts_.shared_output->limit());
     close(errc::output_overflow);
     return errc::output_overflow;
   }
@@ -275,6 +282,8 @@ void connection::start_write() {
     return;
   writing_ = true;
   std::swap(queued_, writing_batch_);
+  if (opts_.shared_output)
+    opts_.shared_output->remove(queued_bytes_); // handed to the socket
   queued_bytes_ = 0;
   iov_.clear();
   const auto& b = writing_batch_;
@@ -296,7 +305,7 @@ void connection::start_write() {
                       self->writing_batch_.clear();
                       if (ec) {
                         if (self->open_)
-                          CORODIST_LOG_DEBUG("write to {} failed: {}", endpoint_text(self->socket_), ec.message());
+                          CORODIST_LOG_DEBUG("write to {} failed: {}", detail::peer_text(self->socket_), ec.message());
                         self->close(errc::connection_closed);
                         return;
                       }
@@ -381,7 +390,7 @@ std::size_t connection::parse(const std::byte* data, std::size_t n) {
     auto h = decode_header(data + used);
     if (h.payload_len > opts_.max_frame_size) {
       CORODIST_LOG_WARN("closing connection from {}: frame of {} bytes exceeds max_frame_size {}",
-                        endpoint_text(socket_), h.payload_len, opts_.max_frame_size);
+                        detail::peer_text(socket_), h.payload_len, opts_.max_frame_size);
       close(errc::frame_too_large);
       return used;
     }
@@ -399,18 +408,18 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
     return;
   if (ec == errc::frame_stalled) {
     CORODIST_LOG_INFO("closing connection from {}: no byte of an incomplete frame for {} ms ({} bytes of it received)",
-                      endpoint_text(socket_), opts_.frame_timeout.count(), frame_bytes);
+                      detail::peer_text(socket_), opts_.frame_timeout.count(), frame_bytes);
     close(errc::frame_stalled);
     return;
   }
   if (frame_bytes > 0) {
     CORODIST_LOG_WARN("connection from {} closed in the middle of a frame ({} bytes buffered): {}",
-                      endpoint_text(socket_), frame_bytes, ec.message());
+                      detail::peer_text(socket_), frame_bytes, ec.message());
     close(errc::truncated_frame);
     return;
   }
   if (ec != asio::error::eof)
-    CORODIST_LOG_DEBUG("connection from {} lost: {}", endpoint_text(socket_), ec.message());
+    CORODIST_LOG_DEBUG("connection from {} lost: {}", detail::peer_text(socket_), ec.message());
   close(errc::connection_closed);
 }
 
@@ -528,7 +537,7 @@ asio::awaitable<void> connection::read_loop() {
         carry_.erase(carry_.begin(), carry_.begin() + static_cast<std::ptrdiff_t>(used));
     }
   } catch (const std::exception& e) {
-    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", endpoint_text(socket_), e.what());
+    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", detail::peer_text(socket_), e.what());
     close(errc::connection_closed);
   }
 }
@@ -570,7 +579,7 @@ void connection::close(std::error_code reason) {
     return;
   open_ = false;
   if (reason != errc::connection_closed)
-    CORODIST_LOG_DEBUG("closing connection to {}: {}", endpoint_text(socket_), reason.message());
+    CORODIST_LOG_DEBUG("closing connection to {}: {}", detail::peer_text(socket_), reason.message());
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
@@ -582,6 +591,8 @@ void connection::close(std::error_code reason) {
   for (auto& [id, p] : pending)
     p.complete(response{errc::connection_closed, {}});
   queued_.clear();
+  if (opts_.shared_output)
+    opts_.shared_output->remove(queued_bytes_);
   queued_bytes_ = 0;
   if (on_close_) {
     auto h = std::move(on_close_);

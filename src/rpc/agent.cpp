@@ -7,6 +7,7 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "rpc/protocol.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -31,14 +32,6 @@ namespace detail {
 namespace {
 
 using clock = std::chrono::steady_clock;
-
-// Frame kinds (net::frame_header::kind) of the RPC protocol.
-constexpr std::uint16_t kind_call = 0x0500;        ///< request: [name, [args...]] + attachments
-constexpr std::uint16_t kind_reply = 0x0501;       ///< response: result + attachments
-constexpr std::uint16_t kind_error_reply = 0x0502; ///< response: [code, type, message]
-
-// Codes of an error reply.
-enum class failure : int { exception = 0, unknown_function = 1, bad_arguments = 2, malformed = 3 };
 
 enum class agent_state : int { created, starting, running, stopped };
 
@@ -195,9 +188,8 @@ asio::awaitable<void> agent_impl::start() {
     if (aec)
       throw usage_error("rpc: host '" + opts_.host + "' is not an IP address");
     copts_.max_frame_size = opts_.max_message_size;
-    // Room for a burst of maximal messages: a peer that reads is never taken
-    // for one that does not (a lone frame above the cap is always accepted).
-    copts_.max_buffered_output = std::max(copts_.max_buffered_output, 4 * opts_.max_message_size);
+    copts_.max_buffered_output = opts_.max_buffered_output_per_peer; // a lone larger message still goes
+    copts_.shared_output = std::make_shared<net::output_budget>(opts_.max_buffered_output);
     copts_.request_timeout = std::chrono::milliseconds(0);
     copts_.auth_token = store::resolve_auth_token(opts_.auth_token);
     auto [lec, l] = net::listener::listen(ex_, {addr, opts_.port}, copts_,
@@ -211,6 +203,10 @@ asio::awaitable<void> agent_impl::start() {
       throw connection_error("rpc: agent '" + opts_.name + "' cannot listen on " + opts_.host + ":" +
                              std::to_string(opts_.port) + ": " + lec.message());
     listener_ = l;
+    listener_->set_connection_limit(net::connection_limit(opts_.max_connections), [w = weak_from_this()] {
+      auto self = w.lock();
+      return self ? self->incoming_.size() : std::size_t{0};
+    });
     listener_->start();
     local_ = listener_->local_endpoint();
     self_ = worker_info{opts_.name, opts_.rank, opts_.host, local_.port()};

@@ -2,6 +2,7 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "net/endpoint_text.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -30,9 +31,8 @@ torch_session::torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_st
       on_close_(std::move(on_close)),
       // at context shutdown (final): close only, nothing else is safe to touch
       registration_(socket_.get_executor(), [this](bool final) { finish(!final); }) {
+  peer_ = net::detail::peer_text(socket_);
   std::error_code ec;
-  auto ep = socket_.remote_endpoint(ec);
-  peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
 }
 

@@ -599,6 +599,54 @@ BOOST_AUTO_TEST_CASE(timeouts_after_ring_wraparound_leave_live_operations_alone,
     BOOST_TEST(closed_by_peer(s));
 }
 
+// Connections sharing an output_budget: when their queued output together
+// passes its cap, a connection holding a quarter of it is dropped.
+BOOST_AUTO_TEST_CASE(shared_output_budget_drops_the_peer_that_holds_it, *utf::timeout(60)) {
+  asio::io_context ctx;
+  std::vector<std::unique_ptr<tcp::acceptor>> accs;
+  std::vector<std::thread> peers;
+  std::promise<void> done;
+  std::shared_future<void> release = done.get_future().share();
+  for (int i = 0; i < 2; ++i) {
+    accs.push_back(std::make_unique<tcp::acceptor>(ctx, tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}));
+    peers.emplace_back([&, i] { // answers the hello, then never reads
+      tcp::socket s(ctx);
+      accs[static_cast<std::size_t>(i)]->accept(s);
+      std::array<std::byte, net::hello_size> h;
+      asio::read(s, asio::buffer(h));
+      auto mine = net::encode(net::hello{});
+      asio::write(s, asio::buffer(mine));
+      release.wait(); // holds the socket, unread, until the test is done
+    });
+  }
+  net::connection_options opts;
+  opts.shared_output = std::make_shared<net::output_budget>(16 << 20);
+  auto [first, second] = run_coro(ctx, [&]() -> asio::awaitable<std::pair<std::error_code, std::error_code>> {
+    auto a = co_await connect_to(accs[0]->local_endpoint(), opts);
+    auto b = co_await connect_to(accs[1]->local_endpoint(), opts);
+    auto chunk = std::make_shared<net::bytes>(1 << 20);
+    std::error_code ea, eb;
+    for (int i = 0; i < 200 && !ea; ++i) { // bounded: at most 200 MiB offered
+      ea = a->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
+      if (i % 8 == 7) {
+        asio::steady_timer t(ctx, 1ms);
+        co_await t.async_wait(asio::use_awaitable);
+      }
+    }
+    eb = b->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
+    BOOST_TEST(opts.shared_output->used() < std::size_t{20} << 20);
+    a->close();
+    b->close();
+    co_return std::pair{ea, eb};
+  }());
+  done.set_value();
+  for (auto& t : peers)
+    t.join();
+  BOOST_TEST((first == net::errc::output_overflow), first.message());
+  BOOST_TEST(!second); // the other connection, which holds little, is not touched
+  BOOST_TEST(opts.shared_output->used() == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(io_uring_backend)

@@ -4,12 +4,15 @@
 #include <corodist/core/error.hpp>
 #include <corodist/rpc/agent.hpp>
 
+#include "rpc/protocol.hpp"
 #include "rpc/rpc_fixtures.hpp"
 #include "support/coro_test.hpp"
 #include "support/loop_helpers.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
 
 #include <atomic>
 #include <cstring>
@@ -18,6 +21,7 @@
 #include <future>
 #include <latch>
 #include <numeric>
+#include <poll.h>
 #include <unistd.h>
 
 using namespace std::chrono_literals;
@@ -569,6 +573,54 @@ BOOST_AUTO_TEST_CASE(destroy_without_shutdown, *utf::timeout(30)) {
   }
   BOOST_TEST_MESSAGE(completed << " of " << fs.size() << " calls completed before the agents went away");
   BOOST_TEST(ready == fs.size()); // the others failed: none is left hanging
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(rpc_hostile)
+
+namespace {
+// A raw client of `a`'s listener that has completed the hello (no token).
+asio::ip::tcp::socket raw_peer(asio::io_context& ctx, const rpc::agent& a) {
+  asio::ip::tcp::socket s(ctx);
+  s.connect({asio::ip::make_address("127.0.0.1"), a.local_endpoint().port()});
+  auto h = corodist::net::encode(corodist::net::hello{});
+  asio::write(s, asio::buffer(h));
+  std::array<std::byte, corodist::net::hello_size> back;
+  asio::read(s, asio::buffer(back));
+  return s;
+}
+
+// Writes one call frame `fn(arg)` with request id `id`.
+template <typename A>
+void send_call(asio::ip::tcp::socket& s, std::uint64_t id, std::string_view fn, const A& arg, std::error_code& ec) {
+  auto call = rpc::detail::encode_call(fn, arg);
+  auto h = corodist::net::encode(
+      corodist::net::frame_header{static_cast<std::uint32_t>(call.body.size()), rpc::detail::kind_call, 0, id});
+  std::array<asio::const_buffer, 2> frame{asio::buffer(h), asio::buffer(call.body)};
+  asio::write(s, frame, ec);
+}
+} // namespace
+
+// A peer that sends calls and never reads their replies is dropped once their
+// replies queued for it pass max_buffered_output_per_peer, with its calls'
+// memory given back; the agent goes on serving everyone else.
+BOOST_AUTO_TEST_CASE(peer_that_never_reads_replies_is_dropped, *utf::timeout(60)) {
+  cluster c(2, [](rpc::agent_options& o) { o.max_buffered_output_per_peer = 4 << 20; });
+  asio::io_context ctx;
+  auto s = raw_peer(ctx, c[0]);
+  // Each call asks for a 1 MiB reply; once the agent drops us, the next call
+  // we send meets a closed socket and is answered with a reset.
+  bool dropped = false;
+  for (std::uint64_t id = 1; id <= 400 && !dropped; ++id) { // at most 400 MiB offered
+    std::error_code ec;
+    send_call(s, id, "make_string", std::size_t{1} << 20, ec);
+    pollfd p{s.native_handle(), 0, 0};
+    dropped = ec || (::poll(&p, 1, 20) > 0 && (p.revents & (POLLERR | POLLHUP)));
+  }
+  BOOST_TEST(dropped);
+  BOOST_TEST(c[1].rpc_sync<int>("w0", "add", 2, 3) == 5);
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 4, 3) == 7);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -360,6 +360,63 @@ BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
   BOOST_CHECK_THROW(a2.get(), corodist::connection_error);
 }
 
+// max_connections: connections over the limit are closed at once, the ones in
+// place keep working, and room made by a client leaving is used again.
+BOOST_AUTO_TEST_CASE(connection_limit_refuses_at_once, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  so.max_connections = 4;
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  std::vector<std::shared_ptr<cs::tcp_store>> clients;
+  for (int i = 0; i < 4; ++i)
+    clients.push_back(cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port)));
+  asio::io_context ctx;
+  for (int i = 0; i < 3; ++i) {
+    tcp::socket extra(ctx);
+    extra.connect({asio::ip::make_address("127.0.0.1"), port});
+    BOOST_TEST(closed_by_peer(extra));
+  }
+  cs::sync_store(clients[0]).set("k", "v");
+  BOOST_TEST(cs::sync_store(clients[3]).get("k") == "v");
+  clients[0]->close();
+  BOOST_TEST(corodist::test::eventually(
+      [&] { return on_loop(server_loop, [&] { return server->connection_count(); }) == 3; }));
+  auto again = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  BOOST_TEST(cs::sync_store(again).get("k") == "v");
+}
+
+// Silent connections (PyTorch 1.13's second one) are kept only up to
+// max_silent_connections; further ones are closed, the data is untouched.
+BOOST_AUTO_TEST_CASE(silent_connections_are_capped, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  so.handshake_timeout = 100ms;
+  so.max_silent_connections = 3;
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  asio::io_context ctx;
+  std::vector<tcp::socket> silent;
+  for (int i = 0; i < 5; ++i) {
+    silent.emplace_back(ctx);
+    silent.back().connect({asio::ip::make_address("127.0.0.1"), port});
+  }
+  int closed = 0;
+  for (auto& s : silent)
+    closed += closed_by_peer(s, 1s);
+  BOOST_TEST(closed == 2);
+  BOOST_TEST(on_loop(server_loop, [&] { return server->connection_count(); }) == 3u);
+  auto c = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  cs::sync_store(c).set("k", "v");
+  BOOST_TEST(cs::sync_store(c).get("k") == "v");
+}
+
 BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
   event_loop server_loop, loop;
   server_loop.start();

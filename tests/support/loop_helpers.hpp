@@ -47,10 +47,10 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::second
   return true;
 }
 
-/// True when the peer has closed `s` (EOF or reset) within 3 s.
-inline bool closed_by_peer(asio::ip::tcp::socket& s) {
+/// True when the peer has closed `s` (EOF or reset) within `limit`.
+inline bool closed_by_peer(asio::ip::tcp::socket& s, std::chrono::milliseconds limit = std::chrono::seconds(3)) {
   char buf[256];
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     pollfd p{s.native_handle(), POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0)

@@ -6,6 +6,7 @@
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/net/frame.hpp>
+#include <corodist/net/output_budget.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -61,6 +62,9 @@ struct connection_options {
   /// An incomplete incoming frame that receives no byte for this long closes the
   /// connection (errc::frame_stalled); zero means never.
   std::chrono::milliseconds frame_timeout = default_frame_timeout;
+  /// A cap shared with other connections on their queued output together (see
+  /// output_budget); null: none.
+  std::shared_ptr<output_budget> shared_output;
   /// Shared secret. Server: if set, clients must prove they hold it
   /// (challenge-response, HMAC-SHA-256); client: the token to prove with.
   std::string auth_token;
@@ -219,7 +223,7 @@ private:
   batch queued_;  // frames waiting for the next write
   batch writing_batch_; // frames of the write in flight
   std::vector<asio::const_buffer> iov_;
-  std::size_t queued_bytes_ = 0; // bytes in queued_
+  std::size_t queued_bytes_ = 0; // bytes in queued_ (also counted in opts_.shared_output)
   bytes carry_;                  // the start of an incomplete incoming frame
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light
   bytes big_;                       // 64 KiB read target while reads keep filling head_

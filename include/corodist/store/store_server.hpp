@@ -30,6 +30,7 @@ struct server_options {
   static constexpr std::size_t default_max_wait_bytes_per_connection = std::size_t{16} << 20;
   static constexpr std::size_t default_max_wait_bytes = std::size_t{256} << 20;
   static constexpr std::size_t default_max_buffered_output = std::size_t{256} << 20;
+  static constexpr std::size_t default_max_silent_connections = 1024;
 
   /// Address to bind: only this interface (default loopback); "0.0.0.0" or "::" for all.
   std::string host = "127.0.0.1";
@@ -50,6 +51,14 @@ struct server_options {
   std::size_t max_wait_bytes = default_max_wait_bytes;
   /// Unsent output per connection before a client that does not read is dropped.
   std::size_t max_buffered_output = default_max_buffered_output;
+  /// Connections served at once (handshakes included); more are refused at
+  /// once, with one warning per episode. 0: the process's open-file limit
+  /// (RLIMIT_NOFILE) less 64 descriptors of headroom.
+  std::size_t max_connections = 0;
+  /// PyTorch clients open a second connection that never sends a byte (1.13);
+  /// at most this many silent connections are kept, further ones are closed
+  /// with a warning. Only with torch_protocol.
+  std::size_t max_silent_connections = default_max_silent_connections;
   /// Deadline of each client's hello (and authentication).
   std::chrono::milliseconds handshake_timeout = net::connection_options::default_handshake_timeout;
   /// Also serve PyTorch TCPStore clients (the 1.13 and the 2.x protocol) on
