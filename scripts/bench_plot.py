@@ -49,7 +49,8 @@ def size_of(r):
 
 
 def kind(r, peers):
-    if any(k in r for k in THROUGHPUT_KEYS) or any(finite(p.get("peer_ops_per_s")) for p in peers):
+    if finite(r.get("ops_per_s")) and (any(k in r for k in THROUGHPUT_KEYS) or
+                                       any(finite(p.get("peer_ops_per_s")) for p in peers)):
         return "ops"
     if finite(r.get("gbytes_per_s")) and size_of(r) >= MIB:
         return "gbytes"
@@ -106,7 +107,7 @@ def main():
     first = next(iter(cases.values()))["rec"]
     panels = [k for k in ("latency", "ops", "gbytes") if groups[k]]
     heights = [max(2.0, 0.28 * sum(1 + len(p) for _, _, p in groups[k]) + 0.8) for k in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(11, sum(heights) + 1.2),
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, sum(heights) + 1.2),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, k in zip(axes[:, 0], panels):
         rows = groups[k]
@@ -144,12 +145,12 @@ def main():
                 ax.axvline(bulk, color="#c0392b", linestyle="--", linewidth=1.2, label=f"raw bulk {bulk:.2f} GB/s")
             ax.set_title("bulk transfer (higher is better)", fontsize=10, loc="left")
             ax.set_xlabel("GB/s (1e9 bytes / s)")
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     fig.suptitle(f"corodist-bench — {first.get('backend', '?')}, pinned={'yes' if first.get('pinned') else 'no'}; "
                  "peers measured in the same run with the same pinning", fontsize=10)
     fig.tight_layout()
     out = a.output or a.json.rsplit(".", 1)[0] + ".png"
-    fig.savefig(out, dpi=110)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
     print(f"bench_plot: wrote {out}")
 
 
