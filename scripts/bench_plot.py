@@ -64,7 +64,10 @@ def bars(ax, rows, value_key, peer_key, fmt, log):
     labels, y = [], 0.0
     seen = set()
     for name, r, peers in rows:
-        group = [("corodist", r.get(value_key), OURS, "")]
+        if r.get("suite") == "raw":  # the floor's own cases: bare sockets, not corodist
+            group = [("raw sockets", r.get(value_key), "#e8a09a", "")]
+        else:
+            group = [("corodist", r.get(value_key), OURS, "")]
         for p in peers:
             status = p.get("peer_status", "")
             group.append((p["peer"], p.get(peer_key), PEER_COLORS.get(p["peer"], "#999999"), status))
