@@ -17,9 +17,9 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -168,11 +168,10 @@ std::uint16_t free_port() {
 /// "[R] rest" lines of `text` as (R, rest); lines without a prefix fail the test.
 std::vector<std::pair<int, std::string>> prefixed(const std::string& text) {
   std::vector<std::pair<int, std::string>> v;
-  static const std::regex re(R"(\[(\d+)\] (.*))");
   for (auto& l : launched::lines(text)) {
-    std::smatch m;
-    if (std::regex_match(l, m, re))
-      v.emplace_back(std::stoi(m[1]), m[2]);
+    int rank = -1, used = 0;
+    if (std::sscanf(l.c_str(), "[%d] %n", &rank, &used) == 1 && used > 0 && rank >= 0)
+      v.emplace_back(rank, l.substr(static_cast<std::size_t>(used)));
     else
       BOOST_ERROR("line without a rank prefix: '" << l << "'");
   }
@@ -203,23 +202,24 @@ BOOST_AUTO_TEST_CASE(every_rank_gets_its_environment, *utf::timeout(60)) {
   launched l({"--nproc", "3", "--", rank_path, "env"});
   int st = l.finish();
   BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
-  static const std::regex re(R"(R=(\d+) W=(\d+) L=(\d+) LW=(\d+) A=(\S+) P=(\d+))");
   std::set<int> ranks;
-  std::set<std::string> ports;
+  std::set<int> ports;
   for (auto& [r, rest] : prefixed(l.out())) {
-    std::smatch m;
-    BOOST_REQUIRE(std::regex_match(rest, m, re));
-    BOOST_TEST(std::stoi(m[1]) == r);
-    BOOST_TEST(m[2] == "3");
-    BOOST_TEST(m[3] == std::to_string(r)); // one node: local rank = rank
-    BOOST_TEST(m[4] == "3");
-    BOOST_TEST(m[5] == "127.0.0.1");
-    ports.insert(m[6]);
+    int rank = -1, world = -1, local = -1, local_world = -1, port = -1;
+    char addr[64] = {};
+    BOOST_REQUIRE(std::sscanf(rest.c_str(), "R=%d W=%d L=%d LW=%d A=%63s P=%d", &rank, &world, &local, &local_world,
+                              addr, &port) == 6);
+    BOOST_TEST(rank == r);
+    BOOST_TEST(world == 3);
+    BOOST_TEST(local == r); // one node: local rank = rank
+    BOOST_TEST(local_world == 3);
+    BOOST_TEST(std::string(addr) == "127.0.0.1");
+    ports.insert(port);
     ranks.insert(r);
   }
   BOOST_TEST((ranks == std::set<int>{0, 1, 2}));
   BOOST_REQUIRE(ports.size() == 1u); // one master port for all
-  BOOST_TEST(std::stoi(*ports.begin()) > 0);
+  BOOST_TEST(*ports.begin() > 0);
 }
 
 BOOST_AUTO_TEST_CASE(given_master_address_and_port_are_passed_on, *utf::timeout(60)) {
