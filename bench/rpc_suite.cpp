@@ -179,7 +179,7 @@ void async_throughput(context& ctx, agent_pair& pair, std::vector<peer_result> p
   const std::size_t total = ctx.quick ? 200'000 : 1'000'000;
   auto& a = pair.client();
   auto [rec, elapsed] = pair.run_on_client([&](asio::any_io_executor ex) {
-    auto one_call = [&a](int) -> asio::awaitable<void> { (void)co_await a.rpc_async<int>("server", "add", 1, 2); };
+    auto one_call = [&a](int) -> asio::awaitable<void> { (void)co_await a.rpc_async<int>("server", "add", 1, 2).async_get(); };
     return run_closed_loop(ex, pipeline_depth, total, one_call);
   });
   auto r = latency_record("rpc", "rpc_async_x64", rec, elapsed);

@@ -46,6 +46,8 @@ cache& the_cache() {
   return *c;
 }
 
+} // namespace
+
 bytes fresh_buffer(std::size_t n) {
   bytes b;
   if (n >= 2 * huge_page) {
@@ -60,7 +62,6 @@ bytes fresh_buffer(std::size_t n) {
   return b;
 }
 
-} // namespace
 
 bytes take_cached_buffer(std::size_t n) {
   if (n < recycle_min_size)

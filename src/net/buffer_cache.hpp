@@ -19,6 +19,10 @@ bytes acquire_large_buffer(std::size_t n);
 /// costs no new memory: the process holds it already. Thread-safe.
 bytes take_cached_buffer(std::size_t n);
 
+/// A new buffer of `n` bytes (never a cached one); from 4 MiB up advised to use
+/// transparent huge pages.
+bytes fresh_buffer(std::size_t n);
+
 /// Offers `b` for reuse (kept if large enough and the cache has room: at most
 /// 4 buffers, buffer_cache_limit() bytes in all); otherwise frees it. Thread-safe.
 void recycle_large_buffer(bytes&& b) noexcept;

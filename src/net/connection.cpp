@@ -18,6 +18,7 @@
 #include <cstring>
 #include <sys/socket.h>
 #include <limits>
+#include <tuple>
 #include <span>
 
 namespace corodist::net {
@@ -206,8 +207,10 @@ connection::accept(asio::ip::tcp::socket s, connection_options opts) {
 connection::connection(asio::ip::tcp::socket socket, connection_options opts)
     : socket_(std::move(socket)), opts_(opts), registration_(socket_.get_executor(), [this](bool final) {
         close(errc::connection_closed);
-        if (final)
-          timer_.reset(); // destroyed while the timer service is alive
+        if (final) { // destroyed while the timer service is alive
+          timer_.reset();
+          stall_timer_.reset();
+        }
       }) {
   std::error_code ec;
   remote_ = socket_.remote_endpoint(ec);
@@ -423,15 +426,68 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
   close(errc::connection_closed);
 }
 
-asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_bytes(asio::mutable_buffer b) {
-  if (opts_.frame_timeout.count() <= 0) {
-    auto [ec, n] = co_await socket_.async_read_some(b, use_tuple);
-    co_return std::pair{ec, n};
+// Completion condition "everything" (uncapped, as transfer_all_uncapped) that
+// also records the time of each step of progress for the stall watchdog.
+struct transfer_all_noting_progress {
+  std::chrono::steady_clock::time_point* progress_at;
+  std::size_t seen = 0;
+  std::size_t operator()(const std::error_code& ec, std::size_t n) noexcept {
+    if (n != seen) {
+      seen = n;
+      *progress_at = clock::now();
+    }
+    return ec ? 0 : std::numeric_limits<std::uint32_t>::max();
   }
-  auto r = co_await corodist::detail::within(socket_.async_read_some(b, use_tuple), opts_.frame_timeout);
-  if (!r)
-    co_return std::pair{std::error_code(errc::frame_stalled), std::size_t{0}};
-  auto [ec, n] = *r;
+};
+
+// While an incomplete frame is being read, a watchdog looks once per
+// frame_timeout whether any byte arrived since the last progress; if none did it
+// cancels the read, which then ends with frame_stalled. One timer wait per
+// frame_timeout, not one per read.
+void connection::arm_stall_watch() {
+  if (opts_.frame_timeout.count() <= 0 || stall_watch_armed_)
+    return;
+  stall_watch_armed_ = true;
+  if (!stall_timer_)
+    stall_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  stall_timer_->expires_at(progress_at_ + opts_.frame_timeout);
+  stall_timer_->async_wait([w = weak_from_this()](std::error_code ec) {
+    if (ec)
+      return;
+    if (auto self = w.lock())
+      self->on_stall_watch();
+  });
+}
+
+void connection::on_stall_watch() {
+  stall_watch_armed_ = false;
+  if (!in_frame_ || !open_)
+    return;
+  if (clock::now() - progress_at_ >= opts_.frame_timeout) {
+    stalled_ = true;
+    std::error_code ignored;
+    socket_.cancel(ignored);
+    return;
+  }
+  arm_stall_watch(); // from the last progress
+}
+
+asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_bytes(asio::mutable_buffer b,
+                                                                                     bool all) {
+  in_frame_ = true;
+  progress_at_ = clock::now();
+  arm_stall_watch();
+  std::error_code ec;
+  std::size_t n = 0;
+  if (all) {
+    std::tie(ec, n) = co_await asio::async_read(socket_, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
+  } else {
+    std::tie(ec, n) = co_await socket_.async_read_some(b, use_tuple);
+    progress_at_ = clock::now();
+  }
+  in_frame_ = false;
+  if (stalled_)
+    ec = errc::frame_stalled;
   co_return std::pair{ec, n};
 }
 
@@ -450,15 +506,18 @@ asio::awaitable<void> connection::read_large_frame(frame_header h) {
   carry_ = bytes();
   while (got < len) {
     if (got == body.size()) {
+      // The intermediate sizes are neither taken from the cache nor offered to
+      // it: the cache is for buffers of the sizes frames really have.
       bytes bigger = detail::take_cached_buffer(len);
-      if (bigger.empty())
-        bigger = detail::acquire_large_buffer(std::min(len, body.size() * 4));
+      if (bigger.empty()) {
+        const std::size_t next = std::min(len, body.size() * 4);
+        bigger = next == len ? detail::fresh_buffer(len) : bytes(next);
+      }
       std::memcpy(bigger.data(), body.data(), got);
-      detail::recycle_large_buffer(std::exchange(body, std::move(bigger)));
+      body = std::move(bigger);
     }
-    auto [ec, n] = co_await read_frame_bytes(asio::buffer(body.data() + got, body.size() - got));
+    auto [ec, n] = co_await read_frame_bytes(asio::buffer(body.data() + got, body.size() - got), true);
     if (ec) {
-      detail::recycle_large_buffer(std::move(body));
       on_read_error(ec, header_size + got);
       co_return;
     }
@@ -522,7 +581,7 @@ asio::awaitable<void> connection::read_loop() {
       }
       const std::size_t have = carry_.size();
       carry_.resize(want);
-      auto [rec, n] = co_await read_frame_bytes(asio::buffer(carry_.data() + have, want - have));
+      auto [rec, n] = co_await read_frame_bytes(asio::buffer(carry_.data() + have, want - have), false);
       carry_.resize(have + (rec ? 0 : n));
       if (rec) {
         on_read_error(rec, carry_.size());
@@ -585,6 +644,8 @@ void connection::close(std::error_code reason) {
   socket_.close(ignored);
   if (timer_)
     timer_->cancel();
+  if (stall_timer_)
+    stall_timer_->cancel();
   timer_deadline_.reset();
   auto pending = std::move(pending_);
   pending_.clear();

@@ -43,7 +43,7 @@ asio::awaitable<void> hash_store::do_wait(std::vector<std::string> keys, std::ch
   state_->wait(std::move(keys), timeout, 0, [p = std::move(p)](std::vector<std::string>&&, std::vector<std::string>&& missing) mutable {
     p.set_value(std::move(missing));
   });
-  auto missing = co_await std::move(f);
+  auto missing = co_await f.async_get();
   if (!missing.empty())
     throw timeout_error(detail::timeout_message(missing, timeout));
 }

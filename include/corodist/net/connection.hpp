@@ -203,7 +203,10 @@ private:
   void start_write();
   asio::awaitable<void> read_loop();
   std::size_t parse(const std::byte* data, std::size_t n);
-  asio::awaitable<std::pair<std::error_code, std::size_t>> read_frame_bytes(asio::mutable_buffer b);
+  /// Reads part (all = false: what is there) or all of `b` of an incomplete frame, under the stall watch.
+  asio::awaitable<std::pair<std::error_code, std::size_t>> read_frame_bytes(asio::mutable_buffer b, bool all);
+  void arm_stall_watch();
+  void on_stall_watch();
   asio::awaitable<void> read_large_frame(frame_header h);
   void on_read_error(std::error_code ec, std::size_t frame_bytes);
   void dispatch(message&& m);
@@ -215,6 +218,11 @@ private:
   connection_options opts_;
   asio::ip::tcp::endpoint remote_;
   std::unique_ptr<asio::steady_timer> timer_; // request deadlines; made on first use
+  std::unique_ptr<asio::steady_timer> stall_timer_; // frame_timeout watchdog; made on first use
+  std::chrono::steady_clock::time_point progress_at_; // last byte of an incomplete frame
+  bool in_frame_ = false;           // a read of an incomplete frame is pending
+  bool stall_watch_armed_ = false;
+  bool stalled_ = false;
   std::optional<std::chrono::steady_clock::time_point> timer_deadline_;
   request_handler on_request_;
   close_handler on_close_;

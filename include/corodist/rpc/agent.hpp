@@ -126,13 +126,13 @@ public:
   /// The call for coroutines: sends at once, `co_await` for the result.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(worker_ref to, std::string_view fn, A&&... args) {
-    return asio::awaitable<R>(rpc_async_impl<R>(std::nullopt, to, fn, args...));
+    return rpc_async_impl<R>(std::nullopt, to, fn, args...).async_get();
   }
 
   /// As above with a per-call deadline.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
-    return asio::awaitable<R>(rpc_async_impl<R>(timeout.value, to, fn, args...));
+    return rpc_async_impl<R>(timeout.value, to, fn, args...).async_get();
   }
 
   /// This worker. Valid after start().
