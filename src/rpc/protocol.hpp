@@ -1,15 +1,17 @@
 #pragma once
-// The RPC protocol's frame kinds (net::frame_header::kind) and error-reply codes (private).
+// The RPC protocol's frame kinds and error-reply codes (private).
 
-#include <cstdint>
+#include <corodist/rpc/message_port.hpp>
 
 namespace corodist::rpc::detail {
 
-inline constexpr std::uint16_t kind_call = 0x0500;        ///< request: [name, [args...]] + attachments
-inline constexpr std::uint16_t kind_reply = 0x0501;       ///< response: result + attachments
-inline constexpr std::uint16_t kind_error_reply = 0x0502; ///< response: [code, type, message]
-
-/// Codes of an error reply.
-enum class failure : int { exception = 0, unknown_function = 1, bad_arguments = 2, malformed = 3 };
+/// request: a call body `[name, [args...], timeout_ms]` + attachments
+inline constexpr message_kind kind_call = 0x0500;
+/// response to a call or any request: the result + attachments
+inline constexpr message_kind kind_reply = 0x0501;
+/// response: `[code, type, message]` (error_reply.hpp)
+inline constexpr message_kind kind_error_reply = 0x0502;
+/// one-way, first frame on a connection a worker dialled: its rank (i32 LE)
+inline constexpr message_kind kind_identify = 0x0503;
 
 } // namespace corodist::rpc::detail

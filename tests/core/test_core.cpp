@@ -7,10 +7,12 @@
 #include <corodist/core/when_all.hpp>
 #include <corodist/core/run_on.hpp>
 #include <corodist/core/gate.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/core/logging.hpp>
 
 #include "support/coro_test.hpp"
 #if CORODIST_IO_URING
+#include "core/deadline.hpp"
 #include "core/ring_setup.hpp"
 #include <liburing.h>
 #endif
@@ -355,6 +357,47 @@ BOOST_AUTO_TEST_CASE(many_threads_many_futures, *utf::timeout(60)) {
   b.join();
   BOOST_REQUIRE(all.get_future().wait_for(10s) == std::future_status::ready);
   BOOST_TEST(sum.load() == long(n) * (n - 1) / 2);
+}
+
+// A blocking facade on a loop that is not running would wait forever: it
+// refuses at once, saying so; once started, the same call works.
+BOOST_AUTO_TEST_CASE(blocking_on_a_loop_that_is_not_running_refuses, *utf::timeout(30)) {
+  event_loop loop;
+  auto op = []() -> asio::awaitable<int> { co_return 1; };
+  try {
+    corodist::run_blocking(loop.get_executor(), op(), "test call");
+    BOOST_FAIL("run_blocking waited on a loop that was never started");
+  } catch (const corodist::usage_error& e) {
+    BOOST_TEST(std::string(e.what()).find("not running") != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("test call") != std::string::npos, e.what());
+  }
+  loop.start();
+  BOOST_TEST(corodist::run_blocking(loop.get_executor(), op(), "test call") == 1);
+  loop.stop();
+  BOOST_CHECK_THROW(corodist::run_blocking(loop.get_executor(), op(), "test call"), corodist::usage_error);
+}
+
+// The private "operation or deadline" race: a result, a deadline, and an
+// exception rethrown at once (Asio 1.22's || alone would wait for the timer
+// and drop it).
+BOOST_AUTO_TEST_CASE(within_returns_times_out_and_rethrows, *utf::timeout(30)) {
+  asio::io_context ctx;
+  auto quick = []() -> asio::awaitable<int> { co_return 7; };
+  auto slow = []() -> asio::awaitable<int> {
+    asio::steady_timer t(co_await asio::this_coro::executor, 10s);
+    co_await t.async_wait(asio::use_awaitable);
+    co_return 1;
+  };
+  auto thrower = []() -> asio::awaitable<int> {
+    throw corodist::store_error("thrown");
+    co_return 0;
+  };
+  BOOST_TEST(*corodist::test::run_coro(ctx, corodist::detail::within<int>(quick(), 5s)) == 7);
+  BOOST_TEST(!corodist::test::run_coro(ctx, corodist::detail::within<int>(slow(), 20ms)).has_value());
+  const auto t0 = std::chrono::steady_clock::now();
+  BOOST_CHECK_THROW(corodist::test::run_coro(ctx, corodist::detail::within<int>(thrower(), 10s)),
+                    corodist::store_error);
+  BOOST_CHECK(std::chrono::steady_clock::now() - t0 < 5s); // at once, not at the deadline
 }
 
 BOOST_AUTO_TEST_CASE(shared_future_many_consumers, *utf::timeout(30)) {

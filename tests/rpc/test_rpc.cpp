@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(simultaneous_first_calls, *utf::timeout(120)) {
       ok += a.rpc_sync<int>(1 - r, "add", r, 100) == r + 100;
     });
     BOOST_TEST(ok.load() == 2);
-    std::size_t open = corodist::test::on_loop(*c.loops[0], [&] { return c[0].open_channels(); });
+    std::size_t open = corodist::test::on_loop(*c.loops[0], [&] { return c[0].connected_peers(); });
     BOOST_TEST(open == 1u);
     c.shutdown_all();
   }
@@ -317,8 +317,14 @@ BOOST_AUTO_TEST_CASE(bad_arguments, *utf::timeout(30)) {
     BOOST_TEST(e.message().find("expected 2 argument(s), got 1") != std::string::npos);
   }
   BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "co_add", 1, 2, 3), rpc::bad_arguments_error);
-  // A result that does not decode to the caller's type.
-  BOOST_CHECK_THROW(c[0].rpc_sync<std::string>("w1", "add", 1, 2), corodist::protocol_error);
+  // A result that does not decode to the caller's type: named, with what came.
+  try {
+    c[0].rpc_sync<std::string>("w1", "add", 1, 2);
+    BOOST_FAIL("expected bad_result_error");
+  } catch (const rpc::bad_result_error& e) {
+    BOOST_TEST(std::string(e.what()).find("rpc 'add' on worker 'w1'") != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("positive integer") != std::string::npos, e.what());
+  }
   // The connection is still fine.
   BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 1, 2) == 3);
   c.shutdown_all();
@@ -594,7 +600,8 @@ asio::ip::tcp::socket raw_peer(asio::io_context& ctx, const rpc::agent& a) {
 // Writes one call frame `fn(arg)` with request id `id`.
 template <typename A>
 void send_call(asio::ip::tcp::socket& s, std::uint64_t id, std::string_view fn, const A& arg, std::error_code& ec) {
-  auto call = rpc::detail::encode_call(fn, arg);
+  rpc::detail::encoder e;
+  auto call = rpc::detail::encode_call(e, fn, 0, arg);
   auto h = corodist::net::encode(
       corodist::net::frame_header{static_cast<std::uint32_t>(call.body.size()), rpc::detail::kind_call, 0, id});
   std::array<asio::const_buffer, 2> frame{asio::buffer(h), asio::buffer(call.body)};

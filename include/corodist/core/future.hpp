@@ -64,9 +64,9 @@ struct get_signature<void> {
 ///   a thread and resumes on the awaiting coroutine's executor, rethrowing a
 ///   stored exception. `async_get(token)` takes any Asio completion token
 ///   (`asio::use_awaitable` by default; `asio::use_future`, a callback,
-///   `as_tuple`), and composes with Asio's awaitable operators
-///   (`co_await (f.async_get() || timer.async_wait(use_awaitable))`);
-///   cancelling the wait through the token's slot does not touch the result.
+///   `as_tuple`). Cancelling the wait through the token's slot does not touch
+///   the result. To race it against a timer, race `async_wait()` (which never
+///   throws): Asio 1.22's `||` drops an exception thrown by a branch.
 /// * From plain threads: `get()` / `wait()` / `wait_for()`. On an event-loop
 ///   thread they throw `usage_error` while the value is not ready, because
 ///   blocking there would deadlock the loop.
