@@ -549,6 +549,8 @@ asio::awaitable<void> connection::read_loop() {
           on_read_error(rec, 0);
           co_return;
         }
+        if (!open_)
+          co_return; // closed meanwhile (a loop draining at its destruction): touch no buffer
         std::byte* data = big_.data();
         std::size_t n = got;
         if (!big) {

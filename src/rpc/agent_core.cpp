@@ -26,6 +26,7 @@ agent_core::agent_core(asio::any_io_executor ex, agent_options opts)
   env.loop = ex_;
   env.port = this;
   env.worker_name = opts_.name;
+  env.self_rank = opts_.rank; // (set again by start() when a rendezvous URL gives it)
   env.max_message_size = opts_.max_message_size;
   env.offload_size = offload_size;
   env.name_of = [this](int rank) -> std::string {
@@ -53,6 +54,7 @@ asio::awaitable<void> agent_core::start() {
       store_ = res.store;
       opts_.rank = res.rank;
       opts_.world_size = res.world_size;
+      dispatcher_->set_self_rank(opts_.rank);
     }
     if (opts_.world_size <= 0 || opts_.rank < 0 || opts_.rank >= opts_.world_size)
       throw usage_error("rpc: agent '" + opts_.name + "': rank " + std::to_string(opts_.rank) + " is not in [0, " +

@@ -93,10 +93,7 @@ void dispatcher::set_handler(message_kind kind, message_port::handler h) {
 }
 
 std::function<std::unique_ptr<encoder>()> dispatcher::result_encoder(int to) {
-  return [port = env_.port, to] {
-    const int self = port ? port->self().rank : -1;
-    return std::make_unique<encoder>(port, self, to);
-  };
+  return [port = env_.port, self = env_.self_rank, to] { return std::make_unique<encoder>(port, self, to); };
 }
 
 void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& conn, net::message&& m) {

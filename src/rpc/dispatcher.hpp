@@ -28,6 +28,8 @@ struct dispatch_env {
   asio::any_io_executor loop;
   message_port* port = nullptr;
   std::string worker_name;
+  /// This worker's rank (calls may arrive before its own start() has seen every worker).
+  int self_rank = -1;
   /// Largest result sent back.
   std::size_t max_message_size = 0;
   /// Payloads at least this large are parsed and bound off the loop.
@@ -42,6 +44,8 @@ public:
   dispatcher(dispatch_env env, std::size_t worker_threads);
   ~dispatcher();
 
+  /// This worker's rank, once a rendezvous has given it (before the listener starts).
+  void set_self_rank(int rank) noexcept { env_.self_rank = rank; }
   /// Registers a function (before start).
   void add_function(std::string name, handler h);
   /// Registers an upper layer's handler for `kind` (before start).

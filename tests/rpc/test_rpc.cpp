@@ -11,6 +11,9 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
@@ -628,6 +631,115 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_replies_is_dropped, *utf::timeout(60)
   BOOST_TEST(dropped);
   BOOST_TEST(c[1].rpc_sync<int>("w0", "add", 2, 3) == 5);
   BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 4, 3) == 7);
+}
+
+// The caller's deadline travels with the call: calls still queued for the
+// pool when their callers gave up are not started, so a later call behind
+// them runs as soon as the pool is free (it used to time out behind them).
+BOOST_AUTO_TEST_CASE(calls_whose_caller_gave_up_are_not_started, *utf::timeout(60)) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> started{0};
+  cluster c(2, [](rpc::agent_options& o) { o.worker_threads = 1; }, false);
+  c[1].register_function("hold", [&](int) {
+    ++started;
+    released.wait();
+    return 0;
+  });
+  c[0].register_function("hold", [](int) { return 0; });
+  c.start_all();
+  // The first runs (and blocks the only pool thread); the three behind it have
+  // deadlines that end long before the first one's caller gives up, so once
+  // that happens theirs have passed on the callee too (its clock starts a
+  // little later, at arrival).
+  std::vector<corodist::future<int>> held;
+  held.push_back(c[0].rpc_async<int>(rpc::call_timeout{300ms}, "w1", "hold", 0));
+  for (int i = 1; i < 4; ++i)
+    held.push_back(c[0].rpc_async<int>(rpc::call_timeout{20ms}, "w1", "hold", i));
+  for (auto& f : held)
+    BOOST_CHECK_THROW(f.get(), corodist::timeout_error);
+  auto quick = c[0].rpc_async<int>(rpc::call_timeout{20s}, "w1", "add", 2, 3);
+  release.set_value(); // the first hold returns; the three queued behind it are skipped
+  BOOST_TEST(quick.get() == 5);
+  BOOST_TEST(started.load() == 1);
+  c.shutdown_all();
+}
+
+// A coroutine function is cancelled at its caller's deadline; a function that
+// takes a call_context sees who called and until when.
+BOOST_AUTO_TEST_CASE(coroutine_functions_are_cancelled_at_the_deadline, *utf::timeout(60)) {
+  std::promise<std::string> outcome;
+  cluster c(2, {}, false);
+  for (int r = 0; r < 2; ++r) {
+    c[r].register_function("co_forever", [&](int) -> asio::awaitable<int> {
+      asio::steady_timer t(co_await asio::this_coro::executor, 1h);
+      try {
+        co_await t.async_wait(asio::use_awaitable);
+        outcome.set_value("finished");
+      } catch (const std::system_error& e) {
+        outcome.set_value(e.code() == asio::error::operation_aborted ? "cancelled" : e.what());
+        throw;
+      }
+      co_return 1;
+    });
+    c[r].register_function("who", [](const rpc::call_context& ctx, int x) {
+      return ctx.caller() + ":" + std::to_string(x) + (ctx.deadline() == rpc::call_context::clock::time_point::max()
+                                                             ? ":none"
+                                                             : ":" + std::to_string(!ctx.expired()));
+    });
+  }
+  c.start_all();
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "co_forever", 1), corodist::timeout_error);
+  auto o = outcome.get_future();
+  BOOST_REQUIRE(o.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(o.get() == "cancelled");
+  BOOST_TEST(c[0].rpc_sync<std::string>("w1", "who", 7) == "w0:7:1");
+  BOOST_TEST(c[1].rpc_sync<std::string>(rpc::call_timeout{0ms}, "w0", "who", 8) == "w1:8:none");
+  c.shutdown_all();
+}
+
+// A call whose arguments would decode into far more memory than they take on
+// the wire (an array of N nils: each a 24-byte msgpack object for 1 byte) is
+// refused before anything is built; a large array of doubles (9 bytes each on
+// the wire) is not, and the agent keeps serving.
+BOOST_AUTO_TEST_CASE(decoding_is_bounded_by_the_body, *utf::timeout(60)) {
+  cluster c(2, {}, false);
+  for (int r = 0; r < 2; ++r) {
+    c[r].register_function("count_nils", [](const std::vector<msgpack::type::nil_t>& v) { return v.size(); });
+    c[r].register_function("sum", [](const std::vector<double>& v) {
+      double s = 0;
+      for (double x : v)
+        s += x;
+      return s;
+    });
+  }
+  c.start_all();
+  try {
+    c[0].rpc_sync<std::size_t>("w1", "count_nils", std::vector<msgpack::type::nil_t>(4'000'000));
+    BOOST_FAIL("a 4 MB call that decodes into 96 MB was accepted");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("msgpack objects") != std::string::npos, e.what());
+  }
+  BOOST_TEST(c[0].rpc_sync<std::size_t>("w1", "count_nils", std::vector<msgpack::type::nil_t>(1000)) == 1000u);
+  std::vector<double> big(2'000'000, 0.5);
+  BOOST_TEST(c[0].rpc_sync<double>("w1", "sum", big) == 1'000'000.0);
+  BOOST_TEST(c[1].rpc_sync<int>("w0", "add", 1, 2) == 3);
+  c.shutdown_all();
+}
+
+// Blocking entry points refuse a loop that is not running instead of hanging.
+BOOST_AUTO_TEST_CASE(start_refuses_a_loop_that_is_not_running, *utf::timeout(30)) {
+  event_loop store_loop;
+  store_loop.start();
+  auto store = std::make_shared<corodist::store::hash_store>(store_loop.get_executor());
+  event_loop idle; // never started
+  rpc::agent a(idle, corodist::test::worker_options(0, 1, store));
+  try {
+    a.start();
+    BOOST_FAIL("start() waited on a loop that is not running");
+  } catch (const corodist::usage_error& e) {
+    BOOST_TEST(std::string(e.what()).find("not running") != std::string::npos, e.what());
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
