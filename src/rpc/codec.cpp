@@ -3,6 +3,7 @@
 #include <corodist/rpc/detail/codec.hpp>
 
 #include "net/buffer_cache.hpp"
+#include "rpc/call_format.hpp"
 
 #include <cxxabi.h>
 
@@ -163,6 +164,14 @@ parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
   ctx.in_attachments = std::move(attachments);
   p.owner = std::move(owner);
   return p;
+}
+
+call_view view_call(const msgpack::object& body) {
+  if (body.type != msgpack::type::ARRAY || body.via.array.size != 3 || body.via.array.ptr[0].type != msgpack::type::STR ||
+      body.via.array.ptr[2].type != msgpack::type::POSITIVE_INTEGER)
+    throw protocol_error("rpc: a call is [name, [args...], timeout_ms]");
+  const auto& a = body.via.array;
+  return call_view{std::string_view(a.ptr[0].via.str.ptr, a.ptr[0].via.str.size), &a.ptr[1], a.ptr[2].via.u64};
 }
 
 std::string demangle(const char* mangled) {

@@ -6,6 +6,7 @@
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "rpc/call_format.hpp"
 #include "rpc/error_reply.hpp"
 #include "rpc/protocol.hpp"
 
@@ -178,13 +179,9 @@ void dispatcher::start_call(int from, net::bytes&& frame, clock::time_point arri
       if (env_.port)
         env_.port->decode_context(from, ctx);
       auto p = parse_payload(std::move(frame), ctx);
-      const auto& body = p.body.get();
-      if (body.type != msgpack::type::ARRAY || body.via.array.size != 3 ||
-          body.via.array.ptr[0].type != msgpack::type::STR ||
-          body.via.array.ptr[2].type != msgpack::type::POSITIVE_INTEGER)
-        throw call_failure(failure::malformed, "a call is [name, [args...], timeout_ms]");
-      name.assign(body.via.array.ptr[0].via.str.ptr, body.via.array.ptr[0].via.str.size);
-      const auto timeout_ms = body.via.array.ptr[2].via.u64;
+      const auto call = view_call(p.body.get());
+      name.assign(call.name);
+      const auto timeout_ms = call.timeout_ms;
       const auto deadline =
           timeout_ms == 0 ? clock::time_point::max() : arrived + std::chrono::milliseconds(timeout_ms);
       auto it = functions_.find(name);
@@ -199,7 +196,7 @@ void dispatcher::start_call(int from, net::bytes&& frame, clock::time_point arri
       {
         codec_scope scope(ctx);
         try {
-          b = it->second(body.via.array.ptr[1], cc, result_encoder(from));
+          b = it->second(*call.args, cc, result_encoder(from));
         } catch (const std::exception& e) {
           throw call_failure(failure::bad_arguments, "function '" + name + "': " + e.what());
         }

@@ -276,9 +276,9 @@ handler make_handler(F f) {
                 "rpc::register_function: the result type only views memory (std::string_view, std::span, a "
                 "pointer) -- it would point into freed memory when sent. Return std::string, std::vector<T> or "
                 "rpc::attachment.");
-  constexpr auto seq = std::make_index_sequence<std::tuple_size_v<args_t>>{};
   auto shared = std::make_shared<F>(std::move(f));
   return [shared](const msgpack::object& o, call_context ctx, result_encoder enc) -> bound_call {
+    constexpr auto seq = std::make_index_sequence<std::tuple_size_v<args_t>>{};
     auto args = [&] {
       if constexpr (with_context)
         return std::tuple_cat(std::make_tuple(std::move(ctx)), decode_args<args_t>(o, seq));
