@@ -119,6 +119,18 @@ std::size_t cached_bytes() noexcept {
 
 namespace corodist::net {
 
+std::shared_ptr<const bytes> share_buffer(bytes&& b) {
+  if (b.capacity() < detail::recycle_min_size)
+    return std::make_shared<const bytes>(std::move(b));
+  return std::shared_ptr<const bytes>(new bytes(std::move(b)), [](const bytes* p) {
+    auto* owned = const_cast<bytes*>(p);
+    detail::recycle_large_buffer(std::move(*owned));
+    delete owned;
+  });
+}
+
+void release_buffer(bytes&& b) noexcept { detail::recycle_large_buffer(std::move(b)); }
+
 void set_buffer_cache_limit(std::size_t max_bytes) noexcept {
   auto& c = detail::the_cache();
   std::array<bytes, detail::max_buffers> freed; // released after the lock

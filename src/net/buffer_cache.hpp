@@ -2,7 +2,7 @@
 // Recycling of large frame buffers. A fresh buffer of many MiB costs a page
 // fault (and the kernel's zeroing of the page) for every page on first touch,
 // which dominated a 64 MiB RPC echo; a recycled buffer is already mapped.
-#include <corodist/net/connection.hpp>
+#include <corodist/net/buffer.hpp>
 
 namespace corodist::net::detail {
 

@@ -2,7 +2,6 @@
 #include <corodist/net/frame.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 
-#include "net/buffer_cache.hpp"
 #include "rpc/call_format.hpp"
 
 #include <cxxabi.h>
@@ -92,14 +91,7 @@ payload encode_nil(encoder& e) {
 
 parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
   // A large payload's buffer goes back to net/'s cache once its last view is gone.
-  std::shared_ptr<net::bytes> owner;
-  if (payload.capacity() >= net::detail::recycle_min_size)
-    owner = std::shared_ptr<net::bytes>(new net::bytes(std::move(payload)), [](net::bytes* b) {
-      net::detail::recycle_large_buffer(std::move(*b));
-      delete b;
-    });
-  else
-    owner = std::make_shared<net::bytes>(std::move(payload));
+  auto owner = net::share_buffer(std::move(payload));
   const std::byte* d = owner->data();
   const std::size_t n = owner->size();
   auto bad = [&](const std::string& why) {

@@ -58,7 +58,9 @@ void agent_core::start_message(int rank, message_kind kind, payload p, std::chro
   asio::dispatch(ex_, [self = shared_from_this(), rank, kind, p = std::move(p), timeout, done = std::move(done),
                        what = std::move(what)]() mutable {
     self->channels_->request(rank, kind, std::move(p), timeout,
-                             [self, rank, what = std::move(what), done = std::move(done)](net::response&& r) mutable {
+                             [self, rank, timeout, what = std::move(what), done = std::move(done)](net::response&& r) mutable {
+                               if (r.ec == net::errc::request_timeout) // say how long the deadline was
+                                 what += " (deadline " + std::to_string(timeout.count()) + " ms)";
                                self->finish_message(rank, what, std::move(r), done);
                              });
   });

@@ -57,7 +57,8 @@ std::int64_t kv_state::add(const std::string& key, std::int64_t delta) {
   std::int64_t v = 0;
   if (auto* cur = find(key))
     v = parse_counter(key, *cur);
-  v += delta;
+  if (__builtin_add_overflow(v, delta, &v))
+    throw store_error("add: the counter '" + key + "' would overflow a 64-bit integer");
   set(key, std::to_string(v));
   return v;
 }

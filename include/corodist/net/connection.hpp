@@ -4,6 +4,7 @@
 
 #include <corodist/core/detail/io_registration.hpp>
 #include <corodist/core/detail/unique_function.hpp>
+#include <corodist/net/buffer.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/net/frame.hpp>
 #include <corodist/net/output_budget.hpp>
@@ -29,8 +30,6 @@ namespace corodist::net {
 
 using namespace std::chrono_literals;
 
-/// Owned bytes of a frame payload.
-using bytes = std::vector<std::byte>;
 
 /// A payload segment that lives elsewhere and is written with scatter/gather,
 /// never copied: `owner` keeps `data` alive until the frame has been written.
@@ -69,21 +68,6 @@ struct connection_options {
   /// (challenge-response, HMAC-SHA-256); client: the token to prove with.
   std::string auth_token;
 };
-
-/// Default cap of the process-wide cache of large receive buffers (see
-/// set_buffer_cache_limit).
-inline constexpr std::size_t default_buffer_cache_bytes = std::size_t{512} << 20; // 512 MiB
-
-/// Caps the process-wide cache in which payload buffers of 1 MiB and more are
-/// kept for reuse (a recycled buffer is already mapped: no page fault per page).
-/// At most 4 buffers and `max_bytes` in all are kept; 0 turns recycling off.
-/// Cached buffers above a lowered cap are freed at once. The cap starts at
-/// default_buffer_cache_bytes, or at `CORODIST_BUFFER_CACHE_MIB` MiB when that
-/// variable holds a number. Thread-safe; never throws.
-void set_buffer_cache_limit(std::size_t max_bytes) noexcept;
-
-/// The cache's current cap in bytes (see set_buffer_cache_limit). Thread-safe.
-[[nodiscard]] std::size_t buffer_cache_limit() noexcept;
 
 /// A received frame.
 struct message {
