@@ -182,8 +182,11 @@ void dispatcher::start_call(int from, net::bytes&& frame, clock::time_point arri
       const auto call = view_call(p.body.get());
       name.assign(call.name);
       const auto timeout_ms = call.timeout_ms;
-      const auto deadline =
-          timeout_ms == 0 ? clock::time_point::max() : arrived + std::chrono::milliseconds(timeout_ms);
+      // 0, or past a year (which would overflow the clock's arithmetic): no deadline.
+      constexpr std::uint64_t year_ms = 365ull * 24 * 3600 * 1000;
+      const auto deadline = timeout_ms == 0 || timeout_ms > year_ms
+                                ? clock::time_point::max()
+                                : arrived + std::chrono::milliseconds(timeout_ms);
       auto it = functions_.find(name);
       if (it == functions_.end())
         throw call_failure(failure::unknown_function,

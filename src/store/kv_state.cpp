@@ -142,6 +142,10 @@ constexpr std::size_t wait_bytes_per_waiter = 256;
 
 void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner,
                     wait_done done) {
+  // A deadline from the wire may be anything: past a year it means "never" (and
+  // would overflow the clock's arithmetic).
+  if (timeout > std::chrono::hours(24 * 365))
+    timeout = std::chrono::milliseconds(0);
   std::size_t missing = 0;
   std::size_t bytes = wait_bytes_per_waiter;
   for (auto& k : keys) {
