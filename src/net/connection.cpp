@@ -162,8 +162,8 @@ asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, cons
   co_return co_await write_all(s, asio::buffer(ok));
 }
 
-// Runs `op`, giving up with hello_timeout after `timeout` (the op is cancelled).
-asio::awaitable<std::error_code> with_deadline(asio::awaitable<std::error_code> op,
+// Runs `op` (a hello exchange), giving up with hello_timeout after `timeout` (the op is cancelled).
+asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::error_code> op,
                                                std::chrono::milliseconds timeout) {
   auto r = co_await corodist::detail::within(std::move(op), timeout);
   co_return r ? *r : make_error_code(errc::hello_timeout);
@@ -182,7 +182,7 @@ void connection::batch::clear() noexcept {
 asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts) {
   asio::ip::tcp::socket s(ex);
-  auto ec = co_await with_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
+  auto ec = co_await within_handshake_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
     s.close(ignored);
@@ -195,7 +195,7 @@ asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::accept(asio::ip::tcp::socket s, connection_options opts) {
   std::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
-  ec = co_await with_deadline(server_handshake(s, opts.auth_token), opts.handshake_timeout);
+  ec = co_await within_handshake_deadline(server_handshake(s, opts.auth_token), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
     s.close(ignored);
