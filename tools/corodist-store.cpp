@@ -5,9 +5,9 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/store/connect_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
-#include <corodist/store/tcp_store.hpp>
 
 #include <CLI/CLI.hpp>
 #include <asio/post.hpp>
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
     o.auth_token = token;
     o.protocol = protocol;
     o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
-    cs::sync_store s(cs::tcp_store::connect_sync(loop.get_executor(), o));
+    cs::sync_store s(cs::connect_store_sync(loop.get_executor(), o));
     if (*set_cmd) {
       s.set(key, value);
     } else if (*get_cmd) {

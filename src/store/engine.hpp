@@ -1,6 +1,13 @@
 #pragma once
-// The key-value state machine shared by hash_store and store_server: data,
-// waiters per key (with deadlines) and watchers per key. Loop-affine.
+// The store engine (private): the one place where the store's semantics and
+// limits live. The native server's sessions, the PyTorch sessions and
+// hash_store call an `engine`; file_store, whose state is a file shared with
+// other processes, applies the same `rules` to what it reads from its file.
+//
+// An engine holds the data, PyTorch 2.x's queues, the waits (indexed per key
+// and per owner, with deadlines) and the watches. Every operation checks its
+// input against the engine's limits first: over a limit it throws
+// store_error and changes nothing. Loop-affine: call it on its executor only.
 
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/store/watch_event.hpp>
@@ -11,30 +18,80 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <optional>
 #include <functional>
 #include <memory>
-#include <string>
+#include <optional>
 #include <set>
+#include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 namespace corodist::store::detail {
 
-/// Bounds on what pending waits may hold. A wait over a bound is refused with
-/// store_error (the request fails; nothing else is affected).
-struct wait_limits {
+/// What an engine accepts. The defaults accept everything (hash_store); a
+/// store_server sets them from its server_options.
+struct engine_limits {
   static constexpr std::size_t unlimited = static_cast<std::size_t>(-1);
-  /// Waits one owner (a connection) may have pending.
+  /// Bytes of one key.
+  std::size_t max_key_size = unlimited;
+  /// Bytes of one value, also of a value that `append` grows.
+  std::size_t max_value_size = unlimited;
+  /// Keys in one request (check, wait, multi_get, multi_set).
+  std::size_t max_keys_per_request = unlimited;
+  /// Waits one owner (a connection) may have pending; watches are counted apart, with the same bound.
   std::size_t max_waits_per_owner = unlimited;
-  /// Bytes one owner's pending waits may hold (keys, counted with their index).
-  std::size_t max_bytes_per_owner = unlimited;
+  /// Bytes one owner's pending waits may hold (their keys, counted with the engine's index of them).
+  std::size_t max_wait_bytes_per_owner = unlimited;
   /// Bytes every pending wait together may hold.
-  std::size_t max_bytes = unlimited;
+  std::size_t max_wait_bytes = unlimited;
 };
 
-class kv_state : public std::enable_shared_from_this<kv_state> {
+/// The store's rules as pure functions: what an operation does to a value and
+/// the text of its errors. The engine applies them to its map, file_store to
+/// the state it reads from its file, clients to a request before sending it.
+namespace rules {
+
+/// "store: timed out after N ms waiting for keys: a, b" (the timeout_error text
+/// of every store; at most 8 keys are named).
+std::string timeout_message(const std::vector<std::string>& missing, std::chrono::milliseconds timeout);
+
+/// Throws store_error naming max_key_size when `key` is longer.
+void check_key(std::string_view key, const engine_limits& limits);
+
+/// Throws store_error naming max_value_size when `value` is longer.
+void check_value(std::string_view value, const engine_limits& limits);
+
+/// Throws store_error when a request names more keys than max_keys_per_request.
+void check_key_count(std::size_t count, const engine_limits& limits);
+
+/// Throws store_error unless `keys` and `values` have the same length (multi_set).
+void check_multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+
+/// Parses a decimal int64 (c10d stores counters as text); throws store_error naming `key`.
+std::int64_t parse_counter(const std::string& key, const std::string& text);
+
+/// The counter `add` leaves at `key`: `current` (null: missing, counted as 0)
+/// plus `delta`. Throws store_error if the value is not an integer or the sum overflows.
+std::int64_t added(const std::string& key, const std::string* current, std::int64_t delta);
+
+/// Whether c10d's compareSet stores `desired`: when `current` equals
+/// `expected`, or when the key is missing (null) and `expected` is empty.
+bool compare_set_stores(const std::string* current, const std::string& expected);
+
+/// What compareSet answers when it does not store: the current value, or
+/// `expected` when the key is missing.
+const std::string& compare_set_unchanged(const std::string* current, const std::string& expected);
+
+/// The value `append` leaves at `key`: `current` (null: none) followed by
+/// `value`. Throws store_error if it would exceed max_value_size.
+std::string appended(const std::string& key, const std::string* current, std::string_view value,
+                     const engine_limits& limits);
+
+} // namespace rules
+
+class engine : public std::enable_shared_from_this<engine> {
 public:
   /// Who registered a wait or watch (a connection id; 0 = in-process).
   using owner_id = std::uint64_t;
@@ -43,19 +100,35 @@ public:
                                                            std::vector<std::string>&& missing)>;
   using watch_fn = std::function<void(const watch_event&)>;
 
-  explicit kv_state(asio::any_io_executor ex, wait_limits limits = {}) : ex_(std::move(ex)), limits_(limits) {}
-  ~kv_state();
+  explicit engine(asio::any_io_executor ex, engine_limits limits = {}) : ex_(std::move(ex)), limits_(limits) {}
+  ~engine();
+  engine(const engine&) = delete;
+  engine& operator=(const engine&) = delete;
 
-  void set(const std::string& key, std::string value);
-  const std::string* find(const std::string& key) const;
-  /// Throws store_error if the current value is not a decimal integer.
-  std::int64_t add(const std::string& key, std::int64_t delta);
-  std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
-  bool erase(const std::string& key);
-  bool contains_all(const std::vector<std::string>& keys) const;
+  const engine_limits& limits() const noexcept { return limits_; }
+
+  /// The value of `key`, or null when it is missing.
+  const std::string* get(const std::string& key) const;
+  /// The values of `keys`, an empty string for each missing one (PyTorch's MULTI_GET).
+  std::vector<std::string> values(const std::vector<std::string>& keys) const;
+  /// Whether every key exists (a non-empty queue counts as one).
+  bool check(const std::vector<std::string>& keys) const;
+  /// Number of keys stored.
   std::size_t size() const noexcept { return data_.size(); }
-  void append(const std::string& key, const std::string& value);
+  /// The keys that start with `prefix`, sorted.
   std::vector<std::string> list(const std::string& prefix) const;
+
+  void set(std::string key, std::string value);
+  /// See rules::added.
+  std::int64_t add(const std::string& key, std::int64_t delta);
+  /// c10d's compareSet (see rules::compare_set_stores); returns its answer.
+  std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
+  /// Deletes `key`; returns whether it existed.
+  bool erase(const std::string& key);
+  /// See rules::appended.
+  void append(const std::string& key, std::string_view value);
+  /// Sets every `keys[i]` to `values[i]`, after checking all of them.
+  void multi_set(std::vector<std::string> keys, std::vector<std::string> values);
 
   /// Queues (PyTorch 2.x QUEUE_PUSH/POP/LEN): a non-empty queue counts as an
   /// existing key for wait and check; a push completes at most one wait on it.
@@ -66,20 +139,23 @@ public:
 
   /// Calls `done(keys, {})` once every key exists (at once if they do), or
   /// `done(keys, missing)` when `timeout` passes (zero: never). Throws
-  /// store_error, registering nothing, if the wait would pass a wait_limits bound.
+  /// store_error, registering nothing, if the wait would pass a limit.
   void wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner, wait_done done);
   /// Waits of `owner` still pending.
   std::size_t pending_waits(owner_id owner) const;
-  /// Bytes held by the pending waits of `owner` (as counted against wait_limits).
+  /// Waits pending, of every owner.
+  std::size_t pending_waits() const noexcept { return waiters_.size(); }
+  /// Bytes held by the pending waits of `owner` (as counted against the limits).
   std::size_t wait_bytes(owner_id owner) const;
   /// Bytes held by every pending wait.
   std::size_t wait_bytes() const noexcept { return wait_bytes_; }
 
-  /// Calls `fn` for every later change of `key`; returns the watch id.
+  /// Calls `fn` for every later change of `key`; returns the watch id. Throws
+  /// store_error over max_key_size or when `owner` has max_waits_per_owner watches.
   std::uint64_t watch(const std::string& key, owner_id owner, watch_fn fn);
   void unwatch(std::uint64_t id);
   /// Drops every wait and watch of `owner` without calling them. Costs what
-  /// the owner holds, not what the store holds.
+  /// the owner holds, not what the engine holds.
   void drop_owner(owner_id owner);
 
 private:
@@ -103,6 +179,8 @@ private:
     std::size_t wait_bytes = 0;
   };
 
+  const std::string* find(const std::string& key) const;
+  void store(const std::string& key, std::string value);
   bool present(const std::string& key) const;
   void changed(watch_event::kind kind, const std::string& key, const std::string& value);
   void key_created(const std::string& key, bool wake_one = false);
@@ -112,7 +190,7 @@ private:
   void release_owner_entry(owner_id owner);
 
   asio::any_io_executor ex_;
-  wait_limits limits_;
+  engine_limits limits_;
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::uint64_t, waiter> waiters_;
@@ -123,14 +201,5 @@ private:
   std::unordered_map<std::string, std::unordered_set<std::uint64_t>> watched_; // key -> watch ids
   std::uint64_t next_id_ = 1;
 };
-
-/// "timed out after N ms waiting for keys: a, b" (the timeout_error text of every store).
-std::string timeout_message(const std::vector<std::string>& missing, std::chrono::milliseconds timeout);
-
-/// Throws store_error unless `keys` and `values` have the same length (multi_set).
-void check_multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values);
-
-/// Parses a decimal int64 (c10d stores counters as text); throws store_error.
-std::int64_t parse_counter(const std::string& key, const std::string& text);
 
 } // namespace corodist::store::detail

@@ -196,7 +196,7 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     to.auth_token = opts.auth_token;
     auto client = co_await tcp_store::connect(ex, to);
     if (server)
-      client->hold(server);
+      client->keep_until_destroyed(server); // rank 0's server lives as long as its store
     result.store = client;
   }
   co_await join(*result.store, url, rank, world, opts.timeout);

@@ -6,9 +6,9 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/store/connect_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
-#include <corodist/store/tcp_store.hpp>
 
 #include "support/program.hpp"
 #include "support/loop_helpers.hpp"
@@ -82,7 +82,7 @@ cs::sync_store connect(event_loop& loop, std::uint16_t port, cs::wire_protocol p
   o.timeout = 10s;
   o.auth_token = "";
   o.protocol = protocol;
-  return cs::sync_store(cs::tcp_store::connect_sync(loop.get_executor(), o));
+  return cs::sync_store(cs::connect_store_sync(loop.get_executor(), o));
 }
 
 // Runs torch_job.py MODE PORT [N] to the end; fails the test with its output unless it passed.

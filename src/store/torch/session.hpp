@@ -1,13 +1,14 @@
 #pragma once
 // One PyTorch TCPStore client connection served by store_server (private).
-// Speaks PyTorch 1.13's or 2.x's protocol (told apart by the first query) on
-// the server's shared kv_state, so native and PyTorch clients see the same keys.
+// Speaks PyTorch 1.13's or 2.x's protocol (told apart by the first query):
+// decodes each query (query.hpp), runs it on the server's engine — so native
+// and PyTorch clients see the same keys under the same rules and limits — and
+// writes PyTorch's responses.
 
 #include <corodist/core/detail/io_registration.hpp>
-#include <corodist/store/store_server.hpp>
 
-#include "store/kv_state.hpp"
-#include "store/torch_wire.hpp"
+#include "store/engine.hpp"
+#include "store/torch/query.hpp"
 
 #include <asio/awaitable.hpp>
 #include <asio/ip/tcp.hpp>
@@ -15,20 +16,22 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
-namespace corodist::store::detail {
+namespace corodist::store::detail::torch {
 
-class torch_session : public std::enable_shared_from_this<torch_session> {
+class session : public std::enable_shared_from_this<session> {
 public:
-  /// `limits`: the server's options (its size and count limits apply).
-  /// `on_close` runs once, on the loop, when the session ends (not at context shutdown).
-  torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_state> state, kv_state::owner_id id,
-                const server_options& limits, std::function<void()> on_close);
-  ~torch_session();
-  torch_session(const torch_session&) = delete;
-  torch_session& operator=(const torch_session&) = delete;
+  /// Serves `socket` on `engine` as owner `id`. A client whose unsent
+  /// responses pass `max_output` bytes is dropped. `on_close` runs once, on
+  /// the loop, when the session ends (not at context shutdown).
+  session(asio::ip::tcp::socket socket, std::shared_ptr<engine> eng, engine::owner_id id, std::size_t max_output,
+          std::function<void()> on_close);
+  ~session();
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
 
   /// Starts reading queries. Call once, on the loop.
   void start();
@@ -37,8 +40,9 @@ public:
 
 private:
   asio::awaitable<void> run();
-  /// Parses and serves one query from `data`; returns the bytes it used, 0 if incomplete.
-  std::size_t serve_one(const std::uint8_t* data, std::size_t size);
+  /// Decodes and serves one query from the front of `input`; returns the bytes it used, 0 if incomplete.
+  std::size_t serve_one(std::span<const std::uint8_t> input);
+  void serve(query&& q);
   void queue_output(std::string_view bytes);
   /// Drops the client if queued output passed the cap (a lone response of `added` bytes may).
   void check_output(std::size_t added);
@@ -46,15 +50,12 @@ private:
   void finish(bool notify);
 
   asio::ip::tcp::socket socket_;
-  std::shared_ptr<kv_state> state_;
-  kv_state::owner_id id_;
-  const std::size_t max_key_;
-  const std::size_t max_value_;
-  const std::size_t max_keys_;
+  std::shared_ptr<engine> engine_;
+  engine::owner_id id_;
   const std::size_t max_output_;
   std::function<void()> on_close_;
   std::string peer_;
-  std::optional<torch::version> version_;
+  std::optional<version> version_;
   std::string out_;      // responses not yet handed to the socket
   std::string sending_;  // the write in flight
   bool writing_ = false;
@@ -62,4 +63,4 @@ private:
   corodist::detail::io_registration registration_; // closes us at context shutdown; last: goes first
 };
 
-} // namespace corodist::store::detail
+} // namespace corodist::store::detail::torch
