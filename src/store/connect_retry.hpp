@@ -1,6 +1,6 @@
 #pragma once
 // How store clients connect (private): one retry loop with backoff and
-// jitter, shared by tcp_store and torch_store.
+// jitter, shared by tcp_store and torch_store, that says what it is doing.
 
 #include <corodist/store/tcp_store_options.hpp>
 
@@ -22,9 +22,12 @@ using connect_attempt =
 
 /// Resolves opts.host and calls `attempt` for each address until one
 /// succeeds, retrying with exponential backoff (10 ms doubling to 1 s, ±25 %
-/// jitter) until opts.timeout. Throws timeout_error at the deadline (with the
-/// last error) and, at once, the error of a permanent failure (not a store
-/// server, wrong token). `what` names the server ("store server", "PyTorch TCPStore").
+/// jitter) until opts.timeout. Logs each failed attempt at debug level and a
+/// warning every warn_every, naming host:port and `what` ("store server",
+/// "PyTorch TCPStore"). Throws timeout_error at the deadline (its length, the
+/// attempts, the last error), connection_error "nothing is listening on
+/// HOST:PORT" once connections have been refused for opts.refused_retry_window,
+/// and, at once, the error of a permanent failure (not a store server, wrong token).
 asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_store_options& opts, const char* what,
                                          const connect_attempt& attempt);
 

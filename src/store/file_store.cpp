@@ -4,6 +4,7 @@
 
 #include "core/log.hpp"
 #include "store/engine.hpp"   // the store's rules, applied to what the file holds
+#include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -136,7 +137,7 @@ struct file_store::state {
   };
 
   state(asio::any_io_executor ex, std::string path, int fd)
-      : executor_(std::move(ex)), path_(std::move(path)), fd_(fd) {}
+      : executor_(ex), path_(std::move(path)), fd_(fd), waits_(ex, "file_store '" + path_ + "'") {}
   ~state() { ::close(fd_); }
   state(const state&) = delete;
   state& operator=(const state&) = delete;
@@ -338,6 +339,7 @@ struct file_store::state {
   std::uint64_t next_watch_id_ = 1;
   bool poller_running_ = false;
   bool closed_ = false;
+  detail::wait_log waits_;
 };
 
 file_store::file_store(asio::any_io_executor ex, std::string path) : executor_(std::move(ex)), path_(std::move(path)) {
@@ -370,6 +372,7 @@ asio::any_io_executor file_store::get_executor() { return executor_; }
 asio::awaitable<void> file_store::wait_for_keys(const std::vector<std::string>& keys,
                                                 std::chrono::milliseconds timeout) {
   auto deadline = deadline_after(timeout);
+  detail::wait_log::entry logged(state_->waits_, keys, timeout);
   asio::steady_timer timer(executor_);
   for (;;) {
     state_->refresh();

@@ -3,11 +3,13 @@
 #include <corodist/store/hash_store.hpp>
 
 #include "store/engine.hpp"
+#include "store/wait_log.hpp"
 
 namespace corodist::store {
 
 hash_store::hash_store(asio::any_io_executor ex)
-    : ex_(std::move(ex)), engine_(std::make_shared<detail::engine>(ex_)) {}
+    : ex_(std::move(ex)), engine_(std::make_shared<detail::engine>(ex_)),
+      waits_(std::make_unique<detail::wait_log>(ex_, "hash_store")) {}
 
 hash_store::~hash_store() = default;
 
@@ -38,9 +40,10 @@ asio::awaitable<bool> hash_store::do_delete_key(std::string key) { co_return eng
 asio::awaitable<bool> hash_store::do_check(std::vector<std::string> keys) { co_return engine_->check(keys); }
 
 asio::awaitable<void> hash_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+  detail::wait_log::entry logged(*waits_, keys, timeout);
   promise<std::vector<std::string>> p;
   auto f = p.get_future();
-  engine_->wait(std::move(keys), timeout, 0,
+  engine_->wait(keys, timeout, 0,
                 [p = std::move(p)](std::vector<std::string>&&, std::vector<std::string>&& missing) mutable {
                   p.set_value(std::move(missing));
                 });

@@ -8,6 +8,7 @@
 #include "store/engine.hpp"
 #include "store/reply.hpp"
 #include "store/request.hpp"
+#include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -23,6 +24,16 @@ constexpr auto wait_grace = std::chrono::seconds(10);
 
 std::uint16_t code(op o) { return static_cast<std::uint16_t>(o); }
 
+/// The keys a waiting request awaits (for the wait log); empty for the others.
+std::span<const std::string> awaited_keys(const request& r) {
+  if (auto* g = std::get_if<get_request>(&r))
+    return {&g->key, 1};
+  if (auto* w = std::get_if<wait_request>(&r))
+    return w->keys;
+  if (auto* m = std::get_if<multi_get_request>(&r))
+    return m->keys;
+  return {};
+}
 } // namespace
 
 /// Sends one request of a tcp_store and opens its reply.
@@ -33,10 +44,15 @@ struct tcp_call {
     const auto wait = wait_of(r);
     const auto deadline =
         !wait ? s.opts_.timeout : wait->count() > 0 ? *wait + wait_grace : std::chrono::milliseconds(0);
+    std::optional<wait_log::entry> logged;
+    if (wait)
+      logged.emplace(*s.waits_, awaited_keys(r), *wait);
     auto res = co_await s.conn_->request(code(kind_of(r)), encode_request(r), {}, deadline);
     if (res.ec == net::errc::remote_failure)
       throw store_error("store server: " + std::string(reinterpret_cast<const char*>(res.msg.payload.data()),
                                                        res.msg.payload.size()));
+    if (res.ec == net::errc::request_timeout)
+      throw timeout_error("store: no reply from " + where(s.opts_) + " within " + duration_text(deadline));
     net::throw_net_error(res.ec, "store: request to " + where(s.opts_));
     co_return reply(std::move(res.msg.payload));
   }
@@ -72,7 +88,8 @@ std::shared_ptr<tcp_store> tcp_store::connect_sync(asio::any_io_executor ex, tcp
 }
 
 tcp_store::tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> conn, tcp_store_options opts)
-    : ex_(std::move(ex)), conn_(std::move(conn)), opts_(std::move(opts)), remote_(conn_->remote_endpoint()) {
+    : ex_(std::move(ex)), conn_(std::move(conn)), opts_(std::move(opts)), remote_(conn_->remote_endpoint()),
+      waits_(std::make_unique<detail::wait_log>(ex_, detail::where(opts_))) {
   set_timeout(opts_.timeout);
   // Callbacks run on the loop and may outlive us: they check `alive_` first.
   std::weak_ptr<bool> alive = alive_;

@@ -8,6 +8,7 @@ namespace corodist::store {
 
 namespace detail {
 class engine;
+class wait_log;
 } // namespace detail
 
 /// A store held in memory by this process; ranks that are threads of one
@@ -40,6 +41,7 @@ protected:
 private:
   asio::any_io_executor ex_;
   std::shared_ptr<detail::engine> engine_;
+  std::unique_ptr<detail::wait_log> waits_;
 };
 
 } // namespace corodist::store

@@ -14,6 +14,7 @@
 namespace corodist::store {
 
 namespace detail {
+class wait_log;
 struct tcp_call;
 } // namespace detail
 
@@ -23,15 +24,19 @@ struct tcp_call;
 /// connection and are multiplexed by request id — no caller waits behind
 /// another's lock. Waiting operations are timed by the server (so it drops
 /// abandoned waits), with the client's own deadline a little later as a
-/// backstop. Watch events arrive on the same connection. If the connection is lost,
+/// backstop; a wait that lasts logs a warning every 30 s naming its keys.
+/// Watch events arrive on the same connection. If the connection is lost,
 /// pending and later operations throw `connection_error`.
 class tcp_store : public store {
 public:
   /// Connects (TCP + hello + optional authentication), retrying refused or
-  /// failed attempts with exponential backoff and jitter until
-  /// `opts.timeout`. Throws `timeout_error` (deadline passed; carries the last
-  /// error), or `protocol_error` at once for a peer that is not a store server
-  /// or refuses the token. `opts.protocol` must be wire_protocol::native
+  /// failed attempts with exponential backoff and jitter until `opts.timeout`
+  /// (refused ones only for `opts.refused_retry_window` when set), logging
+  /// each attempt at debug level and a warning every 30 s. Throws
+  /// `timeout_error` (deadline passed; says how long it was and carries the
+  /// last error), `connection_error` once the refused window has passed, or
+  /// `protocol_error` at once for a peer that is not a store server or
+  /// refuses the token. `opts.protocol` must be wire_protocol::native
   /// (else `usage_error`: use torch_store::connect or connect_store).
   [[nodiscard]] static asio::awaitable<std::shared_ptr<tcp_store>> connect(asio::any_io_executor ex,
                                                                            tcp_store_options opts);
@@ -83,6 +88,7 @@ private:
   asio::ip::tcp::endpoint remote_;
   std::unordered_map<std::uint64_t, std::weak_ptr<detail::watch_queue>> watches_;
   std::uint64_t next_watch_ = 1;
+  std::unique_ptr<detail::wait_log> waits_;
   std::vector<std::shared_ptr<void>> kept_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

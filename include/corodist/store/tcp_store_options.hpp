@@ -27,6 +27,11 @@ struct tcp_store_options {
   std::uint16_t port = 0;
   /// Deadline of waiting operations and of connecting (retries included).
   std::chrono::milliseconds timeout = default_timeout;
+  /// How long connecting retries while the server refuses connections
+  /// (nothing listens on host:port yet); past it, connect throws
+  /// connection_error "nothing is listening on HOST:PORT". nullopt: retry
+  /// until `timeout`, for ranks whose server comes up later (rendezvous).
+  std::optional<std::chrono::milliseconds> refused_retry_window;
   /// Token to authenticate with. nullopt: CORODIST_AUTH_TOKEN if set; "": none.
   /// (The PyTorch protocols have no authentication.)
   std::optional<std::string> auth_token;

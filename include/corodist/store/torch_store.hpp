@@ -28,7 +28,7 @@ namespace corodist::store {
 class torch_store : public store {
 public:
   /// Connects to the master at `opts.host:opts.port` as `connect` of
-  /// tcp_store does (retries with backoff, the same errors),
+  /// tcp_store does (retries with backoff, progress logged, the same errors),
   /// with the protocol `opts.protocol` names (pytorch_1_13 or pytorch_2;
   /// native is a `usage_error`), then adds 1 to "init/".
   [[nodiscard]] static asio::awaitable<std::shared_ptr<torch_store>> connect(asio::any_io_executor ex,

@@ -13,6 +13,7 @@
 #include "store/connect_retry.hpp"
 #include "store/engine.hpp"
 #include "store/torch/query.hpp"
+#include "store/wait_log.hpp"
 
 #include <asio/post.hpp>
 #include <asio/read.hpp>
@@ -107,7 +108,7 @@ struct torch_store::impl {
   impl(asio::any_io_executor ex, tcp_store_options o, asio::ip::tcp::endpoint remote, asio::ip::tcp::socket socket,
        version v)
       : executor(ex), opts(std::move(o)), remote(remote), version_(v),
-        socket_(std::make_shared<asio::ip::tcp::socket>(std::move(socket))),
+        socket_(std::make_shared<asio::ip::tcp::socket>(std::move(socket))), waits(ex, where(remote)),
         // Ends a transfer still in flight (whose frame keeps us alive) and every queued
         // caller before the context's services go (Asio issue 1235).
         registration_(ex, [this](bool) { shut("its event loop is shutting down"); }) {}
@@ -195,11 +196,12 @@ struct torch_store::impl {
       socket_ = std::make_shared<asio::ip::tcp::socket>(std::move(s));
     }
     if (auto ec = co_await write_all(*socket_, bytes, opts.timeout))
-      fail(ec, "send");
+      fail(ec, "send", opts.timeout);
   }
 
   /// WAITs for `keys` (already prefixed); the lock is held.
   asio::awaitable<void> wait_locked(const std::vector<std::string>& keys, ms timeout) {
+    detail::wait_log::entry logged(waits, keys, timeout);
     const query q = wait_query{keys};
     co_await send(q);
     std::uint8_t r = 0;
@@ -211,7 +213,7 @@ struct torch_store::impl {
       throw protocol_error("store: PyTorch TCPStore at " + where(remote) + " answered WAIT with " + std::to_string(r));
     }
     if (ec != asio::error::timed_out)
-      fail(ec, "wait");
+      fail(ec, "wait", timeout);
     auto message = detail::rules::timeout_message(keys, timeout);
     if (version_ == version::v1) {
       // 1.13 cannot cancel a wait: its answer would arrive later, out of turn.
@@ -232,21 +234,21 @@ struct torch_store::impl {
   asio::awaitable<std::uint8_t> recv_u8() {
     std::uint8_t v = 0;
     if (auto ec = co_await read_exact(*socket_, &v, 1, opts.timeout))
-      fail(ec, "receive");
+      fail(ec, "receive", opts.timeout);
     co_return v;
   }
 
   asio::awaitable<std::int64_t> recv_i64() {
     std::int64_t v = 0;
     if (auto ec = co_await read_exact(*socket_, &v, sizeof v, opts.timeout))
-      fail(ec, "receive");
+      fail(ec, "receive", opts.timeout);
     co_return v;
   }
 
   asio::awaitable<std::string> recv_bytes() {
     std::uint64_t n = 0;
     if (auto ec = co_await read_exact(*socket_, &n, sizeof n, opts.timeout))
-      fail(ec, "receive");
+      fail(ec, "receive", opts.timeout);
     if (n > opts.connection.max_frame_size) {
       drop();
       throw protocol_error("store: PyTorch TCPStore at " + where(remote) + " sent a value of " + std::to_string(n) +
@@ -255,7 +257,7 @@ struct torch_store::impl {
     std::string v(n, '\0');
     if (n)
       if (auto ec = co_await read_exact(*socket_, v.data(), n, opts.timeout))
-        fail(ec, "receive");
+        fail(ec, "receive", opts.timeout);
     co_return v;
   }
 
@@ -265,13 +267,13 @@ struct torch_store::impl {
 
   /// The socket is unusable after a failed or timed-out transfer: drop it (the
   /// next query reconnects) and throw.
-  [[noreturn]] void fail(std::error_code ec, const char* what) {
+  [[noreturn]] void fail(std::error_code ec, const char* what, ms deadline) {
     drop();
     if (closed_)
       throw_closed();
     auto msg = std::string("store: ") + what + " to PyTorch TCPStore at " + where(remote) + ": ";
     if (ec == asio::error::timed_out)
-      throw timeout_error(msg + "no answer within " + std::to_string(opts.timeout.count()) + " ms");
+      throw timeout_error(msg + "no answer within " + detail::duration_text(deadline));
     throw connection_error(msg + ec.message());
   }
 
@@ -297,6 +299,7 @@ struct torch_store::impl {
   bool closed_ = false; // by close() or the event loop's shutdown: no query runs after
   std::string closed_why_;
   std::deque<std::shared_ptr<turn>> queue_;
+  detail::wait_log waits;
   corodist::detail::io_registration registration_; // last: goes first
 };
 
