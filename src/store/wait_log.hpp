@@ -4,13 +4,10 @@
 // `warn_every` while it lasts, naming its keys and where they are awaited.
 
 #include <asio/any_io_executor.hpp>
-#include <asio/steady_timer.hpp>
 
 #include <chrono>
-#include <memory>
 #include <span>
 #include <string>
-#include <vector>
 
 namespace corodist::store::detail {
 
@@ -18,23 +15,25 @@ namespace corodist::store::detail {
 /// warning this often, naming what it awaits.
 inline constexpr std::chrono::seconds warn_every{30};
 
-/// The long waits of one store. Loop-affine: use it on its executor only.
+/// The long waits of one store. It holds no I/O object of its own (a store
+/// may outlive its event loop): the waits of every store on one execution
+/// context share one timer, kept by a service of that context. Use it on its
+/// executor only.
 class wait_log {
-  struct state;
-
 public:
+  class monitor; // the context's service (wait_log.cpp)
+
   /// `where`: what the waits are on ("127.0.0.1:29500", "file_store '/tmp/x'");
-  /// `every`: how often a wait warns (tests shorten it).
+  /// `every`: how often a wait warns (tests shorten it). Any thread.
   wait_log(asio::any_io_executor ex, std::string where, std::chrono::milliseconds every = warn_every);
-  ~wait_log();
   wait_log(const wait_log&) = delete;
   wait_log& operator=(const wait_log&) = delete;
 
   /// One wait, logged from its construction to its destruction. A wait whose
-  /// deadline is the log's interval or less never warns and costs nothing; a longer
-  /// one (or one without deadline, `timeout` zero) costs a clock read and two
-  /// list links. `keys` must outlive the entry. Not movable: keep it in the
-  /// waiting coroutine's frame.
+  /// deadline is the log's interval or less never warns and costs nothing; a
+  /// longer one (or one without deadline, `timeout` zero) costs a clock read
+  /// and two list links. `keys` and the log must outlive the entry. Not
+  /// movable: keep it in the waiting coroutine's frame.
   class entry {
   public:
     entry(wait_log& log, std::span<const std::string> keys, std::chrono::milliseconds timeout);
@@ -43,8 +42,9 @@ public:
     entry& operator=(const entry&) = delete;
 
   private:
-    friend class wait_log;
-    state* state_ = nullptr; // null: not logged
+    friend class monitor;
+    monitor* monitor_ = nullptr; // null: not logged
+    const wait_log* log_ = nullptr;
     entry* prev_ = nullptr;
     entry* next_ = nullptr;
     std::span<const std::string> keys_;
@@ -54,7 +54,10 @@ public:
   };
 
 private:
-  std::shared_ptr<state> state_;
+  asio::any_io_executor ex_;
+  monitor* monitor_;
+  std::string where_;
+  std::chrono::milliseconds every_;
 };
 
 /// "a, b, c" (at most `max` names, then "... (N in all)").
