@@ -14,24 +14,19 @@ namespace {
 std::uint16_t code(op o) { return static_cast<std::uint16_t>(o); }
 } // namespace
 
-server_session::server_session(std::shared_ptr<net::connection> conn, std::shared_ptr<engine> eng,
-                               engine::owner_id id)
-    : conn_(conn), unstarted_(std::move(conn)), engine_(std::move(eng)), id_(id) {}
-
-void server_session::start(std::function<void()> on_close) {
-  auto conn = std::move(unstarted_);
+void server_session::start(const std::shared_ptr<net::connection>& conn) {
+  conn_ = conn;
   conn->start(
       [w = weak_from_this()](const std::shared_ptr<net::connection>& c, net::message&& m) {
         if (auto self = w.lock())
           self->handle(c, std::move(m));
       },
-      [w = weak_from_this(), on_close = std::move(on_close)](std::error_code) {
+      [w = weak_from_this()](std::error_code) {
         if (auto self = w.lock()) {
-          self->engine_->drop_owner(self->id_); // its waits and watches go with it
-          self->watches_.clear();
+          self->engine_.drop_owner(self->id_); // its waits and watches go with it
+          self->watches_.reset();
+          self->on_closed_(self->id_); // (the owner lets go of the session; `self` holds it until here)
         }
-        if (on_close)
-          on_close();
       });
 }
 
@@ -69,25 +64,25 @@ void server_session::handle(const std::shared_ptr<net::connection>& conn, net::m
 template <typename Answer>
 void server_session::answer_when_present(std::uint64_t rid, op kind, std::vector<std::string> keys,
                                          std::chrono::milliseconds timeout, Answer answer) {
-  engine_->wait(std::move(keys), timeout, id_,
-                [conn = conn_, eng = std::weak_ptr<engine>(engine_), rid, kind, timeout,
-                 answer = std::move(answer)](std::vector<std::string>&& keys,
-                                             std::vector<std::string>&& missing) mutable {
-                  auto c = conn.lock();
-                  auto e = eng.lock();
-                  if (!c || !e)
-                    return;
-                  if (!missing.empty())
-                    c->respond(rid, code(kind), failed_reply(status::timeout, rules::timeout_message(missing, timeout)));
-                  else
-                    c->respond(rid, code(kind), answer(*e, keys));
-                });
+  // The engine calls `done` itself, so it is alive then.
+  engine_.wait(std::move(keys), timeout, id_,
+               [conn = conn_, eng = &engine_, rid, kind, timeout,
+                answer = std::move(answer)](std::vector<std::string>&& keys,
+                                            std::vector<std::string>&& missing) mutable {
+                 auto c = conn.lock();
+                 if (!c)
+                   return;
+                 if (!missing.empty())
+                   c->respond(rid, code(kind), failed_reply(status::timeout, rules::timeout_message(missing, timeout)));
+                 else
+                   c->respond(rid, code(kind), answer(*eng, keys));
+               });
 }
 
 void server_session::serve(const std::shared_ptr<net::connection>& conn, std::uint64_t rid, request&& r) {
   const auto kind = code(kind_of(r));
   auto ok = [&](writer&& w) { conn->respond(rid, kind, w.take()); };
-  auto& eng = *engine_;
+  auto& eng = engine_;
   std::visit(
       [&](auto&& q) {
         using Q = std::decay_t<decltype(q)>;
@@ -133,15 +128,18 @@ void server_session::serve(const std::shared_ptr<net::connection>& conn, std::ui
             if (auto c = w.lock())
               c->send(code(op::watch_event), encode_watch_event(client_id, e));
           });
-          if (auto old = watches_.find(q.watch_id); old != watches_.end()) // an id used again replaces its watch
+          if (!watches_)
+            watches_ = std::make_unique<std::unordered_map<std::uint64_t, std::uint64_t>>();
+          if (auto old = watches_->find(q.watch_id); old != watches_->end()) // an id used again replaces its watch
             eng.unwatch(old->second);
-          watches_[q.watch_id] = id;
+          (*watches_)[q.watch_id] = id;
           ok(ok_reply());
         } else if constexpr (std::is_same_v<Q, unwatch_request>) {
-          if (auto it = watches_.find(q.watch_id); it != watches_.end()) {
-            eng.unwatch(it->second);
-            watches_.erase(it);
-          }
+          if (watches_)
+            if (auto it = watches_->find(q.watch_id); it != watches_->end()) {
+              eng.unwatch(it->second);
+              watches_->erase(it);
+            }
           ok(ok_reply());
         } else {
           static_assert(!sizeof(Q), "every request is served");

@@ -17,14 +17,19 @@ namespace corodist::store::detail {
 
 class server_session : public std::enable_shared_from_this<server_session> {
 public:
-  /// Serves `conn` (unstarted) on `engine` as owner `id`.
-  server_session(std::shared_ptr<net::connection> conn, std::shared_ptr<engine> eng, engine::owner_id id);
+  /// Tells the session's owner that session `id` has closed (its waits and
+  /// watches already dropped from the engine). Called on the loop.
+  using closed_fn = std::function<void(engine::owner_id id)>;
+
+  /// A session of `eng` as owner `id`. `eng` and `on_closed` must outlive it
+  /// (the store_server owns both and every session).
+  server_session(engine& eng, engine::owner_id id, const closed_fn& on_closed)
+      : engine_(eng), id_(id), on_closed_(on_closed) {}
   server_session(const server_session&) = delete;
   server_session& operator=(const server_session&) = delete;
 
-  /// Starts the connection. `on_close` runs once, on the loop, when it closes
-  /// (the session's waits and watches are dropped from the engine first).
-  void start(std::function<void()> on_close);
+  /// Starts serving `conn` (unstarted). Call once, on the loop.
+  void start(const std::shared_ptr<net::connection>& conn);
 
   /// Closes the connection. Idempotent.
   void close();
@@ -38,11 +43,12 @@ private:
   void answer_when_present(std::uint64_t rid, op kind, std::vector<std::string> keys,
                            std::chrono::milliseconds timeout, Answer answer);
 
+  // Kept small: a server holds one per connection.
   std::weak_ptr<net::connection> conn_;
-  std::shared_ptr<net::connection> unstarted_; // until start()
-  std::shared_ptr<engine> engine_;
+  engine& engine_;
   engine::owner_id id_;
-  std::unordered_map<std::uint64_t, std::uint64_t> watches_; // client watch id -> engine watch id
+  const closed_fn& on_closed_;
+  std::unique_ptr<std::unordered_map<std::uint64_t, std::uint64_t>> watches_; // client id -> engine id; on first watch
 };
 
 } // namespace corodist::store::detail

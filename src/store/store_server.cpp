@@ -32,7 +32,8 @@ detail::engine_limits limits_of(const server_options& o) {
 struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   impl(asio::any_io_executor ex, server_options o)
       : executor(std::move(ex)), opts(std::move(o)),
-        engine(std::make_shared<detail::engine>(executor, limits_of(opts))) {}
+        engine(std::make_shared<detail::engine>(executor, limits_of(opts))),
+        session_closed([this](std::uint64_t sid) { sessions.erase(sid); }) {}
 
   void accept(std::shared_ptr<net::connection> conn);
   void accept_torch(asio::ip::tcp::socket socket, bool silent);
@@ -41,6 +42,7 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   asio::any_io_executor executor;
   server_options opts;
   std::shared_ptr<detail::engine> engine;
+  detail::server_session::closed_fn session_closed; // shared by the native sessions (they die with us)
   std::shared_ptr<net::listener> listener;
   std::unordered_map<std::uint64_t, std::shared_ptr<detail::server_session>> sessions;
   std::unordered_map<std::uint64_t, std::weak_ptr<detail::torch::session>> torch_sessions;
@@ -56,12 +58,9 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
     return;
   }
   const auto sid = next_session++;
-  auto s = std::make_shared<detail::server_session>(std::move(conn), engine, sid);
-  sessions[sid] = s;
-  s->start([w = weak_from_this(), sid] {
-    if (auto self = w.lock())
-      self->sessions.erase(sid);
-  });
+  auto s = std::make_shared<detail::server_session>(*engine, sid, session_closed);
+  sessions.emplace(sid, s);
+  s->start(conn);
 }
 
 void store_server::impl::accept_torch(asio::ip::tcp::socket socket, bool silent) {
