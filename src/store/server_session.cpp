@@ -14,20 +14,9 @@ namespace {
 std::uint16_t code(op o) { return static_cast<std::uint16_t>(o); }
 } // namespace
 
-void server_session::start(const std::shared_ptr<net::connection>& conn) {
-  conn_ = conn;
-  conn->start(
-      [w = weak_from_this()](const std::shared_ptr<net::connection>& c, net::message&& m) {
-        if (auto self = w.lock())
-          self->handle(c, std::move(m));
-      },
-      [w = weak_from_this()](std::error_code) {
-        if (auto self = w.lock()) {
-          self->engine_.drop_owner(self->id_); // its waits and watches go with it
-          self->watches_.reset();
-          self->on_closed_(self->id_); // (the owner lets go of the session; `self` holds it until here)
-        }
-      });
+void server_session::closed() {
+  engine_.drop_owner(id_); // its waits and watches go with it
+  watches_.reset();
 }
 
 void server_session::close() {

@@ -9,33 +9,33 @@
 #include "store/request.hpp"
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <unordered_map>
 
 namespace corodist::store::detail {
 
-class server_session : public std::enable_shared_from_this<server_session> {
+/// Kept small and by value in the server's table (a server holds one per
+/// connection); the server's connection callbacks find it by its id.
+class server_session {
 public:
-  /// Tells the session's owner that session `id` has closed (its waits and
-  /// watches already dropped from the engine). Called on the loop.
-  using closed_fn = std::function<void(engine::owner_id id)>;
-
-  /// A session of `eng` as owner `id`. `eng` and `on_closed` must outlive it
-  /// (the store_server owns both and every session).
-  server_session(engine& eng, engine::owner_id id, const closed_fn& on_closed)
-      : engine_(eng), id_(id), on_closed_(on_closed) {}
+  /// A session of `eng` as owner `id` on `conn`. `eng` must outlive it.
+  server_session(std::weak_ptr<net::connection> conn, engine& eng, engine::owner_id id)
+      : conn_(std::move(conn)), engine_(eng), id_(id) {}
   server_session(const server_session&) = delete;
   server_session& operator=(const server_session&) = delete;
 
-  /// Starts serving `conn` (unstarted). Call once, on the loop.
-  void start(const std::shared_ptr<net::connection>& conn);
+  /// Serves one frame from `conn`. The session must stay alive through the
+  /// call even if it closes the connection (the server erases closed
+  /// sessions in a later turn of the loop).
+  void handle(const std::shared_ptr<net::connection>& conn, net::message&& m);
 
-  /// Closes the connection. Idempotent.
+  /// The connection has closed: drops the session's waits and watches from the engine.
+  void closed();
+
+  /// Closes the connection (closed() follows from its close handler). Idempotent.
   void close();
 
 private:
-  void handle(const std::shared_ptr<net::connection>& conn, net::message&& m);
   void serve(const std::shared_ptr<net::connection>& conn, std::uint64_t rid, request&& r);
   /// Answers request `rid` once every key exists (with `answer(keys)`'s
   /// result fields) or with a timeout reply when `timeout` passes.
@@ -43,11 +43,9 @@ private:
   void answer_when_present(std::uint64_t rid, op kind, std::vector<std::string> keys,
                            std::chrono::milliseconds timeout, Answer answer);
 
-  // Kept small: a server holds one per connection.
   std::weak_ptr<net::connection> conn_;
   engine& engine_;
   engine::owner_id id_;
-  const closed_fn& on_closed_;
   std::unique_ptr<std::unordered_map<std::uint64_t, std::uint64_t>> watches_; // client id -> engine id; on first watch
 };
 

@@ -32,8 +32,7 @@ detail::engine_limits limits_of(const server_options& o) {
 struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   impl(asio::any_io_executor ex, server_options o)
       : executor(std::move(ex)), opts(std::move(o)),
-        engine(std::make_shared<detail::engine>(executor, limits_of(opts))),
-        session_closed([this](std::uint64_t sid) { sessions.erase(sid); }) {}
+        engine(std::make_shared<detail::engine>(executor, limits_of(opts))) {}
 
   void accept(std::shared_ptr<net::connection> conn);
   void accept_torch(asio::ip::tcp::socket socket, bool silent);
@@ -42,9 +41,8 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   asio::any_io_executor executor;
   server_options opts;
   std::shared_ptr<detail::engine> engine;
-  detail::server_session::closed_fn session_closed; // shared by the native sessions (they die with us)
   std::shared_ptr<net::listener> listener;
-  std::unordered_map<std::uint64_t, std::shared_ptr<detail::server_session>> sessions;
+  std::unordered_map<std::uint64_t, detail::server_session> sessions; // native, by connection id
   std::unordered_map<std::uint64_t, std::weak_ptr<detail::torch::session>> torch_sessions;
   std::unordered_set<std::uint64_t> silent_sessions; // PyTorch sessions that arrived silent
   bool refusing_silent = false;                      // in an episode of refusals (one warning each)
@@ -58,9 +56,26 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
     return;
   }
   const auto sid = next_session++;
-  auto s = std::make_shared<detail::server_session>(*engine, sid, session_closed);
-  sessions.emplace(sid, s);
-  s->start(conn);
+  sessions.try_emplace(sid, conn, *engine, sid);
+  // The callbacks find the session by id: nothing more per connection than the table's entry.
+  conn->start(
+      [w = weak_from_this(), sid](const std::shared_ptr<net::connection>& c, net::message&& m) {
+        if (auto self = w.lock())
+          if (auto it = self->sessions.find(sid); it != self->sessions.end())
+            it->second.handle(c, std::move(m));
+      },
+      [w = weak_from_this(), sid](std::error_code) {
+        auto self = w.lock();
+        if (!self)
+          return;
+        if (auto it = self->sessions.find(sid); it != self->sessions.end())
+          it->second.closed();
+        // Erased in a later turn: the close may come from inside the session's own handle().
+        asio::post(self->executor, [w = std::weak_ptr<impl>(self), sid] {
+          if (auto self = w.lock())
+            self->sessions.erase(sid);
+        });
+      });
 }
 
 void store_server::impl::accept_torch(asio::ip::tcp::socket socket, bool silent) {
@@ -100,15 +115,12 @@ void store_server::impl::close_all() {
   stopped = true;
   if (listener)
     listener->close();
-  std::vector<std::shared_ptr<detail::server_session>> native;
-  for (auto& [sid, s] : sessions)
-    native.push_back(s);
+  for (auto& [sid, s] : sessions) // (closing erases nothing at once)
+    s.close();
   std::vector<std::shared_ptr<detail::torch::session>> torch;
   for (auto& [sid, s] : torch_sessions)
     if (auto t = s.lock())
       torch.push_back(t);
-  for (auto& s : native)
-    s->close();
   for (auto& t : torch)
     t->close();
 }
