@@ -75,8 +75,10 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
     auto copts = opts.connection;
     copts.handshake_timeout = std::min(copts.handshake_timeout, left);
     auto [ec, conn] = co_await net::connection::connect(ex, ep, copts);
-    if (!ec)
-      made = std::make_shared<tcp_store>(ex, std::move(conn), opts);
+    if (!ec) {
+      made.reset(new tcp_store(ex, std::move(conn), opts));
+      made->start();
+    }
     co_return ec;
   };
   co_await detail::connect_with_retry(ex, opts, "store server", attempt);
@@ -91,21 +93,26 @@ tcp_store::tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> 
     : ex_(std::move(ex)), conn_(std::move(conn)), opts_(std::move(opts)), remote_(conn_->remote_endpoint()),
       waits_(std::make_unique<detail::wait_log>(ex_, detail::where(opts_))) {
   set_timeout(opts_.timeout);
-  // Callbacks run on the loop and may outlive us: they check `alive_` first.
-  std::weak_ptr<bool> alive = alive_;
+}
+
+namespace {
+// The tcp_store behind a weak reference, if it is still alive.
+std::shared_ptr<tcp_store> lock(const std::weak_ptr<store>& w) { return std::static_pointer_cast<tcp_store>(w.lock()); }
+} // namespace
+
+void tcp_store::start() {
   conn_->start(
-      [this, alive](const std::shared_ptr<net::connection>&, net::message&& m) {
-        if (!alive.expired())
-          on_frame(std::move(m));
+      [w = weak_from_this()](const std::shared_ptr<net::connection>&, net::message&& m) {
+        if (auto self = lock(w))
+          self->on_frame(std::move(m));
       },
-      [this, alive](std::error_code ec) {
-        if (!alive.expired())
-          on_closed(ec);
+      [w = weak_from_this()](std::error_code ec) {
+        if (auto self = lock(w))
+          self->on_closed(ec);
       });
 }
 
 tcp_store::~tcp_store() {
-  alive_.reset();
   asio::post(ex_, [c = conn_] { c->close(); });
 }
 
@@ -219,17 +226,17 @@ asio::awaitable<watch_stream> tcp_store::do_watch_key(std::string key) {
     watches_.erase(id);
     throw;
   }
-  std::weak_ptr<bool> alive = alive_;
-  q->on_close = [this, alive, id] {
-    if (alive.expired())
+  q->on_close = [w = weak_from_this(), id] {
+    auto self = lock(w);
+    if (!self)
       return;
-    watches_.erase(id);
-    if (!conn_->is_open())
+    self->watches_.erase(id);
+    if (!self->conn_->is_open())
       return;
     const detail::request r = detail::unwatch_request{id};
     asio::co_spawn(
-        ex_,
-        [c = conn_, payload = detail::encode_request(r)]() mutable -> asio::awaitable<void> {
+        self->ex_,
+        [c = self->conn_, payload = detail::encode_request(r)]() mutable -> asio::awaitable<void> {
           co_await c->request(static_cast<std::uint16_t>(detail::op::unwatch), std::move(payload));
         },
         asio::detached);

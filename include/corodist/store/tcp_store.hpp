@@ -44,7 +44,6 @@ public:
   /// Blocking `connect` for plain threads (throws `usage_error` on a loop thread).
   static std::shared_ptr<tcp_store> connect_sync(asio::any_io_executor ex, tcp_store_options opts);
 
-  tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> conn, tcp_store_options opts);
   ~tcp_store() override;
 
   asio::any_io_executor get_executor() override { return ex_; }
@@ -79,6 +78,10 @@ protected:
 
 private:
   friend struct detail::tcp_call; // sends a request and opens its reply
+  tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> conn, tcp_store_options opts);
+  /// Starts the connection; its callbacks hold us weakly (we may be destroyed
+  /// on another thread while the loop delivers them). Call once, owned by a shared_ptr.
+  void start();
   void on_frame(net::message&& m);
   void on_closed(std::error_code ec);
 
@@ -90,7 +93,6 @@ private:
   std::uint64_t next_watch_ = 1;
   std::unique_ptr<detail::wait_log> waits_;
   std::vector<std::shared_ptr<void>> kept_;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
 } // namespace corodist::store
