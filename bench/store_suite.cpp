@@ -8,8 +8,11 @@
 #include "harness.hpp"
 #include "peers.hpp"
 
+#include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/run_blocking.hpp>
+#include <corodist/store/file_store.hpp>
+#include <corodist/store/hash_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 
@@ -18,11 +21,13 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 
 #include <fmt/core.h>
 
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <spawn.h>
 #include <stdexcept>
@@ -233,34 +238,62 @@ long rss_bytes(pid_t pid) {
   throw std::runtime_error("no VmRSS for the server process");
 }
 
+/// A standalone `corodist-store serve` process (no token, a port of its own),
+/// killed and reaped when this goes.
+struct store_daemon {
+  store_daemon() {
+    const std::string daemon = self_dir() + "/../tools/corodist-store";
+    int out[2];
+    if (::pipe(out) != 0)
+      throw std::runtime_error("pipe failed");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    const char* argv[] = {daemon.c_str(), "--port", "0", "--auth-token", "", "serve", nullptr};
+    if (posix_spawn(&pid, daemon.c_str(), &fa, nullptr, const_cast<char**>(argv), environ) != 0)
+      throw std::runtime_error("cannot start " + daemon);
+    posix_spawn_file_actions_destroy(&fa);
+    ::close(out[1]);
+    f = ::fdopen(out[0], "r");
+    char line[256] = {};
+    unsigned p = 0;
+    if (!std::fgets(line, sizeof line, f) || std::sscanf(std::strrchr(line, ':'), ":%u", &p) != 1) {
+      stop(SIGKILL);
+      throw std::runtime_error("corodist-store serve did not report its port");
+    }
+    port = static_cast<std::uint16_t>(p);
+  }
+  ~store_daemon() { stop(SIGKILL); }
+  store_daemon(const store_daemon&) = delete;
+  store_daemon& operator=(const store_daemon&) = delete;
+
+  /// Sends `sig` and reaps the process (once).
+  void stop(int sig) {
+    if (pid > 0) {
+      ::kill(pid, sig);
+      ::waitpid(pid, nullptr, 0);
+      pid = -1;
+    }
+    if (f) {
+      std::fclose(f);
+      f = nullptr;
+    }
+  }
+
+  pid_t pid = -1;
+  std::uint16_t port = 0;
+  FILE* f = nullptr;
+};
+
 void memory_per_connection(context& ctx) {
   const int conns = ctx.quick ? 2000 : 10000;
-  const std::string daemon = self_dir() + "/../tools/corodist-store";
-  int out[2];
-  if (::pipe(out) != 0)
-    throw std::runtime_error("pipe failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_addclose(&fa, out[0]);
-  const char* argv[] = {daemon.c_str(), "--port", "0", "--auth-token", "", "serve", nullptr};
-  pid_t pid = 0;
-  if (posix_spawn(&pid, daemon.c_str(), &fa, nullptr, const_cast<char**>(argv), environ) != 0)
-    throw std::runtime_error("cannot start " + daemon);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(out[1]);
-  FILE* f = ::fdopen(out[0], "r");
-  char line[256] = {};
-  unsigned port = 0;
-  if (!std::fgets(line, sizeof line, f) || std::sscanf(std::strrchr(line, ':'), ":%u", &port) != 1) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    throw std::runtime_error("corodist-store serve did not report its port");
-  }
+  store_daemon server;
+  const pid_t pid = server.pid;
   event_loop loop;
   loop.start();
   auto ex = asio::any_io_executor(loop.get_executor());
-  auto opts = client_options(static_cast<std::uint16_t>(port));
+  auto opts = client_options(server.port);
   std::vector<std::shared_ptr<cs::tcp_store>> stores;
   long before = 0, after = 0;
   try {
@@ -285,16 +318,12 @@ void memory_per_connection(context& ctx) {
     std::this_thread::sleep_for(ms(500));
     after = rss_bytes(pid);
   } catch (...) {
-    ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);
-    std::fclose(f);
+    server.stop(SIGKILL);
     throw;
   }
   stores.clear();
   loop.stop();
-  ::kill(pid, SIGTERM);
-  ::waitpid(pid, nullptr, 0);
-  std::fclose(f);
+  server.stop(SIGTERM);
   record r;
   r.suite = "store";
   r.name = fmt::format("idle_connections_{}", conns);
@@ -303,6 +332,122 @@ void memory_per_connection(context& ctx) {
              {"server_rss_before", double(before)},
              {"server_rss_after", double(after)}};
   ctx.report(std::move(r));
+}
+
+/// A record of how long something took (p50/p99 of `rec`, in µs).
+record duration_record(std::string name, const latency_recorder& rec, std::vector<std::pair<std::string, double>> extra) {
+  record r;
+  r.suite = "store";
+  r.name = std::move(name);
+  r.p50_us = rec.percentile(0.5);
+  r.p99_us = rec.percentile(0.99);
+  r.extra = std::move(extra);
+  r.extra.emplace_back("samples", static_cast<double>(rec.size()));
+  return r;
+}
+
+/// How promptly deadline-bound operations end (the upper bounds the tests
+/// leave to the benchmarks): how far past its 60 ms deadline a wait on a
+/// missing key throws (tcp_store, hash_store, file_store); how far past its
+/// 300 ms timeout a connect to a port nobody listens on gives up; how long a
+/// wrong token takes to be refused; how long after its server is SIGKILLed a
+/// pending get fails.
+void deadlines(context& ctx) {
+  const std::size_t samples = ctx.quick ? 5 : 20;
+  using namespace std::chrono_literals;
+  auto overrun = [](clock_type::time_point t0, ms deadline) { return clock_type::now() - t0 - deadline; };
+  {
+    server_and_client env;
+    auto ex = asio::any_io_executor(env.client_loop.get_executor());
+    char tmpl[] = "/tmp/corodist_bench_file_store_XXXXXX";
+    const int fd = ::mkstemp(tmpl);
+    if (fd < 0)
+      throw std::runtime_error("mkstemp failed");
+    ::close(fd);
+    std::vector<std::pair<std::string, std::shared_ptr<cs::store>>> stores{
+        {"tcp", run_blocking(ex, cs::tcp_store::connect(ex, client_options(env.port)))},
+        {"hash", std::make_shared<cs::hash_store>(ex)},
+        {"file", std::make_shared<cs::file_store>(ex, tmpl)}};
+    for (auto& [name, store] : stores) {
+      latency_recorder rec(samples);
+      for (std::size_t i = 0; i < samples; ++i) {
+        const auto t0 = clock_type::now();
+        try {
+          run_blocking(ex, store->wait({"bench/absent"}, 60ms));
+        } catch (const timeout_error&) {
+        }
+        rec.add(overrun(t0, 60ms));
+      }
+      ctx.report(duration_record("wait_timeout_overrun_" + name, rec, {{"deadline_ms", 60}}));
+    }
+    ::unlink(tmpl);
+  }
+  {
+    event_loop loop;
+    loop.start();
+    auto ex = asio::any_io_executor(loop.get_executor());
+    int port = 0;
+    { // a port nobody listens on
+      asio::io_context io;
+      asio::ip::tcp::acceptor a(io, {asio::ip::make_address("127.0.0.1"), 0});
+      port = a.local_endpoint().port();
+    }
+    latency_recorder rec(samples);
+    for (std::size_t i = 0; i < std::min<std::size_t>(samples, 5); ++i) {
+      auto o = client_options(static_cast<std::uint16_t>(port));
+      o.timeout = 300ms;
+      const auto t0 = clock_type::now();
+      try {
+        run_blocking(ex, cs::tcp_store::connect(ex, o));
+      } catch (const timeout_error&) {
+      }
+      rec.add(overrun(t0, 300ms));
+    }
+    ctx.report(duration_record("connect_timeout_overrun", rec, {{"timeout_ms", 300}}));
+  }
+  {
+    event_loop server_loop, loop;
+    server_loop.start();
+    loop.start();
+    cs::server_options so;
+    so.auth_token = "s3cret";
+    auto server = cs::store_server::start(server_loop.get_executor(), so);
+    auto ex = asio::any_io_executor(loop.get_executor());
+    latency_recorder rec(samples);
+    for (std::size_t i = 0; i < samples; ++i) {
+      auto o = client_options(server->local_endpoint().port());
+      o.auth_token = "wrong";
+      const auto t0 = clock_type::now();
+      try {
+        run_blocking(ex, cs::tcp_store::connect(ex, o));
+      } catch (const protocol_error&) {
+      }
+      rec.add(clock_type::now() - t0);
+    }
+    ctx.report(duration_record("auth_refusal", rec, {}));
+    server.reset();
+  }
+  {
+    event_loop loop;
+    loop.start();
+    auto ex = asio::any_io_executor(loop.get_executor());
+    latency_recorder rec(samples);
+    for (std::size_t i = 0; i < std::min<std::size_t>(samples, 5); ++i) {
+      store_daemon daemon;
+      auto s = run_blocking(ex, cs::tcp_store::connect(ex, client_options(daemon.port)));
+      auto pending = asio::co_spawn(ex, s->get("bench/never", std::chrono::seconds(30)), asio::use_future);
+      (void)run_blocking(ex, s->num_keys()); // answered in order: the get waits at the server
+      const auto t0 = clock_type::now();
+      ::kill(daemon.pid, SIGKILL);
+      try {
+        pending.get();
+      } catch (const connection_error&) {
+      }
+      rec.add(clock_type::now() - t0);
+      daemon.stop(SIGKILL);
+    }
+    ctx.report(duration_record("server_death_to_error", rec, {}));
+  }
 }
 
 void run_store_suite(context& ctx) {
@@ -316,9 +461,10 @@ void run_store_suite(context& ctx) {
   rendezvous_case(ctx, 1024);
   rendezvous_case(ctx, 4096);
   memory_per_connection(ctx);
+  deadlines(ctx);
 }
 
-const suite_registrar registrar("store", &run_store_suite, 30, 8);
+const suite_registrar registrar("store", &run_store_suite, 30, 14);
 
 } // namespace
 } // namespace corodist::bench

@@ -2,17 +2,22 @@
 //
 //   corodist-store serve --host 127.0.0.1 --port 29500      (port 0: prints the chosen port)
 //   corodist-store --port 29500 set KEY VALUE | get KEY | add KEY N | wait KEY... | keys [PREFIX] | del KEY
+//
+// The client verbs fail at once when nothing listens on HOST:PORT (after
+// retrying refused connections for `refused_window`, a server just starting).
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/store/connect_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
-#include <corodist/store/tcp_store.hpp>
 
 #include <CLI/CLI.hpp>
 #include <asio/post.hpp>
 #include <asio/signal_set.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <future>
@@ -22,6 +27,10 @@
 namespace cs = corodist::store;
 
 namespace {
+
+/// How long the client verbs retry a refused connection before saying that
+/// nothing is listening (documented in docs/store.md).
+constexpr std::chrono::milliseconds refused_window{1000};
 
 int serve(const std::string& host, std::uint16_t port, const std::optional<std::string>& token, bool pytorch) {
   corodist::event_loop loop;
@@ -63,7 +72,9 @@ int main(int argc, char** argv) {
   app.add_option("--host", host, "server address (serve: the address to bind)")->capture_default_str();
   app.add_option("--port", port, "server port (serve: 0 picks one and prints it)")->capture_default_str();
   app.add_option("--auth-token", token, "shared secret (default: $CORODIST_AUTH_TOKEN)");
-  app.add_option("--timeout", timeout_s, "seconds to wait (connect, get, wait)")->capture_default_str();
+  app.add_option("--timeout", timeout_s,
+                 "seconds to wait (connect, get, wait); a refused connection fails after 1 s")
+      ->capture_default_str();
 
   auto protocol = cs::wire_protocol::native;
   app.add_option("--protocol", protocol, "the server's protocol (client verbs): native, pytorch-1.13 or pytorch-2")
@@ -106,7 +117,8 @@ int main(int argc, char** argv) {
     o.auth_token = token;
     o.protocol = protocol;
     o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
-    cs::sync_store s(cs::tcp_store::connect_sync(loop.get_executor(), o));
+    o.refused_retry_window = std::min(refused_window, o.timeout);
+    cs::sync_store s(cs::connect_store_sync(loop.get_executor(), o));
     if (*set_cmd) {
       s.set(key, value);
     } else if (*get_cmd) {

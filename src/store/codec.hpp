@@ -1,15 +1,21 @@
 #pragma once
-// The native store protocol: frame kinds and payload encoding (private).
+// The native store protocol's vocabulary (private): frame kinds, reply
+// statuses, and the field encoding (writer, reader). request.hpp and reply.hpp
+// build the messages from these.
 //
-// Every request payload is a sequence of fields; strings are u32-length
-// prefixed, integers little-endian. Every response payload starts with a
-// status byte (0 ok, 1 timeout, 2 error + message) followed by the result.
+// Every payload is a sequence of fields; strings are u32-length prefixed,
+// integers little-endian. Every reply payload starts with a status byte
+// (0 ok, 1 timeout, 2 error + message) followed by the result.
 
 #include <corodist/core/error.hpp>
 #include <corodist/net/connection.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <chrono>
 #include <cstring>
+#include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +46,11 @@ class writer {
 public:
   writer() = default;
   explicit writer(status s) { u8(static_cast<std::uint8_t>(s)); }
+  /// Reserves room for `n` more bytes.
+  writer& reserve(std::size_t n) {
+    out_.reserve(out_.size() + n);
+    return *this;
+  }
   writer& u8(std::uint8_t v) {
     out_.push_back(static_cast<std::byte>(v));
     return *this;
@@ -47,6 +58,10 @@ public:
   writer& u32(std::uint32_t v) { return raw(&v, 4); }
   writer& u64(std::uint64_t v) { return raw(&v, 8); }
   writer& i64(std::int64_t v) { return raw(&v, 8); }
+  /// A deadline as a u64 count of milliseconds (negative: 0).
+  writer& millis(std::chrono::milliseconds t) {
+    return u64(static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.count())));
+  }
   writer& str(std::string_view s) {
     u32(static_cast<std::uint32_t>(s.size()));
     return raw(s.data(), s.size());
@@ -68,15 +83,12 @@ private:
   net::bytes out_;
 };
 
-/// Reads fields; throws protocol_error on a short or malformed payload.
+/// Reads fields from a payload it views; throws protocol_error on a short or
+/// malformed one. It never allocates more than the payload's size (a count is
+/// checked against the bytes left before anything is reserved).
 class reader {
 public:
-  explicit reader(const net::bytes& b) : p_(b.data()), end_(b.data() + b.size()) {}
-  /// Reads `b` after its first `skip` bytes (e.g. a response's status byte).
-  reader(const net::bytes& b, std::size_t skip) : reader(b) {
-    need(skip);
-    p_ += skip;
-  }
+  explicit reader(std::span<const std::byte> b) : p_(b.data()), end_(b.data() + b.size()) {}
   std::uint8_t u8() {
     need(1);
     return std::to_integer<std::uint8_t>(*p_++);
@@ -84,6 +96,12 @@ public:
   std::uint32_t u32() { return fixed<std::uint32_t>(); }
   std::uint64_t u64() { return fixed<std::uint64_t>(); }
   std::int64_t i64() { return fixed<std::int64_t>(); }
+  /// A u64 count of milliseconds (values past int64 saturate).
+  std::chrono::milliseconds millis() {
+    const auto v = u64();
+    constexpr auto max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+    return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(v, max)));
+  }
   std::string str() {
     auto n = u32();
     need(n);
@@ -91,18 +109,23 @@ public:
     p_ += n;
     return s;
   }
-  std::vector<std::string> strs(std::size_t max_count) {
+  std::vector<std::string> strs() {
     auto n = u32();
-    if (n > max_count)
-      throw store_error("too many keys in one request: " + std::to_string(n) + " (limit " +
-                        std::to_string(max_count) + ")");
+    if (n > left() / 4) // each string takes at least its 4-byte length
+      throw protocol_error("store: a list of " + std::to_string(n) + " strings in " + std::to_string(left()) +
+                           " bytes");
     std::vector<std::string> v;
     v.reserve(n);
     for (std::uint32_t i = 0; i < n; ++i)
       v.push_back(str());
     return v;
   }
-  bool done() const noexcept { return p_ == end_; }
+  /// Throws protocol_error unless every byte was read.
+  void end() const {
+    if (p_ != end_)
+      throw protocol_error("store: " + std::to_string(left()) + " unexpected bytes after the fields");
+  }
+  std::size_t left() const noexcept { return static_cast<std::size_t>(end_ - p_); }
 
 private:
   template <typename T>
@@ -114,7 +137,7 @@ private:
     return v;
   }
   void need(std::size_t n) const {
-    if (static_cast<std::size_t>(end_ - p_) < n)
+    if (left() < n)
       throw protocol_error("store: truncated request or response payload");
   }
   const std::byte* p_;

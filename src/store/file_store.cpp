@@ -3,7 +3,8 @@
 #include <corodist/core/error.hpp>
 
 #include "core/log.hpp"
-#include "store/kv_state.hpp" // timeout_message, parse_counter: the texts every store uses
+#include "store/engine.hpp"   // the store's rules, applied to what the file holds
+#include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -83,14 +84,6 @@ void encode_record(std::string& out, std::uint8_t op, std::string_view key, std:
   out.append(value);
 }
 
-/// A value for an error message: quoted, cut after 64 bytes.
-std::string quoted(std::string_view s) {
-  constexpr std::size_t max_shown = 64;
-  if (s.size() <= max_shown)
-    return "'" + std::string(s) + "'";
-  return "'" + std::string(s.substr(0, max_shown)) + "'... (" + std::to_string(s.size()) + " bytes)";
-}
-
 /// now + timeout; never for a zero (or negative) timeout, as every store;
 /// saturating instead of overflowing for huge timeouts.
 clock_type::time_point deadline_after(std::chrono::milliseconds timeout) {
@@ -144,7 +137,7 @@ struct file_store::state {
   };
 
   state(asio::any_io_executor ex, std::string path, int fd)
-      : executor_(std::move(ex)), path_(std::move(path)), fd_(fd) {}
+      : executor_(ex), path_(std::move(path)), fd_(fd), waits_(ex, "file_store '" + path_ + "'") {}
   ~state() { ::close(fd_); }
   state(const state&) = delete;
   state& operator=(const state&) = delete;
@@ -322,6 +315,12 @@ struct file_store::state {
     return static_cast<std::uint64_t>(st.st_size);
   }
 
+  /// The cached value of `key`, or null.
+  const std::string* find(const std::string& key) const {
+    auto it = cache_.find(key);
+    return it == cache_.end() ? nullptr : &it->second;
+  }
+
   std::vector<std::string> missing(const std::vector<std::string>& keys) const {
     std::vector<std::string> out;
     for (const auto& k : keys)
@@ -340,6 +339,7 @@ struct file_store::state {
   std::uint64_t next_watch_id_ = 1;
   bool poller_running_ = false;
   bool closed_ = false;
+  detail::wait_log waits_;
 };
 
 file_store::file_store(asio::any_io_executor ex, std::string path) : executor_(std::move(ex)), path_(std::move(path)) {
@@ -372,6 +372,7 @@ asio::any_io_executor file_store::get_executor() { return executor_; }
 asio::awaitable<void> file_store::wait_for_keys(const std::vector<std::string>& keys,
                                                 std::chrono::milliseconds timeout) {
   auto deadline = deadline_after(timeout);
+  detail::wait_log::entry logged(state_->waits_, keys, timeout);
   asio::steady_timer timer(executor_);
   for (;;) {
     state_->refresh();
@@ -380,7 +381,7 @@ asio::awaitable<void> file_store::wait_for_keys(const std::vector<std::string>& 
       co_return;
     auto now = clock_type::now();
     if (now >= deadline)
-      throw timeout_error(detail::timeout_message(missing, timeout));
+      throw timeout_error(detail::rules::timeout_message(missing, timeout));
     timer.expires_at(deadline - now < poll_interval ? deadline : now + poll_interval);
     co_await timer.async_wait(asio::use_awaitable);
   }
@@ -405,13 +406,7 @@ asio::awaitable<std::string> file_store::do_get(std::string key, std::chrono::mi
 asio::awaitable<std::int64_t> file_store::do_add(std::string key, std::int64_t delta) {
   state::file_lock lock(*state_, F_WRLCK);
   state_->read_new(true);
-  std::int64_t current = 0;
-  if (auto it = state_->cache_.find(key); it != state_->cache_.end())
-    current = detail::parse_counter(key, it->second);
-  std::int64_t next = 0;
-  if (__builtin_add_overflow(current, delta, &next))
-    throw store_error("file_store: add: " + std::to_string(current) + " + " + std::to_string(delta) +
-                      " overflows the value of key " + quoted(key));
+  const auto next = detail::rules::added(key, state_->find(key), delta);
   std::string record;
   encode_record(record, op_set, key, std::to_string(next));
   state_->write_records(record);
@@ -421,15 +416,13 @@ asio::awaitable<std::int64_t> file_store::do_add(std::string key, std::int64_t d
 asio::awaitable<std::string> file_store::do_compare_set(std::string key, std::string expected, std::string desired) {
   state::file_lock lock(*state_, F_WRLCK);
   state_->read_new(true);
-  auto it = state_->cache_.find(key);
-  bool missing = it == state_->cache_.end();
-  if ((missing && expected.empty()) || (!missing && it->second == expected)) {
-    std::string record;
-    encode_record(record, op_set, key, desired);
-    state_->write_records(record);
-    co_return desired;
-  }
-  co_return missing ? expected : it->second;
+  auto* current = state_->find(key);
+  if (!detail::rules::compare_set_stores(current, expected))
+    co_return detail::rules::compare_set_unchanged(current, expected);
+  std::string record;
+  encode_record(record, op_set, key, desired);
+  state_->write_records(record);
+  co_return desired;
 }
 
 asio::awaitable<bool> file_store::do_delete_key(std::string key) {
@@ -460,12 +453,8 @@ asio::awaitable<std::int64_t> file_store::do_num_keys() {
 asio::awaitable<void> file_store::do_append(std::string key, std::string value) {
   state::file_lock lock(*state_, F_WRLCK);
   state_->read_new(true);
-  std::string joined;
-  if (auto it = state_->cache_.find(key); it != state_->cache_.end())
-    joined = it->second;
-  joined += value;
   std::string record;
-  encode_record(record, op_set, key, joined);
+  encode_record(record, op_set, key, detail::rules::appended(key, state_->find(key), value, {}));
   state_->write_records(record);
   co_return;
 }
@@ -481,7 +470,7 @@ asio::awaitable<std::vector<std::string>> file_store::do_multi_get(std::vector<s
 }
 
 asio::awaitable<void> file_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  detail::check_multi_set(keys, values);
+  detail::rules::check_multi_set(keys, values);
   if (keys.empty())
     co_return;
   std::string records;

@@ -2,23 +2,25 @@
 #include <corodist/core/future.hpp>
 #include <corodist/store/hash_store.hpp>
 
-#include "store/kv_state.hpp"
+#include "store/engine.hpp"
+#include "store/wait_log.hpp"
 
 namespace corodist::store {
 
 hash_store::hash_store(asio::any_io_executor ex)
-    : ex_(std::move(ex)), state_(std::make_shared<detail::kv_state>(ex_)) {}
+    : ex_(std::move(ex)), engine_(std::make_shared<detail::engine>(ex_)),
+      waits_(std::make_unique<detail::wait_log>(ex_, "hash_store")) {}
 
 hash_store::~hash_store() = default;
 
 asio::awaitable<void> hash_store::do_set(std::string key, std::string value) {
-  state_->set(key, std::move(value));
+  engine_->set(std::move(key), std::move(value));
   co_return;
 }
 
 asio::awaitable<std::string> hash_store::do_get(std::string key, std::chrono::milliseconds timeout) {
   for (;;) {
-    if (auto* v = state_->find(key))
+    if (auto* v = engine_->get(key))
       co_return *v;
     std::vector<std::string> keys{key};
     co_await do_wait(std::move(keys), timeout);
@@ -26,69 +28,62 @@ asio::awaitable<std::string> hash_store::do_get(std::string key, std::chrono::mi
 }
 
 asio::awaitable<std::int64_t> hash_store::do_add(std::string key, std::int64_t delta) {
-  co_return state_->add(key, delta);
+  co_return engine_->add(key, delta);
 }
 
 asio::awaitable<std::string> hash_store::do_compare_set(std::string key, std::string expected, std::string desired) {
-  co_return state_->compare_set(key, expected, std::move(desired));
+  co_return engine_->compare_set(key, expected, std::move(desired));
 }
 
-asio::awaitable<bool> hash_store::do_delete_key(std::string key) { co_return state_->erase(key); }
+asio::awaitable<bool> hash_store::do_delete_key(std::string key) { co_return engine_->erase(key); }
 
-asio::awaitable<bool> hash_store::do_check(std::vector<std::string> keys) { co_return state_->contains_all(keys); }
+asio::awaitable<bool> hash_store::do_check(std::vector<std::string> keys) { co_return engine_->check(keys); }
 
 asio::awaitable<void> hash_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+  detail::wait_log::entry logged(*waits_, keys, timeout);
   promise<std::vector<std::string>> p;
   auto f = p.get_future();
-  state_->wait(std::move(keys), timeout, 0, [p = std::move(p)](std::vector<std::string>&&, std::vector<std::string>&& missing) mutable {
-    p.set_value(std::move(missing));
-  });
+  engine_->wait(keys, timeout, 0,
+                [p = std::move(p)](std::vector<std::string>&&, std::vector<std::string>&& missing) mutable {
+                  p.set_value(std::move(missing));
+                });
   auto missing = co_await f.async_get();
   if (!missing.empty())
-    throw timeout_error(detail::timeout_message(missing, timeout));
+    throw timeout_error(detail::rules::timeout_message(missing, timeout));
 }
 
-asio::awaitable<std::int64_t> hash_store::do_num_keys() { co_return static_cast<std::int64_t>(state_->size()); }
+asio::awaitable<std::int64_t> hash_store::do_num_keys() { co_return static_cast<std::int64_t>(engine_->size()); }
 
 asio::awaitable<void> hash_store::do_append(std::string key, std::string value) {
-  state_->append(key, value);
+  engine_->append(key, value);
   co_return;
 }
 
 asio::awaitable<std::vector<std::string>> hash_store::do_multi_get(std::vector<std::string> keys,
                                                                    std::chrono::milliseconds timeout) {
-  for (;;) {
-    if (state_->contains_all(keys)) {
-      std::vector<std::string> out;
-      out.reserve(keys.size());
-      for (auto& k : keys)
-        out.push_back(*state_->find(k));
-      co_return out;
-    }
+  while (!engine_->check(keys))
     co_await do_wait(keys, timeout);
-  }
+  co_return engine_->values(keys);
 }
 
 asio::awaitable<void> hash_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  detail::check_multi_set(keys, values);
-  for (std::size_t i = 0; i < keys.size(); ++i)
-    state_->set(keys[i], std::move(values[i]));
+  engine_->multi_set(std::move(keys), std::move(values));
   co_return;
 }
 
 asio::awaitable<std::vector<std::string>> hash_store::do_list_keys(std::string prefix) {
-  co_return state_->list(prefix);
+  co_return engine_->list(prefix);
 }
 
 asio::awaitable<watch_stream> hash_store::do_watch_key(std::string key) {
   auto q = std::make_shared<detail::watch_queue>(ex_);
-  auto id = state_->watch(key, 0, [w = std::weak_ptr<detail::watch_queue>(q)](const watch_event& e) {
+  auto id = engine_->watch(key, 0, [w = std::weak_ptr<detail::watch_queue>(q)](const watch_event& e) {
     if (auto q = w.lock())
       q->push(e);
   });
-  q->on_close = [s = std::weak_ptr<detail::kv_state>(state_), id] {
-    if (auto st = s.lock())
-      st->unwatch(id);
+  q->on_close = [s = std::weak_ptr<detail::engine>(engine_), id] {
+    if (auto eng = s.lock())
+      eng->unwatch(id);
   };
   co_return watch_stream(q);
 }

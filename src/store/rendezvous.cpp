@@ -6,6 +6,7 @@
 
 #include "core/log.hpp"
 #include "store/launch_env.hpp"
+#include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -106,20 +107,17 @@ std::string setting(const parsed_url& u, const std::string& url, const char* par
 }
 
 constexpr const char* rdzv = "corodist/rdzv/";
+// Naming the missing ranks lists every rank's key: above this world size only
+// rank 0 does it for its progress warnings (the others give the count).
+constexpr int name_missing_up_to = 1024;
 
-asio::awaitable<void> join(store& s, const std::string& url, int rank, int world, std::chrono::milliseconds timeout) {
-  co_await s.set(std::string(rdzv) + "rank/" + std::to_string(rank), "1");
-  auto arrived = co_await s.add(std::string(rdzv) + "arrived", 1);
-  if (arrived == world)
-    co_await s.set(std::string(rdzv) + "done", "1");
-  std::string what;
-  try {
-    std::vector<std::string> done{std::string(rdzv) + "done"};
-    co_await s.wait(std::move(done), timeout);
-    co_return;
-  } catch (const timeout_error&) {
-  }
-  // Say who never came.
+struct arrivals {
+  int count = 0;
+  std::string missing; // "1, 2" (at most 32 named), empty when not looked up
+};
+
+// Who has arrived, from the ranks' keys.
+asio::awaitable<arrivals> look_up_arrivals(store& s, int world) {
   auto present = co_await s.list_keys(std::string(rdzv) + "rank/");
   std::vector<bool> seen(static_cast<std::size_t>(world));
   for (auto& k : present) {
@@ -127,20 +125,63 @@ asio::awaitable<void> join(store& s, const std::string& url, int rank, int world
     if (r >= 0 && r < world)
       seen[static_cast<std::size_t>(r)] = true;
   }
-  std::string missing;
-  int count = 0, n_missing = 0;
+  arrivals a;
+  int n_missing = 0;
   for (int r = 0; r < world; ++r) {
     if (seen[static_cast<std::size_t>(r)]) {
-      ++count;
+      ++a.count;
       continue;
     }
     if (++n_missing <= 32)
-      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      a.missing += (a.missing.empty() ? "" : ", ") + std::to_string(r);
   }
   if (n_missing > 32)
-    missing += ", ... (" + std::to_string(n_missing) + " in all)";
-  throw timeout_error("rendezvous at " + url + ": only " + std::to_string(count) + " of " + std::to_string(world) +
-                      " ranks arrived within " + std::to_string(timeout.count()) + " ms; missing ranks: " + missing);
+    a.missing += ", ... (" + std::to_string(n_missing) + " in all)";
+  co_return a;
+}
+
+// Registers this rank and waits for all: logs each step at debug level and,
+// every warn_every, a warning naming the ranks still missing.
+asio::awaitable<void> join(store& s, const std::string& url, int rank, int world, std::chrono::milliseconds timeout) {
+  co_await s.set(std::string(rdzv) + "rank/" + std::to_string(rank), "1");
+  auto arrived = co_await s.add(std::string(rdzv) + "arrived", 1);
+  CORODIST_LOG_DEBUG("rendezvous at {}: rank {} arrived ({} of {})", url, rank, arrived, world);
+  if (arrived == world)
+    co_await s.set(std::string(rdzv) + "done", "1");
+  const auto start = std::chrono::steady_clock::now();
+  const bool forever = timeout.count() <= 0;
+  for (;;) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    const auto left = timeout - waited;
+    if (!forever && left.count() <= 0)
+      break;
+    // Waits in slices of warn_every, so that a slow rendezvous says who it waits for.
+    const auto slice = forever ? std::chrono::milliseconds(detail::warn_every) : std::min<std::chrono::milliseconds>(left, detail::warn_every);
+    try {
+      std::vector<std::string> done{std::string(rdzv) + "done"};
+      co_await s.wait(std::move(done), slice);
+      CORODIST_LOG_DEBUG("rendezvous at {}: all {} ranks arrived", url, world);
+      co_return;
+    } catch (const timeout_error&) {
+    }
+    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    if (!forever && now >= timeout)
+      break;
+    if (world <= name_missing_up_to || rank == 0) {
+      auto a = co_await look_up_arrivals(s, world);
+      CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {}; waiting for ranks {} (gives up after {})",
+                        url, a.count, world, detail::duration_text(now), a.missing,
+                        forever ? std::string("never") : detail::duration_text(timeout));
+    } else {
+      auto count = co_await s.add(std::string(rdzv) + "arrived", 0);
+      CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {} (gives up after {})", url, count, world,
+                        detail::duration_text(now), forever ? std::string("never") : detail::duration_text(timeout));
+    }
+  }
+  // Say who never came.
+  auto a = co_await look_up_arrivals(s, world);
+  throw timeout_error("rendezvous at " + url + ": only " + std::to_string(a.count) + " of " + std::to_string(world) +
+                      " ranks arrived within " + std::to_string(timeout.count()) + " ms; missing ranks: " + a.missing);
 }
 
 } // namespace
@@ -196,7 +237,7 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     to.auth_token = opts.auth_token;
     auto client = co_await tcp_store::connect(ex, to);
     if (server)
-      client->hold(server);
+      client->keep_until_destroyed(server); // rank 0's server lives as long as its store
     result.store = client;
   }
   co_await join(*result.store, url, rank, world, opts.timeout);

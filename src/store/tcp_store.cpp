@@ -1,105 +1,88 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
-#include <corodist/store/store_server.hpp>
+#include <corodist/store/auth_token.hpp>
 #include <corodist/store/tcp_store.hpp>
 
-#include "core/deadline.hpp"
 #include "core/log.hpp"
-#include "store/codec.hpp"
-#include "store/kv_state.hpp"
-#include "store/tcp_connect.hpp"
+#include "store/connect_retry.hpp"
+#include "store/engine.hpp"
+#include "store/reply.hpp"
+#include "store/request.hpp"
+#include "store/wait_log.hpp"
 
+#include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/experimental/as_tuple.hpp>
-#include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
-#include <asio/steady_timer.hpp>
-
-#include <random>
 
 namespace corodist::store {
 
-using detail::op;
-using detail::reader;
-using detail::status;
-using detail::writer;
+namespace detail {
 
 namespace {
-using corodist::detail::use_tuple;
-constexpr auto first_backoff = std::chrono::milliseconds(10);
-constexpr auto max_backoff = std::chrono::milliseconds(1000);
 // The server times waits out; the client's own deadline comes this much later.
 constexpr auto wait_grace = std::chrono::seconds(10);
 
-bool permanent(std::error_code ec) {
-  return ec == net::errc::bad_magic || ec == net::errc::unsupported_version || ec == net::errc::auth_required ||
-         ec == net::errc::auth_failed || ec == net::errc::auth_not_offered || ec == net::errc::bad_hello;
-}
+std::uint16_t code(op o) { return static_cast<std::uint16_t>(o); }
 
-std::string where(const tcp_store_options& o) { return o.host + ":" + std::to_string(o.port); }
+/// The keys a waiting request awaits (for the wait log); empty for the others.
+std::span<const std::string> awaited_keys(const request& r) {
+  if (auto* g = std::get_if<get_request>(&r))
+    return {&g->key, 1};
+  if (auto* w = std::get_if<wait_request>(&r))
+    return w->keys;
+  if (auto* m = std::get_if<multi_get_request>(&r))
+    return m->keys;
+  return {};
+}
 } // namespace
 
-namespace detail {
-
-asio::awaitable<std::shared_ptr<tcp_store>> connect_with_retry(asio::any_io_executor ex, const tcp_store_options& opts,
-                                                               const connect_attempt& attempt_fn) {
-  const auto deadline = std::chrono::steady_clock::now() + opts.timeout;
-  thread_local std::mt19937_64 rng(std::random_device{}()); // jitter only: no need to reseed per connect
-  auto backoff = first_backoff;
-  std::error_code last;
-  asio::ip::tcp::resolver resolver(ex);
-  for (int attempt = 1;; ++attempt) {
-    auto [rec, results] = co_await resolver.async_resolve(opts.host, std::to_string(opts.port), use_tuple);
-    if (rec) {
-      last = rec;
-    } else {
-      for (const auto& entry : results) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        auto [ec, store] = co_await attempt_fn(entry.endpoint(), std::max(std::chrono::milliseconds(1), left));
-        if (!ec) {
-          if (attempt > 1)
-            CORODIST_LOG_INFO("store: connected to {} after {} attempts", where(opts), attempt);
-          co_return store;
-        }
-        if (permanent(ec))
-          net::throw_net_error(ec, "store: connecting to " + where(opts));
-        last = ec;
-      }
-    }
-    auto now = std::chrono::steady_clock::now();
-    if (now >= deadline)
-      throw timeout_error("store: could not connect to " + where(opts) + " within " +
-                          std::to_string(opts.timeout.count()) + " ms (" + std::to_string(attempt) +
-                          " attempts; last error: " + last.message() + ")");
-    // Exponential backoff with +-25 % jitter, never past the deadline.
-    std::uniform_real_distribution<double> jitter(0.75, 1.25);
-    auto pause = std::chrono::duration_cast<std::chrono::milliseconds>(backoff * jitter(rng));
-    pause = std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now));
-    asio::steady_timer t(ex, pause);
-    co_await t.async_wait(use_tuple);
-    backoff = std::min(backoff * 2, max_backoff);
+/// Sends one request of a tcp_store and opens its reply.
+struct tcp_call {
+  /// The request's deadline is its own wait (plus wait_grace; none for a wait
+  /// without one) or, for a request that does not wait, the store's timeout.
+  static asio::awaitable<reply> run(tcp_store& s, const request& r) {
+    const auto wait = wait_of(r);
+    const auto deadline =
+        !wait ? s.opts_.timeout : wait->count() > 0 ? *wait + wait_grace : std::chrono::milliseconds(0);
+    std::optional<wait_log::entry> logged;
+    if (wait)
+      logged.emplace(*s.waits_, awaited_keys(r), *wait);
+    auto res = co_await s.conn_->request(code(kind_of(r)), encode_request(r), {}, deadline);
+    if (res.ec == net::errc::remote_failure)
+      throw store_error("store server: " + std::string(reinterpret_cast<const char*>(res.msg.payload.data()),
+                                                       res.msg.payload.size()));
+    if (res.ec == net::errc::request_timeout)
+      throw timeout_error("store: no reply from " + where(s.opts_) + " within " + duration_text(deadline));
+    net::throw_net_error(res.ec, "store: request to " + where(s.opts_));
+    co_return reply(std::move(res.msg.payload));
   }
-}
+};
 
 } // namespace detail
 
+using detail::tcp_call;
+
 asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_executor ex, tcp_store_options opts) {
   if (opts.protocol != wire_protocol::native)
-    co_return co_await detail::connect_torch(std::move(ex), std::move(opts));
+    throw usage_error("tcp_store::connect speaks the native protocol only: connect to a PyTorch TCPStore master with "
+                      "torch_store::connect (or connect_store, which picks the client from opts.protocol)");
   opts.connection.auth_token = resolve_auth_token(opts.auth_token);
   opts.connection.request_timeout = std::chrono::milliseconds(0); // deadlines are set per call
+  std::shared_ptr<tcp_store> made;
   // Named, not a temporary in the co_await expression (GCC 12 destroys those twice).
-  detail::connect_attempt attempt =
-      [&](asio::ip::tcp::endpoint ep,
-          std::chrono::milliseconds left) -> asio::awaitable<std::pair<std::error_code, std::shared_ptr<tcp_store>>> {
-        auto copts = opts.connection;
-        copts.handshake_timeout = std::min(copts.handshake_timeout, left);
-        auto [ec, conn] = co_await net::connection::connect(ex, ep, copts);
-        if (ec)
-          co_return std::pair{ec, std::shared_ptr<tcp_store>{}};
-        co_return std::pair{std::error_code{}, std::make_shared<tcp_store>(ex, std::move(conn), opts)};
-      };
-  co_return co_await detail::connect_with_retry(ex, opts, attempt);
+  detail::connect_attempt attempt = [&](asio::ip::tcp::endpoint ep,
+                                        std::chrono::milliseconds left) -> asio::awaitable<std::error_code> {
+    auto copts = opts.connection;
+    copts.handshake_timeout = std::min(copts.handshake_timeout, left);
+    auto [ec, conn] = co_await net::connection::connect(ex, ep, copts);
+    if (!ec) {
+      made.reset(new tcp_store(ex, std::move(conn), opts));
+      made->start();
+    }
+    co_return ec;
+  };
+  co_await detail::connect_with_retry(ex, opts, "store server", attempt);
+  co_return made;
 }
 
 std::shared_ptr<tcp_store> tcp_store::connect_sync(asio::any_io_executor ex, tcp_store_options opts) {
@@ -107,171 +90,156 @@ std::shared_ptr<tcp_store> tcp_store::connect_sync(asio::any_io_executor ex, tcp
 }
 
 tcp_store::tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> conn, tcp_store_options opts)
-    : ex_(std::move(ex)), conn_(std::move(conn)), opts_(std::move(opts)), remote_(conn_->remote_endpoint()) {
+    : ex_(std::move(ex)), conn_(std::move(conn)), opts_(std::move(opts)), remote_(conn_->remote_endpoint()),
+      waits_(std::make_unique<detail::wait_log>(ex_, detail::where(opts_))) {
   set_timeout(opts_.timeout);
-  // Callbacks run on the loop and may outlive us: they check `alive_` first.
-  std::weak_ptr<bool> alive = alive_;
+}
+
+namespace {
+// The tcp_store behind a weak reference, if it is still alive.
+std::shared_ptr<tcp_store> lock(const std::weak_ptr<store>& w) { return std::static_pointer_cast<tcp_store>(w.lock()); }
+} // namespace
+
+void tcp_store::start() {
   conn_->start(
-      [this, alive](const std::shared_ptr<net::connection>&, net::message&& m) {
-        if (!alive.expired())
-          on_frame(std::move(m));
+      [w = weak_from_this()](const std::shared_ptr<net::connection>&, net::message&& m) {
+        if (auto self = lock(w))
+          self->on_frame(std::move(m));
       },
-      [this, alive](std::error_code ec) {
-        if (!alive.expired())
-          on_closed(ec);
+      [w = weak_from_this()](std::error_code ec) {
+        if (auto self = lock(w))
+          self->on_closed(ec);
       });
 }
 
-tcp_store::tcp_store(asio::any_io_executor ex, tcp_store_options opts, asio::ip::tcp::endpoint remote)
-    : ex_(std::move(ex)), opts_(std::move(opts)), remote_(remote) {
-  set_timeout(opts_.timeout);
-}
-
 tcp_store::~tcp_store() {
-  alive_.reset();
-  if (conn_)
-    asio::post(ex_, [c = conn_] { c->close(); });
+  asio::post(ex_, [c = conn_] { c->close(); });
 }
 
 void tcp_store::close() {
-  if (conn_)
-    asio::post(ex_, [c = conn_] { c->close(); });
+  asio::post(ex_, [c = conn_] { c->close(); });
 }
 
 void tcp_store::on_frame(net::message&& m) {
-  if (m.header.kind != static_cast<std::uint16_t>(op::watch_event))
+  if (m.header.kind != static_cast<std::uint16_t>(detail::op::watch_event))
     return;
   try {
-    reader in(m.payload);
-    auto id = in.u64();
-    watch_event e;
-    e.type = static_cast<watch_event::kind>(in.u8());
-    e.key = in.str();
-    e.value = in.str();
-    if (auto it = watches_.find(id); it != watches_.end())
+    auto f = detail::decode_watch_event(m.payload);
+    if (auto it = watches_.find(f.watch_id); it != watches_.end())
       if (auto q = it->second.lock())
-        q->push(std::move(e));
+        q->push(std::move(f.event));
   } catch (const std::exception& e) {
-    CORODIST_LOG_WARN("store: bad watch event from {}: {}", where(opts_), e.what());
+    CORODIST_LOG_WARN("store: bad watch event from {}: {}", detail::where(opts_), e.what());
   }
 }
 
 void tcp_store::on_closed(std::error_code ec) {
-  auto err = std::make_exception_ptr(connection_error("store: connection to " + where(opts_) + " lost: " + ec.message()));
+  auto err = std::make_exception_ptr(
+      connection_error("store: connection to " + detail::where(opts_) + " lost: " + ec.message()));
   for (auto& [id, w] : watches_)
     if (auto q = w.lock())
       q->fail(err);
   watches_.clear();
 }
 
-asio::awaitable<net::bytes> tcp_store::call(std::uint16_t kind, net::bytes payload,
-                                            std::optional<std::chrono::milliseconds> wait) {
-  std::chrono::milliseconds deadline = opts_.timeout;
-  if (wait)
-    deadline = wait->count() > 0 ? *wait + wait_grace : std::chrono::milliseconds(0);
-  auto r = co_await conn_->request(kind, std::move(payload), {}, deadline);
-  if (r.ec == net::errc::remote_failure)
-    throw store_error("store server: " + std::string(reinterpret_cast<const char*>(r.msg.payload.data()),
-                                                     r.msg.payload.size()));
-  net::throw_net_error(r.ec, "store: request to " + where(opts_));
-  reader in(r.msg.payload);
-  auto st = static_cast<status>(in.u8());
-  if (st == status::timeout)
-    throw timeout_error(in.str());
-  if (st == status::error)
-    throw store_error("store server: " + in.str());
-  co_return std::move(r.msg.payload); // status byte included: read results with result_of()
-}
-
-namespace {
-std::uint16_t k(op o) { return static_cast<std::uint16_t>(o); }
-// The result fields of a response `call` returned: after its status byte.
-reader result_of(const net::bytes& b) { return reader(b, 1); }
-std::uint64_t ms(std::chrono::milliseconds t) { return static_cast<std::uint64_t>(std::max<std::int64_t>(0, t.count())); }
-} // namespace
+// Each operation names its request before awaiting it (GCC 12 destroys an
+// aggregate temporary inside a co_await expression twice).
 
 asio::awaitable<void> tcp_store::do_set(std::string key, std::string value) {
-  co_await call(k(op::set), writer().str(key).str(value).take(), std::nullopt);
+  const detail::request r = detail::set_request{std::move(key), std::move(value)};
+  co_await tcp_call::run(*this, r);
 }
 
 asio::awaitable<std::string> tcp_store::do_get(std::string key, std::chrono::milliseconds timeout) {
-  auto b = co_await call(k(op::get), writer().str(key).u64(ms(timeout)).take(), timeout);
-  reader in = result_of(b);
-  in.u32();
-  co_return in.str();
+  const detail::request r = detail::get_request{std::move(key), timeout};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.str();
 }
 
 asio::awaitable<std::int64_t> tcp_store::do_add(std::string key, std::int64_t delta) {
-  auto b = co_await call(k(op::add), writer().str(key).i64(delta).take(), std::nullopt);
-  co_return result_of(b).i64();
+  const detail::request r = detail::add_request{std::move(key), delta};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.i64();
 }
 
 asio::awaitable<std::string> tcp_store::do_compare_set(std::string key, std::string expected, std::string desired) {
-  auto b = co_await call(k(op::compare_set), writer().str(key).str(expected).str(desired).take(), std::nullopt);
-  co_return result_of(b).str();
+  const detail::request r = detail::compare_set_request{std::move(key), std::move(expected), std::move(desired)};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.str();
 }
 
 asio::awaitable<bool> tcp_store::do_delete_key(std::string key) {
-  auto b = co_await call(k(op::delete_key), writer().str(key).take(), std::nullopt);
-  co_return result_of(b).u8() != 0;
+  const detail::request r = detail::delete_key_request{std::move(key)};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.u8() != 0;
 }
 
 asio::awaitable<bool> tcp_store::do_check(std::vector<std::string> keys) {
-  auto b = co_await call(k(op::check), writer().strs(keys).take(), std::nullopt);
-  co_return result_of(b).u8() != 0;
+  const detail::request r = detail::check_request{std::move(keys)};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.u8() != 0;
 }
 
 asio::awaitable<void> tcp_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
-  co_await call(k(op::wait), writer().strs(keys).u64(ms(timeout)).take(), timeout);
+  const detail::request r = detail::wait_request{std::move(keys), timeout};
+  co_await tcp_call::run(*this, r);
 }
 
 asio::awaitable<std::int64_t> tcp_store::do_num_keys() {
-  auto b = co_await call(k(op::num_keys), {}, std::nullopt);
-  co_return result_of(b).i64();
+  const detail::request r = detail::num_keys_request{};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.i64();
 }
 
 asio::awaitable<void> tcp_store::do_append(std::string key, std::string value) {
-  co_await call(k(op::append), writer().str(key).str(value).take(), std::nullopt);
+  const detail::request r = detail::append_request{std::move(key), std::move(value)};
+  co_await tcp_call::run(*this, r);
 }
 
 asio::awaitable<std::vector<std::string>> tcp_store::do_multi_get(std::vector<std::string> keys,
                                                                    std::chrono::milliseconds timeout) {
-  auto b = co_await call(k(op::multi_get), writer().strs(keys).u64(ms(timeout)).take(), timeout);
-  co_return result_of(b).strs(keys.size());
+  const detail::request r = detail::multi_get_request{std::move(keys), timeout};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.strs();
 }
 
 asio::awaitable<void> tcp_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  detail::check_multi_set(keys, values);
-  co_await call(k(op::multi_set), writer().strs(keys).strs(values).take(), std::nullopt);
+  detail::rules::check_multi_set(keys, values);
+  const detail::request r = detail::multi_set_request{std::move(keys), std::move(values)};
+  co_await tcp_call::run(*this, r);
 }
 
 asio::awaitable<std::vector<std::string>> tcp_store::do_list_keys(std::string prefix) {
-  auto b = co_await call(k(op::list_keys), writer().str(prefix).take(), std::nullopt);
-  co_return result_of(b).strs(std::numeric_limits<std::uint32_t>::max());
+  const detail::request r = detail::list_keys_request{std::move(prefix)};
+  auto reply = co_await tcp_call::run(*this, r);
+  co_return reply.strs();
 }
 
 asio::awaitable<watch_stream> tcp_store::do_watch_key(std::string key) {
   const auto id = next_watch_++;
   auto q = std::make_shared<detail::watch_queue>(ex_);
-  watches_[id] = q; // registered first: events may follow the response at once
+  watches_[id] = q; // registered first: events may follow the reply at once
   try {
-    co_await call(k(op::watch), writer().str(key).u64(id).take(), std::nullopt);
+    const detail::request r = detail::watch_request{std::move(key), id};
+    co_await tcp_call::run(*this, r);
   } catch (...) {
     watches_.erase(id);
     throw;
   }
-  std::weak_ptr<bool> alive = alive_;
-  q->on_close = [this, alive, id] {
-    if (alive.expired())
+  q->on_close = [w = weak_from_this(), id] {
+    auto self = lock(w);
+    if (!self)
       return;
-    watches_.erase(id);
-    if (conn_->is_open())
-      asio::co_spawn(
-          ex_,
-          [c = conn_, id]() -> asio::awaitable<void> {
-            co_await c->request(k(op::unwatch), writer().u64(id).take());
-          },
-          asio::detached);
+    self->watches_.erase(id);
+    if (!self->conn_->is_open())
+      return;
+    const detail::request r = detail::unwatch_request{id};
+    asio::co_spawn(
+        self->ex_,
+        [c = self->conn_, payload = detail::encode_request(r)]() mutable -> asio::awaitable<void> {
+          co_await c->request(static_cast<std::uint16_t>(detail::op::unwatch), std::move(payload));
+        },
+        asio::detached);
   };
   co_return watch_stream(q);
 }

@@ -227,8 +227,7 @@ BOOST_AUTO_TEST_CASE(wait_timeout_names_missing_key, *utf::timeout(30)) {
   BOOST_CHECK_MESSAGE(message.find("absent_key") != std::string::npos, message);
   BOOST_CHECK_MESSAGE(message.find("here_key") == std::string::npos, message);
   BOOST_CHECK_MESSAGE(message.find("50 ms") != std::string::npos, message);
-  BOOST_TEST(elapsed.count() >= 50);
-  BOOST_TEST(elapsed.count() < 5000);
+  BOOST_TEST(elapsed.count() >= 50); // (how far past: bench/store_suite.cpp, wait_timeout_overrun)
 }
 
 // A torn trailing record (a writer died mid-write) is not misparsed: readers

@@ -6,9 +6,10 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/store/connect_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
-#include <corodist/store/tcp_store.hpp>
+#include <corodist/store/torch_store.hpp>
 
 #include "support/program.hpp"
 #include "support/loop_helpers.hpp"
@@ -34,6 +35,9 @@ using asio::ip::tcp;
 using corodist::event_loop;
 using corodist::test::program;
 using corodist::test::closed_by_peer;
+using corodist::test::receive_all;
+using corodist::test::send_all;
+using corodist::test::eventually;
 using corodist::test::on_loop;
 
 namespace {
@@ -71,6 +75,8 @@ struct served {
     srv = start_server(loop);
     port = srv->local_endpoint().port();
   }
+  std::size_t connections() { return on_loop(loop, [&] { return srv->connection_count(); }); }
+  std::size_t pending_waits() { return on_loop(loop, [&] { return srv->pending_waits(); }); }
   event_loop loop;
   std::shared_ptr<cs::store_server> srv;
   std::uint16_t port = 0;
@@ -82,7 +88,7 @@ cs::sync_store connect(event_loop& loop, std::uint16_t port, cs::wire_protocol p
   o.timeout = 10s;
   o.auth_token = "";
   o.protocol = protocol;
-  return cs::sync_store(cs::tcp_store::connect_sync(loop.get_executor(), o));
+  return cs::sync_store(cs::connect_store_sync(loop.get_executor(), o));
 }
 
 // Runs torch_job.py MODE PORT [N] to the end; fails the test with its output unless it passed.
@@ -137,17 +143,17 @@ struct v2_socket {
     std::uint64_t n = b.size();
     return std::string(reinterpret_cast<const char*>(&n), 8) + b;
   }
-  void send(const std::string& q) { asio::write(s, asio::buffer(q)); }
+  void send(const std::string& q) { send_all(s, q); }
   template <typename T>
   T read() {
     T v{};
-    asio::read(s, asio::buffer(&v, sizeof v));
+    receive_all(s, &v, sizeof v);
     return v;
   }
   std::uint32_t read_u32() { return read<std::uint32_t>(); }
   std::string read_bytes() {
     std::string v(read<std::uint64_t>(), '\0');
-    asio::read(s, asio::buffer(v));
+    receive_all(s, v.data(), v.size());
     return v;
   }
 };
@@ -201,10 +207,8 @@ BOOST_FIXTURE_TEST_CASE(pytorch_clients_do_every_operation_at_once, served, *utf
   // Each PyTorch 1.13 client counted itself in "init/".
   BOOST_TEST(native.get("init/", 1s) == "4");
   // The clients are gone, with their timed-out waits.
-  auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (on_loop(loop, [&] { return srv->connection_count(); }) > 1 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(20ms);
-  BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 1u);
+  BOOST_TEST(eventually([&] { return connections() == 1u; }, 5s));
+  BOOST_TEST(pending_waits() == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(pytorch_gloo_process_group_and_ddp_step, served, *utf::precondition(torch_available) *
@@ -263,7 +267,7 @@ BOOST_FIXTURE_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native
   BOOST_TEST(v2.get("from_native", 1s) == "n");
   // A get waiting in 2.x mode is woken by a native set.
   auto waiting = std::async(std::launch::async, [&] { return v2.get("later", 10s); });
-  std::this_thread::sleep_for(100ms);
+  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; }));
   native.set("/later", "L");
   BOOST_TEST(waiting.get() == "L");
   // Many coroutines on one PyTorch-mode client: queries run one at a time, none lost.
@@ -278,9 +282,7 @@ BOOST_FIXTURE_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native
       },
       asio::use_future);
   all.get();
-  auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (native.get("/many", 1s) != "50" && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(10ms);
+  BOOST_TEST(eventually([&] { return native.get("/many", 1s) == "50"; }));
   BOOST_TEST(native.get("/many", 1s) == "50");
 }
 
@@ -292,7 +294,7 @@ BOOST_FIXTURE_TEST_CASE(pytorch_2_queues_ping_and_cancel_wait, served, *utf::tim
   a.send(len + v2_socket::bytes("q"));
   BOOST_TEST(a.read<std::int64_t>() == 0);
   b.send(wait + one_key("q")); // blocks until the queue has an element
-  std::this_thread::sleep_for(50ms);
+  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; }));
   a.send(push + v2_socket::bytes("q") + v2_socket::bytes("x1"));
   BOOST_TEST(b.read<std::uint8_t>() == 0); // STOP_WAITING
   a.send(push + v2_socket::bytes("q") + v2_socket::bytes("x2") + len + v2_socket::bytes("q"));
@@ -323,7 +325,7 @@ BOOST_FIXTURE_TEST_CASE(pytorch_mode_caller_cancelled_while_queued, served, *utf
   // A holds the connection (a get waiting for its key); B queues behind it and
   // is cancelled by its own deadline; once A is done, C must run normally.
   auto a = std::async(std::launch::async, [&] { return v2.get("slow", 10s); });
-  std::this_thread::sleep_for(100ms);
+  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; })); // A waits at the server, holding the connection
   auto b = asio::co_spawn(
       loop.get_executor(),
       [store]() -> asio::awaitable<bool> {
@@ -350,9 +352,17 @@ BOOST_FIXTURE_TEST_CASE(pytorch_mode_client_is_closed_with_its_loop, served, *ut
     client_loop.start();
     auto store = connect(client_loop, port, cs::wire_protocol::pytorch_2).async();
     held = asio::co_spawn(client_loop.get_executor(), store->get("never", 30s), asio::use_future);
-    std::this_thread::sleep_for(50ms);
-    queued = asio::co_spawn(client_loop.get_executor(), store->get("never", 30s), asio::use_future);
-    std::this_thread::sleep_for(50ms);
+    BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; })); // it holds the connection
+    std::promise<void> started;
+    queued = asio::co_spawn(
+        client_loop.get_executor(),
+        [&started, store]() -> asio::awaitable<std::string> {
+          started.set_value(); // then runs on, in this turn of the loop, into the line for the connection
+          co_return co_await store->get("never", 30s);
+        },
+        asio::use_future);
+    started.get_future().wait();
+    on_loop(client_loop, [] {}); // a later turn of the loop: it is in the line
   } // the loop stops and drains here
   BOOST_REQUIRE((held.wait_for(5s) == std::future_status::ready));
   BOOST_REQUIRE((queued.wait_for(5s) == std::future_status::ready));
@@ -360,15 +370,45 @@ BOOST_FIXTURE_TEST_CASE(pytorch_mode_client_is_closed_with_its_loop, served, *ut
   BOOST_CHECK_THROW(queued.get(), corodist::connection_error);
 }
 
+// close() ends the query in flight and the one queued behind it, and every
+// later one, with connection_error; the server forgets the client's wait.
+BOOST_FIXTURE_TEST_CASE(pytorch_mode_client_close, served, *utf::timeout(60)) {
+  auto store = cs::torch_store::connect_sync(loop.get_executor(), [&] {
+    cs::tcp_store_options o;
+    o.port = port;
+    o.timeout = 10s;
+    o.protocol = cs::wire_protocol::pytorch_2;
+    return o;
+  }());
+  BOOST_TEST((store->protocol() == cs::wire_protocol::pytorch_2));
+  BOOST_TEST(store->remote_endpoint().port() == port);
+  auto held = asio::co_spawn(loop.get_executor(), store->get("never", 30s), asio::use_future);
+  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; }));
+  auto queued = asio::co_spawn(loop.get_executor(), store->add("n", 1), asio::use_future);
+  on_loop(loop, [] {}); // queued behind the get
+  store->close();
+  BOOST_CHECK_THROW(held.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(queued.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(cs::sync_store(store).add("n", 1), corodist::connection_error);
+  BOOST_TEST(eventually([&] { return pending_waits() == 0; }));
+  // A native protocol is tcp_store's business.
+  cs::tcp_store_options native;
+  native.port = port;
+  BOOST_CHECK_THROW(cs::torch_store::connect_sync(loop.get_executor(), native), corodist::usage_error);
+}
+
 BOOST_FIXTURE_TEST_CASE(stopped_server_closes_connections_still_sniffing, served, *utf::timeout(60)) {
   asio::io_context ctx;
   auto s = raw_socket(ctx, port); // accepted, first byte not yet seen
-  std::this_thread::sleep_for(100ms);
+  // The listener accepts in arrival order: once a later client is in, s has been accepted.
+  auto later = connect(loop, port);
+  later.set("/probe", "1");
+  BOOST_TEST(later.delete_key("/probe"));
   srv->stop();
-  std::this_thread::sleep_for(100ms);
-  asio::write(s, asio::buffer(v1_set("/late", "v")));
+  on_loop(loop, [] {}); // stop() ran (it posts to the loop)
+  send_all(s, v1_set("/late", "v"));
   BOOST_TEST(closed_by_peer(s));
-  BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 0u);
+  BOOST_TEST(eventually([&] { return connections() == 0u; }));
   BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) == 0u);
 }
 
@@ -379,7 +419,7 @@ BOOST_FIXTURE_TEST_CASE(bad_first_bytes_close_only_that_connection, served, *utf
   asio::io_context ctx;
   auto refused = [&](const std::string& bytes) {
     auto s = raw_socket(ctx, port);
-    asio::write(s, asio::buffer(bytes));
+    send_all(s, bytes);
     return closed_by_peer(s);
   };
   BOOST_TEST(refused("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); // neither protocol
@@ -400,11 +440,13 @@ BOOST_FIXTURE_TEST_CASE(bad_first_bytes_close_only_that_connection, served, *utf
   }
   // A 1.13 SET split across writes is served once whole.
   {
+    BOOST_REQUIRE(eventually([&] { return connections() == 2; })); // the refused ones are gone
     auto s = raw_socket(ctx, port);
     auto q = v1_set("/split", "value");
-    asio::write(s, asio::buffer(q.data(), 3));
-    std::this_thread::sleep_for(50ms);
-    asio::write(s, asio::buffer(q.data() + 3, q.size() - 3));
+    send_all(s, std::string_view(q).substr(0, 3));
+    BOOST_REQUIRE(eventually([&] { return connections() == 3; })); // its session...
+    on_loop(loop, [] {});                                          // ...has read the first 3 bytes alone
+    send_all(s, std::string_view(q).substr(3));
     BOOST_TEST(native.get("/split", 5s) == "value");
   }
   // The other clients and the data are unharmed.
@@ -420,17 +462,18 @@ BOOST_AUTO_TEST_CASE(pytorch_protocol_can_be_switched_off, *utf::timeout(60)) {
     auto srv = start_server(loop, false);
     auto port = srv->local_endpoint().port();
     auto s = raw_socket(ctx, port);
-    asio::write(s, asio::buffer(v1_set("/k", "v")));
+    send_all(s, v1_set("/k", "v"));
     BOOST_TEST(closed_by_peer(s));
     auto silent = raw_socket(ctx, port); // closed at the 500 ms handshake timeout
     BOOST_TEST(closed_by_peer(silent));
     BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) == 0u);
   }
   {
-    // Switched on, a silent connection (PyTorch 1.13's second one) stays open.
+    // Switched on, a silent connection (PyTorch 1.13's second one) stays open:
+    // past the 500 ms handshake timeout it becomes a (silent) PyTorch session.
     auto srv = start_server(loop, true);
     auto silent = raw_socket(ctx, srv->local_endpoint().port());
-    std::this_thread::sleep_for(1s);
+    BOOST_TEST(eventually([&] { return on_loop(loop, [&] { return srv->connection_count(); }) == 1u; }));
     pollfd p{silent.native_handle(), POLLIN, 0};
     BOOST_TEST(::poll(&p, 1, 0) == 0); // nothing to read: not closed
     BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 1u);

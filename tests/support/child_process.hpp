@@ -8,10 +8,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <utility>
@@ -105,6 +108,25 @@ public:
     int rc = reap();
     pid_ = -1;
     return rc;
+  }
+
+  /// Waits for the child at most `limit` (on its pidfd: no polling); returns
+  /// its exit code (128 + signal if killed), or -1 after killing a child that
+  /// was still running at the limit.
+  int wait_for(std::chrono::milliseconds limit) {
+    int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)); // (glibc 2.36's pidfd_open lacks extern "C")
+    BOOST_REQUIRE_MESSAGE(fd >= 0, "pidfd_open failed");
+    pollfd p{fd, POLLIN, 0};
+    int r;
+    do {
+      r = ::poll(&p, 1, static_cast<int>(limit.count()));
+    } while (r < 0 && errno == EINTR);
+    ::close(fd);
+    if (r == 0)
+      ::kill(pid_, SIGKILL);
+    int rc = reap();
+    pid_ = -1;
+    return r == 0 ? -1 : rc;
   }
 
 private:

@@ -1,16 +1,21 @@
 #pragma once
 // Helpers shared by the test suites: run a function on an event loop and
-// wait for it; tell whether the peer closed a socket.
+// wait for it; blocking transfers on a raw socket; tell whether the peer
+// closed a socket.
 
 #include <corodist/core/event_loop.hpp>
 
 #include <asio/ip/tcp.hpp>
 #include <asio/post.hpp>
+#include <asio/read.hpp>
+#include <asio/write.hpp>
 
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
 #include <future>
+#include <string_view>
+#include <system_error>
 #include <thread>
 #include <poll.h>
 #include <sys/socket.h>
@@ -45,6 +50,32 @@ bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::second
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return true;
+}
+
+/// Writes all of `bytes` to the blocking socket `s`, going on after EINTR: the
+/// completion of io_uring work this thread submitted (a post to an event
+/// loop's ring) may interrupt a blocking system call of this thread. Throws
+/// std::system_error for other errors.
+inline void send_all(asio::ip::tcp::socket& s, std::string_view bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    std::error_code ec;
+    done += asio::write(s, asio::buffer(bytes.substr(done)), ec);
+    if (ec && ec != asio::error::interrupted)
+      throw std::system_error(ec, "write");
+  }
+}
+
+/// Reads exactly `n` bytes from the blocking socket `s` into `data`, going on
+/// after EINTR (see send_all). Throws std::system_error for other errors.
+inline void receive_all(asio::ip::tcp::socket& s, void* data, std::size_t n) {
+  std::size_t done = 0;
+  while (done < n) {
+    std::error_code ec;
+    done += asio::read(s, asio::buffer(static_cast<char*>(data) + done, n - done), ec);
+    if (ec && ec != asio::error::interrupted)
+      throw std::system_error(ec, "read");
+  }
 }
 
 /// True when the peer has closed `s` (EOF or reset) within `limit`.

@@ -13,6 +13,7 @@
 #include "store/launch_env.hpp"
 #include "subprocess.hpp"
 #include "support/child_process.hpp"
+#include "support/free_port.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -36,6 +37,7 @@ using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
 namespace cs = corodist::store;
 using clock_type = std::chrono::steady_clock;
+using corodist::test::free_port;
 
 namespace {
 
@@ -152,18 +154,6 @@ private:
   std::string out_text_, err_text_;
   clock_type::time_point started_, ended_;
 };
-
-std::uint16_t free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  BOOST_REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  BOOST_REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  ::close(s);
-  return ntohs(a.sin_port);
-}
 
 /// "[R] rest" lines of `text` as (R, rest); lines without a prefix fail the test.
 std::vector<std::pair<int, std::string>> prefixed(const std::string& text) {

@@ -7,11 +7,13 @@
 namespace corodist::store {
 
 namespace detail {
-class kv_state;
-}
+class engine;
+class wait_log;
+} // namespace detail
 
 /// A store held in memory by this process; ranks that are threads of one
 /// process share it. State lives on `ex`; any thread may await its operations.
+/// It has the store server's semantics (the same engine) without its limits.
 class hash_store : public store {
 public:
   /// Creates an empty store whose state lives on `ex`.
@@ -38,7 +40,8 @@ protected:
 
 private:
   asio::any_io_executor ex_;
-  std::shared_ptr<detail::kv_state> state_;
+  std::shared_ptr<detail::engine> engine_;
+  std::unique_ptr<detail::wait_log> waits_;
 };
 
 } // namespace corodist::store

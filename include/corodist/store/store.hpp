@@ -2,8 +2,10 @@
 /// \file
 /// corodist::store::store: the key-value store interface (c10d's Store),
 /// coroutine-first. Implementations: tcp_store (client of store_server),
-/// hash_store (in-process), file_store (shared file), prefix_store.
+/// torch_store (client of a PyTorch TCPStore master), hash_store
+/// (in-process), file_store (shared file), prefix_store.
 
+#include <corodist/store/default_timeout.hpp>
 #include <corodist/store/watch_stream.hpp>
 
 #include <asio/any_io_executor.hpp>

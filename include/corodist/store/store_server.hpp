@@ -4,6 +4,7 @@
 /// master), serving tcp_store clients on the event loop.
 
 #include <corodist/net/connection.hpp>
+#include <corodist/store/auth_token.hpp> // resolve_auth_token, once declared here
 
 #include <asio/any_io_executor.hpp>
 #include <asio/ip/tcp.hpp>
@@ -15,10 +16,6 @@
 #include <string>
 
 namespace corodist::store {
-
-namespace detail {
-class kv_state;
-}
 
 /// Where and how a store_server listens, and its limits. Defaults are the
 /// named constants.
@@ -95,6 +92,9 @@ public:
   /// Number of keys stored (call on the executor).
   std::size_t key_count() const noexcept;
 
+  /// Waiting operations pending, of every client (call on the executor).
+  std::size_t pending_waits() const noexcept;
+
   /// Bytes held by pending waits, as counted against the wait limits (call on the executor).
   std::size_t pending_wait_bytes() const noexcept;
 
@@ -103,8 +103,5 @@ private:
   std::shared_ptr<impl> impl_;
   asio::ip::tcp::endpoint endpoint_;
 };
-
-/// Resolves an auth-token option: the value if set, else CORODIST_AUTH_TOKEN, else "".
-std::string resolve_auth_token(const std::optional<std::string>& token);
 
 } // namespace corodist::store

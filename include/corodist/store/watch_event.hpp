@@ -1,18 +1,12 @@
 #pragma once
 /// \file
-/// corodist::store::watch_event and the store's default timeout.
+/// corodist::store::watch_event: one change of a watched key.
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace corodist::store {
-
-using namespace std::chrono_literals;
-
-/// Default deadline of waiting store operations and of connecting (c10d's 300 s).
-inline constexpr std::chrono::milliseconds default_timeout = 300s;
 
 /// One change of a watched key.
 struct watch_event {

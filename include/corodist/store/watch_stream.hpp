@@ -3,6 +3,7 @@
 /// corodist::store::watch_stream: the events of one watched key.
 
 #include <corodist/core/detail/unique_function.hpp>
+#include <corodist/store/default_timeout.hpp>
 #include <corodist/store/watch_event.hpp>
 
 #include <asio/any_io_executor.hpp>

@@ -1,4 +1,4 @@
-#include "store/kv_state.hpp"
+#include "store/engine.hpp"
 
 #include <corodist/core/error.hpp>
 
@@ -9,13 +9,7 @@
 
 namespace corodist::store::detail {
 
-std::int64_t parse_counter(const std::string& key, const std::string& text) {
-  std::int64_t v = 0;
-  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (ec != std::errc{} || p != text.data() + text.size())
-    throw store_error("add: the value of key '" + key + "' is not an integer");
-  return v;
-}
+namespace rules {
 
 std::string timeout_message(const std::vector<std::string>& missing, std::chrono::milliseconds timeout) {
   std::string m = "store: timed out after " + std::to_string(timeout.count()) + " ms waiting for keys: ";
@@ -29,78 +23,183 @@ std::string timeout_message(const std::vector<std::string>& missing, std::chrono
   return m;
 }
 
+void check_key(std::string_view key, const engine_limits& limits) {
+  if (key.size() > limits.max_key_size)
+    throw store_error("key of " + std::to_string(key.size()) + " bytes exceeds max_key_size " +
+                      std::to_string(limits.max_key_size));
+}
+
+void check_value(std::string_view value, const engine_limits& limits) {
+  if (value.size() > limits.max_value_size)
+    throw store_error("value of " + std::to_string(value.size()) + " bytes exceeds max_value_size " +
+                      std::to_string(limits.max_value_size));
+}
+
+void check_key_count(std::size_t count, const engine_limits& limits) {
+  if (count > limits.max_keys_per_request)
+    throw store_error("too many keys in one request: " + std::to_string(count) + " (limit " +
+                      std::to_string(limits.max_keys_per_request) + ")");
+}
+
 void check_multi_set(const std::vector<std::string>& keys, const std::vector<std::string>& values) {
   if (keys.size() != values.size())
     throw store_error("multi_set: " + std::to_string(keys.size()) + " keys but " + std::to_string(values.size()) +
                       " values");
 }
 
-kv_state::~kv_state() {
+std::int64_t parse_counter(const std::string& key, const std::string& text) {
+  std::int64_t v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || p != text.data() + text.size())
+    throw store_error("add: the value of key '" + key + "' is not an integer");
+  return v;
+}
+
+std::int64_t added(const std::string& key, const std::string* current, std::int64_t delta) {
+  const std::int64_t v = current ? parse_counter(key, *current) : 0;
+  std::int64_t sum = 0;
+  if (__builtin_add_overflow(v, delta, &sum))
+    throw store_error("add: " + std::to_string(v) + " + " + std::to_string(delta) + " overflows the value of key '" +
+                      key + "'");
+  return sum;
+}
+
+bool compare_set_stores(const std::string* current, const std::string& expected) {
+  return current ? *current == expected : expected.empty();
+}
+
+const std::string& compare_set_unchanged(const std::string* current, const std::string& expected) {
+  return current ? *current : expected;
+}
+
+std::string appended(const std::string& key, const std::string* current, std::string_view value,
+                     const engine_limits& limits) {
+  const std::size_t before = current ? current->size() : 0;
+  if (value.size() > limits.max_value_size || before > limits.max_value_size - value.size())
+    throw store_error("append would make the value of '" + key + "' exceed max_value_size " +
+                      std::to_string(limits.max_value_size));
+  std::string out;
+  out.reserve(before + value.size());
+  if (current)
+    out = *current;
+  out.append(value);
+  return out;
+}
+
+} // namespace rules
+
+engine::~engine() {
   for (auto& [id, w] : waiters_)
     if (w.timer)
       w.timer->cancel();
 }
 
-void kv_state::set(const std::string& key, std::string value) {
+const std::string* engine::find(const std::string& key) const {
+  auto it = data_.find(key);
+  return it == data_.end() ? nullptr : &it->second;
+}
+
+void engine::store(const std::string& key, std::string value) {
   auto [it, created] = data_.insert_or_assign(key, std::move(value));
   changed(created ? watch_event::kind::created : watch_event::kind::updated, key, it->second);
   if (created)
     key_created(key);
 }
 
-const std::string* kv_state::find(const std::string& key) const {
-  auto it = data_.find(key);
-  return it == data_.end() ? nullptr : &it->second;
+const std::string* engine::get(const std::string& key) const {
+  rules::check_key(key, limits_);
+  return find(key);
 }
 
-std::int64_t kv_state::add(const std::string& key, std::int64_t delta) {
-  std::int64_t v = 0;
-  if (auto* cur = find(key))
-    v = parse_counter(key, *cur);
-  if (__builtin_add_overflow(v, delta, &v))
-    throw store_error("add: the counter '" + key + "' would overflow a 64-bit integer");
-  set(key, std::to_string(v));
+std::vector<std::string> engine::values(const std::vector<std::string>& keys) const {
+  rules::check_key_count(keys.size(), limits_);
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (auto& k : keys) {
+    rules::check_key(k, limits_);
+    auto* v = find(k);
+    out.push_back(v ? *v : std::string());
+  }
+  return out;
+}
+
+bool engine::check(const std::vector<std::string>& keys) const {
+  rules::check_key_count(keys.size(), limits_);
+  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return present(k); });
+}
+
+std::vector<std::string> engine::list(const std::string& prefix) const {
+  std::vector<std::string> out;
+  for (auto& [k, v] : data_)
+    if (k.compare(0, prefix.size(), prefix) == 0)
+      out.push_back(k);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void engine::set(std::string key, std::string value) {
+  rules::check_key(key, limits_);
+  rules::check_value(value, limits_);
+  store(key, std::move(value));
+}
+
+std::int64_t engine::add(const std::string& key, std::int64_t delta) {
+  rules::check_key(key, limits_);
+  const auto v = rules::added(key, find(key), delta);
+  store(key, std::to_string(v));
   return v;
 }
 
-std::string kv_state::compare_set(const std::string& key, const std::string& expected, std::string desired) {
+std::string engine::compare_set(const std::string& key, const std::string& expected, std::string desired) {
+  rules::check_key(key, limits_);
+  rules::check_value(desired, limits_);
   auto* cur = find(key);
-  if (!cur) {
-    if (!expected.empty())
-      return expected;
-    set(key, desired);
-    return desired;
-  }
-  if (*cur != expected)
-    return *cur;
-  set(key, desired);
+  if (!rules::compare_set_stores(cur, expected))
+    return rules::compare_set_unchanged(cur, expected);
+  store(key, desired);
   return desired;
 }
 
-bool kv_state::erase(const std::string& key) {
+bool engine::erase(const std::string& key) {
+  rules::check_key(key, limits_);
   if (data_.erase(key) == 0)
     return false;
   changed(watch_event::kind::deleted, key, {});
   return true;
 }
 
-bool kv_state::present(const std::string& key) const {
+void engine::append(const std::string& key, std::string_view value) {
+  rules::check_key(key, limits_);
+  store(key, rules::appended(key, find(key), value, limits_));
+}
+
+void engine::multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
+  rules::check_multi_set(keys, values);
+  rules::check_key_count(keys.size(), limits_);
+  for (std::size_t i = 0; i < keys.size(); ++i) { // all checked before any is stored
+    rules::check_key(keys[i], limits_);
+    rules::check_value(values[i], limits_);
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    store(keys[i], std::move(values[i]));
+}
+
+bool engine::present(const std::string& key) const {
   if (data_.count(key))
     return true;
   auto q = queues_.find(key);
   return q != queues_.end() && !q->second.empty();
 }
 
-bool kv_state::contains_all(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return present(k); });
-}
-
-void kv_state::queue_push(const std::string& key, std::string value) {
+void engine::queue_push(const std::string& key, std::string value) {
+  rules::check_key(key, limits_);
+  rules::check_value(value, limits_);
   queues_[key].push_back(std::move(value));
   key_created(key, true); // one waiter: it will pop the value
 }
 
-std::optional<std::string> kv_state::queue_pop(const std::string& key, std::size_t& size_before) {
+std::optional<std::string> engine::queue_pop(const std::string& key, std::size_t& size_before) {
+  rules::check_key(key, limits_);
   auto it = queues_.find(key);
   size_before = it == queues_.end() ? 0 : it->second.size();
   if (size_before == 0)
@@ -112,23 +211,10 @@ std::optional<std::string> kv_state::queue_pop(const std::string& key, std::size
   return v;
 }
 
-std::size_t kv_state::queue_len(const std::string& key) const {
+std::size_t engine::queue_len(const std::string& key) const {
+  rules::check_key(key, limits_);
   auto it = queues_.find(key);
   return it == queues_.end() ? 0 : it->second.size();
-}
-
-void kv_state::append(const std::string& key, const std::string& value) {
-  auto* cur = find(key);
-  set(key, cur ? *cur + value : value);
-}
-
-std::vector<std::string> kv_state::list(const std::string& prefix) const {
-  std::vector<std::string> out;
-  for (auto& [k, v] : data_)
-    if (k.compare(0, prefix.size(), prefix) == 0)
-      out.push_back(k);
-  std::sort(out.begin(), out.end());
-  return out;
 }
 
 namespace {
@@ -140,8 +226,11 @@ constexpr std::size_t wait_bytes_per_key = 160;
 constexpr std::size_t wait_bytes_per_waiter = 256;
 } // namespace
 
-void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner,
-                    wait_done done) {
+void engine::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner,
+                  wait_done done) {
+  rules::check_key_count(keys.size(), limits_);
+  for (auto& k : keys)
+    rules::check_key(k, limits_);
   // A deadline from the wire may be anything: past a year it means "never" (and
   // would overflow the clock's arithmetic).
   if (timeout > std::chrono::hours(24 * 365))
@@ -166,22 +255,21 @@ void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds tim
   if (owner_waits >= limits_.max_waits_per_owner)
     throw store_error("too many pending waits on this connection (limit " +
                       std::to_string(limits_.max_waits_per_owner) + ")");
-  if (bytes > limits_.max_bytes_per_owner || owner_bytes > limits_.max_bytes_per_owner - bytes)
+  if (bytes > limits_.max_wait_bytes_per_owner || owner_bytes > limits_.max_wait_bytes_per_owner - bytes)
     throw store_error("pending waits on this connection would hold " + std::to_string(owner_bytes + bytes) +
-                      " bytes of keys, over the limit of " + std::to_string(limits_.max_bytes_per_owner));
-  if (bytes > limits_.max_bytes || wait_bytes_ > limits_.max_bytes - bytes)
+                      " bytes of keys, over the limit of " + std::to_string(limits_.max_wait_bytes_per_owner));
+  if (bytes > limits_.max_wait_bytes || wait_bytes_ > limits_.max_wait_bytes - bytes)
     throw store_error("the server's pending waits would hold " + std::to_string(wait_bytes_ + bytes) +
-                      " bytes of keys, over its limit of " + std::to_string(limits_.max_bytes));
+                      " bytes of keys, over its limit of " + std::to_string(limits_.max_wait_bytes));
   const auto id = next_id_++;
   auto& w = waiters_[id];
   w.keys = std::move(keys);
-  w.missing = missing;
   w.bytes = bytes;
   w.owner = owner;
   w.done = std::move(done);
-  for (auto& k : w.keys)
-    if (!present(k))
-      waiting_on_[k].insert(id);
+  for (auto& k : w.keys) // a key named twice is awaited once
+    if (!present(k) && waiting_on_[k].insert(id).second)
+      ++w.missing;
   auto& o = owners_[owner];
   o.waits.insert(id);
   o.wait_bytes += bytes;
@@ -197,17 +285,17 @@ void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds tim
   }
 }
 
-std::size_t kv_state::pending_waits(owner_id owner) const {
+std::size_t engine::pending_waits(owner_id owner) const {
   auto it = owners_.find(owner);
   return it == owners_.end() ? 0 : it->second.waits.size();
 }
 
-std::size_t kv_state::wait_bytes(owner_id owner) const {
+std::size_t engine::wait_bytes(owner_id owner) const {
   auto it = owners_.find(owner);
   return it == owners_.end() ? 0 : it->second.wait_bytes;
 }
 
-void kv_state::key_created(const std::string& key, bool wake_one) {
+void engine::key_created(const std::string& key, bool wake_one) {
   auto it = waiting_on_.find(key);
   if (it == waiting_on_.end())
     return;
@@ -237,7 +325,7 @@ void kv_state::key_created(const std::string& key, bool wake_one) {
   }
 }
 
-void kv_state::forget(std::uint64_t id, waiter& w) {
+void engine::forget(std::uint64_t id, waiter& w) {
   for (auto& k : w.keys) {
     auto it = waiting_on_.find(k);
     if (it == waiting_on_.end())
@@ -256,13 +344,13 @@ void kv_state::forget(std::uint64_t id, waiter& w) {
     w.timer->cancel();
 }
 
-void kv_state::release_owner_entry(owner_id owner) {
+void engine::release_owner_entry(owner_id owner) {
   auto it = owners_.find(owner);
   if (it != owners_.end() && it->second.waits.empty() && it->second.watches.empty())
     owners_.erase(it);
 }
 
-void kv_state::finish(std::uint64_t id, bool timed_out) {
+void engine::finish(std::uint64_t id, bool timed_out) {
   auto it = waiters_.find(id);
   if (it == waiters_.end())
     return;
@@ -279,7 +367,11 @@ void kv_state::finish(std::uint64_t id, bool timed_out) {
   w.done(std::move(w.keys), std::move(missing));
 }
 
-std::uint64_t kv_state::watch(const std::string& key, owner_id owner, watch_fn fn) {
+std::uint64_t engine::watch(const std::string& key, owner_id owner, watch_fn fn) {
+  rules::check_key(key, limits_);
+  if (auto o = owners_.find(owner); o != owners_.end() && o->second.watches.size() >= limits_.max_waits_per_owner)
+    throw store_error("too many watches on this connection (limit " + std::to_string(limits_.max_waits_per_owner) +
+                      ")");
   const auto id = next_id_++;
   watchers_.emplace(id, watcher{key, owner, std::move(fn)});
   watched_[key].insert(id);
@@ -287,7 +379,7 @@ std::uint64_t kv_state::watch(const std::string& key, owner_id owner, watch_fn f
   return id;
 }
 
-void kv_state::unwatch(std::uint64_t id) {
+void engine::unwatch(std::uint64_t id) {
   auto it = watchers_.find(id);
   if (it == watchers_.end())
     return;
@@ -304,7 +396,7 @@ void kv_state::unwatch(std::uint64_t id) {
   }
 }
 
-void kv_state::drop_owner(owner_id owner) {
+void engine::drop_owner(owner_id owner) {
   auto it = owners_.find(owner);
   if (it == owners_.end())
     return;
@@ -326,7 +418,7 @@ void kv_state::drop_owner(owner_id owner) {
     ::malloc_trim(0); // give a departed client's large waits back to the system, not just to malloc
 }
 
-void kv_state::changed(watch_event::kind kind, const std::string& key, const std::string& value) {
+void engine::changed(watch_event::kind kind, const std::string& key, const std::string& value) {
   auto it = watched_.find(key);
   if (it == watched_.end())
     return;

@@ -1,6 +1,7 @@
 #pragma once
 // PyTorch's TCPStore wire protocol (private): query codes of both versions,
-// and the field encoding shared by our server sessions and our client.
+// and the field encoding (cursor, encoder) that query.hpp's decoder and
+// encoder, the server's sessions and our client's response reads share.
 //
 // A query is one type byte, then fields in host byte order (little-endian on
 // every platform we build for): strings and byte vectors are a u64 length and
@@ -24,7 +25,7 @@ namespace corodist::store::detail::torch {
 inline constexpr std::uint32_t validate_magic = 0x3C85F7CE;
 
 /// Query kinds, independent of the version that numbers them.
-enum class query : std::uint8_t {
+enum class query_kind : std::uint8_t {
   validate,
   set,
   compare_set,
@@ -48,24 +49,26 @@ enum class query : std::uint8_t {
 enum class version : std::uint8_t { v1, v2 };
 
 /// PyTorch 1.13's QueryType order.
-inline constexpr query v1_queries[] = {query::set,   query::compare_set, query::get,       query::add,
-                                       query::check, query::wait,        query::num_keys, query::watch_key,
-                                       query::delete_key};
+inline constexpr query_kind v1_queries[] = {
+    query_kind::set,  query_kind::compare_set, query_kind::get,       query_kind::add,       query_kind::check,
+    query_kind::wait, query_kind::num_keys,    query_kind::watch_key, query_kind::delete_key};
 /// PyTorch 2.x's QueryType order.
-inline constexpr query v2_queries[] = {
-    query::validate,   query::set,       query::compare_set, query::get,        query::add,       query::check,
-    query::wait,       query::num_keys,  query::delete_key,  query::append,     query::multi_get, query::multi_set,
-    query::cancel_wait, query::ping,     query::queue_push,  query::queue_pop,  query::queue_len};
+inline constexpr query_kind v2_queries[] = {
+    query_kind::validate,   query_kind::set,        query_kind::compare_set, query_kind::get,
+    query_kind::add,        query_kind::check,      query_kind::wait,        query_kind::num_keys,
+    query_kind::delete_key, query_kind::append,     query_kind::multi_get,   query_kind::multi_set,
+    query_kind::cancel_wait, query_kind::ping,      query_kind::queue_push,  query_kind::queue_pop,
+    query_kind::queue_len};
 
 /// The query a code means in `v`, or nullopt for an unknown code.
-inline std::optional<query> decode_query(version v, std::uint8_t code) {
+inline std::optional<query_kind> kind_of_code(version v, std::uint8_t code) {
   if (v == version::v1)
     return code < std::size(v1_queries) ? std::optional(v1_queries[code]) : std::nullopt;
   return code < std::size(v2_queries) ? std::optional(v2_queries[code]) : std::nullopt;
 }
 
 /// The code of `q` in `v`; throws store_error if `v` has no such query.
-inline std::uint8_t encode_query(version v, query q) {
+inline std::uint8_t code_of(version v, query_kind q) {
   auto find = [&](const auto& table) -> std::optional<std::uint8_t> {
     for (std::size_t i = 0; i < std::size(table); ++i)
       if (table[i] == q)
@@ -82,6 +85,9 @@ inline std::uint8_t encode_query(version v, query q) {
 // Response bytes.
 inline constexpr std::uint8_t check_ready = 0, check_not_ready = 1;
 inline constexpr std::uint8_t wait_stop_waiting = 0, wait_canceled = 1;
+
+/// "1.13" or "2.x".
+inline const char* version_name(version v) { return v == version::v1 ? "1.13" : "2.x"; }
 
 /// Reads fields from a buffer that may not yet hold a whole query: each read
 /// returns false when the bytes are not all there (read more and parse the

@@ -1,0 +1,15 @@
+#pragma once
+/// \file
+/// corodist::store::default_timeout: the default deadline of the store's
+/// waiting operations and of connecting to a store server.
+
+#include <chrono>
+
+namespace corodist::store {
+
+using namespace std::chrono_literals;
+
+/// Default deadline of waiting store operations and of connecting (c10d's 300 s).
+inline constexpr std::chrono::milliseconds default_timeout = 300s;
+
+} // namespace corodist::store

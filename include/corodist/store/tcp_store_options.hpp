@@ -1,0 +1,46 @@
+#pragma once
+/// \file
+/// corodist::store::tcp_store_options: where a store client connects, how
+/// long it tries, and which protocol its server speaks (wire_protocol).
+
+#include <corodist/net/connection.hpp>
+#include <corodist/store/default_timeout.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace corodist::store {
+
+/// The protocol a store client speaks to its server.
+enum class wire_protocol {
+  native,       ///< corodist's store_server: multiplexed, authenticated, with watches (tcp_store)
+  pytorch_1_13, ///< a PyTorch 1.13 TCPStore master, Debian 12's python3-torch (torch_store)
+  pytorch_2,    ///< a PyTorch 2.x TCPStore master, VALIDATE + PING handshake (torch_store)
+};
+
+/// Where a store client (tcp_store, torch_store) connects and how long it tries.
+struct tcp_store_options {
+  /// Host name or address of the store server (IPv4 or IPv6).
+  std::string host = "127.0.0.1";
+  std::uint16_t port = 0;
+  /// Deadline of waiting operations and of connecting (retries included).
+  std::chrono::milliseconds timeout = default_timeout;
+  /// How long connecting retries while the server refuses connections
+  /// (nothing listens on host:port yet); past it, connect throws
+  /// connection_error "nothing is listening on HOST:PORT". nullopt: retry
+  /// until `timeout`, for ranks whose server comes up later (rendezvous).
+  std::optional<std::chrono::milliseconds> refused_retry_window;
+  /// Token to authenticate with. nullopt: CORODIST_AUTH_TOKEN if set; "": none.
+  /// (The PyTorch protocols have no authentication.)
+  std::optional<std::string> auth_token;
+  /// Frame and buffer limits of the connection (native protocol); with the
+  /// PyTorch protocols, max_frame_size bounds a value received.
+  net::connection_options connection;
+  /// The server's protocol: native for tcp_store, a PyTorch one for
+  /// torch_store; connect_store() picks the client from it.
+  wire_protocol protocol = wire_protocol::native;
+};
+
+} // namespace corodist::store

@@ -1,0 +1,101 @@
+#include "store/connect_retry.hpp"
+
+#include <corodist/core/error.hpp>
+#include <corodist/net/errors.hpp>
+
+#include "core/deadline.hpp"
+#include "core/log.hpp"
+#include "store/wait_log.hpp"
+
+#include <asio/error.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <algorithm>
+#include <random>
+
+namespace corodist::store::detail {
+
+namespace {
+using corodist::detail::use_tuple;
+using ms = std::chrono::milliseconds;
+constexpr ms first_backoff{10};
+constexpr ms max_backoff{1000};
+
+bool permanent(std::error_code ec) {
+  return ec == net::errc::bad_magic || ec == net::errc::unsupported_version || ec == net::errc::auth_required ||
+         ec == net::errc::auth_failed || ec == net::errc::auth_not_offered || ec == net::errc::bad_hello;
+}
+
+ms since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - t);
+}
+} // namespace
+
+std::string where(const tcp_store_options& opts) {
+  const bool v6 = opts.host.find(':') != std::string::npos;
+  return (v6 ? "[" + opts.host + "]" : opts.host) + ":" + std::to_string(opts.port);
+}
+
+asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_store_options& opts, const char* what,
+                                         const connect_attempt& attempt_fn) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + opts.timeout;
+  auto next_warning = start + warn_every;
+  thread_local std::mt19937_64 rng(std::random_device{}()); // jitter only: no need to reseed per connect
+  auto backoff = first_backoff;
+  std::error_code last;
+  asio::ip::tcp::resolver resolver(ex);
+  CORODIST_LOG_DEBUG("store: connecting to the {} at {} (gives up after {})", what, where(opts),
+                     duration_text(opts.timeout));
+  for (int attempt = 1;; ++attempt) {
+    bool refused = false; // every address refused: nothing listens there
+    auto [rec, results] = co_await resolver.async_resolve(opts.host, std::to_string(opts.port), use_tuple);
+    if (rec) {
+      last = rec;
+    } else {
+      refused = true;
+      for (const auto& entry : results) {
+        auto left = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
+        auto ec = co_await attempt_fn(entry.endpoint(), std::max(ms(1), left));
+        if (!ec) {
+          if (attempt > 1)
+            CORODIST_LOG_INFO("store: connected to the {} at {} after {} attempts ({})", what, where(opts), attempt,
+                              duration_text(since(start)));
+          co_return;
+        }
+        if (permanent(ec))
+          net::throw_net_error(ec, "store: connecting to " + where(opts));
+        refused = refused && ec == asio::error::connection_refused;
+        last = ec;
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (refused && opts.refused_retry_window && now - start >= *opts.refused_retry_window)
+      throw connection_error("store: nothing is listening on " + where(opts) + " (connection refused; retried for " +
+                             duration_text(since(start)) + ", " + std::to_string(attempt) + " attempts)");
+    if (now >= deadline)
+      throw timeout_error("store: could not connect to the " + std::string(what) + " at " + where(opts) + " within " +
+                          duration_text(opts.timeout) + " (" + std::to_string(attempt) +
+                          " attempts; last error: " + last.message() + ")");
+    // Exponential backoff with +-25 % jitter, never past the deadline (nor the refused window).
+    std::uniform_real_distribution<double> jitter(0.75, 1.25);
+    auto pause = std::chrono::duration_cast<ms>(backoff * jitter(rng));
+    pause = std::min(pause, std::chrono::ceil<ms>(deadline - now));
+    if (refused && opts.refused_retry_window)
+      pause = std::min(pause, std::chrono::ceil<ms>(start + *opts.refused_retry_window - now));
+    CORODIST_LOG_DEBUG("store: attempt {} to connect to the {} at {} failed: {}; next in {} ms", attempt, what,
+                       where(opts), last.message(), pause.count());
+    if (now >= next_warning) {
+      CORODIST_LOG_WARN("store: still connecting to the {} at {} after {} ({} attempts; last error: {}; gives up "
+                        "after {})",
+                        what, where(opts), duration_text(since(start)), attempt, last.message(),
+                        duration_text(opts.timeout));
+      next_warning += warn_every;
+    }
+    asio::steady_timer t(ex, pause);
+    co_await t.async_wait(use_tuple);
+    backoff = std::min(backoff * 2, max_backoff);
+  }
+}
+
+} // namespace corodist::store::detail

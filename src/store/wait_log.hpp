@@ -1,0 +1,69 @@
+#pragma once
+// Waiting made visible (private): how often a long wait warns, and the log of
+// one store's waits in progress, which warns about each wait every
+// `warn_every` while it lasts, naming its keys and where they are awaited.
+
+#include <asio/any_io_executor.hpp>
+
+#include <chrono>
+#include <span>
+#include <string>
+
+namespace corodist::store::detail {
+
+/// Every wait that lasts (connecting, a rendezvous, a store wait) logs a
+/// warning this often, naming what it awaits.
+inline constexpr std::chrono::seconds warn_every{30};
+
+/// The long waits of one store. It holds no I/O object of its own (a store
+/// may outlive its event loop): the waits of every store on one execution
+/// context share one timer, kept by a service of that context. Use it on its
+/// executor only.
+class wait_log {
+public:
+  class monitor; // the context's service (wait_log.cpp)
+
+  /// `where`: what the waits are on ("127.0.0.1:29500", "file_store '/tmp/x'");
+  /// `every`: how often a wait warns (tests shorten it). Any thread.
+  wait_log(asio::any_io_executor ex, std::string where, std::chrono::milliseconds every = warn_every);
+  wait_log(const wait_log&) = delete;
+  wait_log& operator=(const wait_log&) = delete;
+
+  /// One wait, logged from its construction to its destruction. A wait whose
+  /// deadline is the log's interval or less never warns and costs nothing; a
+  /// longer one (or one without deadline, `timeout` zero) costs a clock read
+  /// and two list links. `keys` and the log must outlive the entry. Not
+  /// movable: keep it in the waiting coroutine's frame.
+  class entry {
+  public:
+    entry(wait_log& log, std::span<const std::string> keys, std::chrono::milliseconds timeout);
+    ~entry();
+    entry(const entry&) = delete;
+    entry& operator=(const entry&) = delete;
+
+  private:
+    friend class monitor;
+    monitor* monitor_ = nullptr; // null: not logged
+    const wait_log* log_ = nullptr;
+    entry* prev_ = nullptr;
+    entry* next_ = nullptr;
+    std::span<const std::string> keys_;
+    std::chrono::milliseconds timeout_{0};
+    std::chrono::steady_clock::time_point since_;
+    std::chrono::steady_clock::time_point due_; // of the next warning
+  };
+
+private:
+  asio::any_io_executor ex_;
+  monitor* monitor_;
+  std::string where_;
+  std::chrono::milliseconds every_;
+};
+
+/// "a, b, c" (at most `max` names, then "... (N in all)").
+std::string key_list(std::span<const std::string> keys, std::size_t max = 8);
+
+/// "300 s" or "250 ms": a duration for a log line or an error message.
+std::string duration_text(std::chrono::milliseconds d);
+
+} // namespace corodist::store::detail
