@@ -86,6 +86,7 @@ private:
   void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done);
   asio::awaitable<void> run_shutdown(bool graceful);
   asio::awaitable<void> join();
+  asio::awaitable<void> leave(std::string base);
   asio::awaitable<void> wait_idle(std::chrono::milliseconds timeout);
 };
 

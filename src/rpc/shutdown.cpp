@@ -95,12 +95,28 @@ asio::awaitable<void> agent_core::join() {
     for (int r = 0; r < opts_.world_size; ++r)
       keys.push_back(base + "/" + std::to_string(r));
     auto counts = co_await store_->multi_get(std::move(keys), opts_.shutdown_timeout);
-    if (round > 0 && counts == previous)
+    if (round > 0 && counts == previous) {
+      co_await leave(pre + "join/left");
       co_return;
+    }
     previous = std::move(counts);
   }
   throw timeout_error("rpc: agent '" + opts_.name + "' shutdown: calls kept starting for " +
                       std::to_string(max_rounds) + " rounds");
+}
+
+// The last step of join(): every worker says it has left, and rank 0 (which
+// hosts the store under env:// and tcp:// rendezvous) waits until all have, so
+// that its store outlives every other worker's last request.
+asio::awaitable<void> agent_core::leave(std::string base) {
+  co_await store_->set(base + "/" + std::to_string(opts_.rank), "1");
+  if (opts_.rank != 0)
+    co_return;
+  std::vector<std::string> keys;
+  for (int r = 1; r < opts_.world_size; ++r)
+    keys.push_back(base + "/" + std::to_string(r));
+  if (!keys.empty())
+    co_await store_->wait(std::move(keys), opts_.shutdown_timeout);
 }
 
 } // namespace corodist::rpc::detail
