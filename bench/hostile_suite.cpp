@@ -991,6 +991,11 @@ void decode_amplification(context& ctx, stall_log& stalls) {
   const std::size_t budget = object_budget(body_len);
   const auto admitted = make_call_frame(body_len, budget, 1);
   const auto refused = make_call_frame(body_len, budget + 1, 2);
+  // Under 4 MiB the bound's 16 MiB floor applies: the body of nils alone (no
+  // pad) that decodes into the most objects the floor admits.
+  const std::size_t floor_objects = object_budget(0);
+  const std::size_t floor_len = floor_objects - 6 + 18;
+  const auto at_floor = make_call_frame(floor_len, floor_objects, 3);
 
   // The attacker: a raw connection that says it is rank 0, then sends the
   // prepared frames (already resident: not part of the growth measured).
@@ -1023,6 +1028,9 @@ void decode_amplification(context& ctx, stall_log& stalls) {
   }
   trim_heap();
   const long retained = resident_bytes() - rss_start;
+  const auto small = timed_call(sock.fd(), at_floor);
+  if (!small.ok || small.value != at_floor.nils + at_floor.pad)
+    throw std::runtime_error("the call at the decode bound's floor was not served: " + small.error);
   const auto during = probe.stop();
   stalls.cases.emplace_back("decode_amplification", during, idle);
   agents[0]->rpc_sync<void>(rpc::call_timeout{10s}, "server", "noop"); // the callee still serves its peers
@@ -1063,17 +1071,23 @@ void decode_amplification(context& ctx, stall_log& stalls) {
              {"refused_peak_growth_per_body_byte", refused_x},
              {"refused_call_ms", over.seconds * 1e3},
              {"retained_after_calls_per_body_byte", double(retained) / body},
-             {"rounds", double(rounds)}};
+             {"rounds", double(rounds)},
+             {"floor_body_bytes", double(floor_len)},
+             {"floor_objects_admitted", double(floor_objects)},
+             {"floor_peak_growth_per_body_byte", double(small.growth) / double(floor_len)},
+             {"floor_decoded_objects_per_body_byte", double(floor_objects * sizeof(msgpack::object)) / double(floor_len)}};
   add_stall_fields(r, during, idle);
   report(ctx, std::move(r),
          fmt::format("32 MiB body = {} nils + a {:.1f} MiB string, {} msgpack objects (the most the bound admits): "
                      "peak resident growth {:.2f} x the body (median of {}: {:.2f} x), made of the received body 1 x + "
                      "decoded objects {:.2f} x (target <= 4: {}) + the C++ arguments {:.2f} x; served in {:.0f} ms. "
                      "One object more: refused in {:.0f} ms, growth {:.2f} x (the body and the 16 MiB buffer it grew "
-                     "from); after all calls the process holds {:.2f} x more than before them; {}",
+                     "from); after all calls the process holds {:.2f} x more than before them. At the bound's "
+                     "16 MiB floor, a {:.0f} KiB body of {} nils: growth {:.1f} x its size ({:.1f} MiB); {}",
                      admitted.nils, admitted.pad / 1048576.0, budget, x_worst, rounds, x_median, objects_x,
                      met ? "met" : "NOT met", arguments_x, call_ms, over.seconds * 1e3, refused_x,
-                     double(retained) / body, stall_text(during, idle)));
+                     double(retained) / body, floor_len / 1024.0, at_floor.nils, double(small.growth) / double(floor_len),
+                     double(small.growth) / 1048576.0, stall_text(during, idle)));
 }
 
 // ---- 6. the loop stalls, case by case ----------------------------------------
