@@ -284,8 +284,26 @@ raw_socket connect_raw(std::uint16_t port) {
   a.sin_family = AF_INET;
   a.sin_port = htons(port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0)
-    fail_errno("connect to 127.0.0.1:" + std::to_string(port));
+  if (::connect(s.fd(), reinterpret_cast<const sockaddr*>(&a), sizeof a) != 0) {
+    // With SO_SNDTIMEO set, an interrupted connect() is not restarted; the
+    // connection goes on in the background (this thread posts to io_uring
+    // loops, which seems to be what interrupts it now and then).
+    if (errno != EINTR)
+      fail_errno("connect to 127.0.0.1:" + std::to_string(port));
+    pollfd p{s.fd(), POLLOUT, 0};
+    const auto end = clock_type::now() + io_timeout;
+    int n = 0;
+    while ((n = ::poll(&p, 1, 100)) <= 0) {
+      if ((n < 0 && errno != EINTR) || clock_type::now() >= end)
+        fail_errno("connect to 127.0.0.1:" + std::to_string(port) + " (after EINTR)");
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+      errno = err;
+      fail_errno("connect to 127.0.0.1:" + std::to_string(port));
+    }
+  }
   return s;
 }
 
