@@ -294,8 +294,12 @@ raw_socket connect_raw(std::uint16_t port) {
     const auto end = clock_type::now() + io_timeout;
     int n = 0;
     while ((n = ::poll(&p, 1, 100)) <= 0) {
-      if ((n < 0 && errno != EINTR) || clock_type::now() >= end)
+      if (n < 0 && errno != EINTR)
         fail_errno("connect to 127.0.0.1:" + std::to_string(port) + " (after EINTR)");
+      if (clock_type::now() >= end) {
+        errno = ETIMEDOUT;
+        fail_errno("connect to 127.0.0.1:" + std::to_string(port) + " (after EINTR)");
+      }
     }
     int err = 0;
     socklen_t len = sizeof err;
