@@ -7,6 +7,7 @@
 #include "closed_loop.hpp"
 #include "harness.hpp"
 #include "peers.hpp"
+#include "process_resources.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
@@ -28,10 +29,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <spawn.h>
 #include <stdexcept>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,15 +45,6 @@ using ms = std::chrono::milliseconds;
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-/// Raises the open-file limit to the hard limit (the big cases need ~2 fds a connection).
-void raise_fd_limit() {
-  rlimit rl{};
-  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    ::setrlimit(RLIMIT_NOFILE, &rl);
-  }
 }
 
 cs::tcp_store_options client_options(std::uint16_t port) {
@@ -226,18 +216,6 @@ std::string self_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
-long rss_bytes(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  while (f >> key)
-    if (key == "VmRSS:") {
-      long kb = 0;
-      f >> kb;
-      return kb * 1024;
-    }
-  throw std::runtime_error("no VmRSS for the server process");
-}
-
 /// A standalone `corodist-store serve` process (no token, a port of its own),
 /// killed and reaped when this goes.
 struct store_daemon {
@@ -301,7 +279,7 @@ void memory_per_connection(context& ctx) {
     stores.push_back(run_blocking(ex, cs::tcp_store::connect(ex, opts)));
     run_blocking(ex, stores[0]->set("mem/warm", "1"));
     std::this_thread::sleep_for(ms(200));
-    before = rss_bytes(pid);
+    before = resident_bytes(pid);
     for (int i = 0; i < conns; i += 256) {
       auto batch = run_blocking(ex, [&]() -> asio::awaitable<std::vector<std::shared_ptr<cs::tcp_store>>> {
         std::vector<std::shared_ptr<cs::tcp_store>> made;
@@ -316,7 +294,7 @@ void memory_per_connection(context& ctx) {
       stores.insert(stores.end(), batch.begin(), batch.end());
     }
     std::this_thread::sleep_for(ms(500));
-    after = rss_bytes(pid);
+    after = resident_bytes(pid);
   } catch (...) {
     server.stop(SIGKILL);
     throw;
