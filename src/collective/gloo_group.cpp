@@ -337,29 +337,28 @@ namespace {
 
 // The store keys of one group: gloo's rendezvous keys, and (PyTorch) the
 // barrier and sequence-number keys.
-struct group_stores {
+class group_stores {
+public:
+  group_stores(const std::shared_ptr<store::store>& base, const gloo_options& opts) {
+    if (opts.pytorch) {
+      // PyTorch 1.13: PrefixStore(str(group_count), store) for the group, and
+      // ProcessGroupGloo's PrefixStore(str(device_index)) for Gloo's keys.
+      job = opts.pytorch->store_prefix.empty()
+                ? base
+                : std::make_shared<store::prefix_store>(opts.pytorch->store_prefix, base);
+      group = std::make_shared<store::prefix_store>(std::to_string(opts.pytorch->group_index), job);
+      gloo = std::make_shared<store::prefix_store>("0", group);
+    } else {
+      job = base;
+      group = std::make_shared<store::prefix_store>(opts.prefix, base);
+      gloo = group;
+    }
+  }
+
   std::shared_ptr<store::store> job;   // PyTorch: where store_based_barrier_key lives
   std::shared_ptr<store::store> group; // the group's prefix
   std::shared_ptr<store::store> gloo;  // Gloo's rendezvous keys
 };
-
-group_stores scoped_stores(const std::shared_ptr<store::store>& base, const gloo_options& opts) {
-  group_stores s;
-  if (opts.pytorch) {
-    // PyTorch 1.13: PrefixStore(str(group_count), store) for the group, and
-    // ProcessGroupGloo's PrefixStore(str(device_index)) for Gloo's keys.
-    s.job = opts.pytorch->store_prefix.empty()
-                ? base
-                : std::make_shared<store::prefix_store>(opts.pytorch->store_prefix, base);
-    s.group = std::make_shared<store::prefix_store>(std::to_string(opts.pytorch->group_index), s.job);
-    s.gloo = std::make_shared<store::prefix_store>("0", s.group);
-  } else {
-    s.job = base;
-    s.group = std::make_shared<store::prefix_store>(opts.prefix, base);
-    s.gloo = s.group;
-  }
-  return s;
-}
 
 std::string create_text(const gloo_options& opts, int rank, int size) {
   return opts.pytorch ? fmt::format("gloo_group create (PyTorch group {}, rank {} of {})", opts.pytorch->group_index,
@@ -435,7 +434,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
   if (opts.pytorch && opts.pytorch->group_index < 0)
     throw usage_error("gloo_group::create: pytorch.group_index must be >= 0");
   const auto what = create_text(opts, rank, size);
-  auto stores = scoped_stores(store, opts);
+  const group_stores stores(store, opts);
 
   if (!opts.pytorch) {
     // Refuse a prefix that another group already uses on this store.
@@ -452,19 +451,23 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
   auto gloo_keys = stores.gloo;
   std::exception_ptr failure;
   bool timed_out = false;
+  // The job is named before the co_await: GCC 12 destroys a closure (or
+  // aggregate) temporary inside a co_await expression twice.
+  auto connect = [st, gloo_keys, &opts, rank, size] {
+    auto attr = device_attr(opts);
+    st->device = gloo::transport::tcp::CreateDevice(attr);
+    st->address = st->device->str();
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(opts.timeout);
+    detail::gloo_store adapter(gloo_keys, opts.timeout);
+    ctx->connectFullMesh(adapter, st->device);
+    st->context = std::move(ctx);
+    st->record_endpoints(adapter);
+    st->connected.store(true, std::memory_order_release);
+  };
   try {
-    co_await st->comm->submit([st, gloo_keys, &opts, rank, size] {
-      auto attr = device_attr(opts);
-      st->device = gloo::transport::tcp::CreateDevice(attr);
-      st->address = st->device->str();
-      auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-      ctx->setTimeout(opts.timeout);
-      detail::gloo_store adapter(gloo_keys, opts.timeout);
-      ctx->connectFullMesh(adapter, st->device);
-      st->context = std::move(ctx);
-      st->record_endpoints(adapter);
-      st->connected.store(true, std::memory_order_release);
-    });
+    auto connected = st->comm->submit(std::move(connect));
+    co_await std::move(connected);
   } catch (const timeout_error&) {
     timed_out = true;
     failure = std::current_exception();
@@ -490,6 +493,15 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     co_await pytorch_handshake(stores, opts, rank, size);
   CORODIST_LOG_DEBUG("{}: connected ({})", what, st->address);
   co_return std::shared_ptr<gloo_group>(new gloo_group(rank, size, opts.timeout, std::move(state)));
+}
+
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<store::store> store, int rank,
+                                                                int size) {
+  return create(std::move(store), rank, size, gloo_options{});
+}
+
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(asio::any_io_executor ex, std::string url) {
+  return create(std::move(ex), std::move(url), gloo_options{});
 }
 
 asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(asio::any_io_executor ex, std::string url,

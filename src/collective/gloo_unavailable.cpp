@@ -27,6 +27,14 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(asio::any_io_exe
   unavailable();
   co_return nullptr;
 }
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<store::store>, int, int) {
+  unavailable();
+  co_return nullptr;
+}
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(asio::any_io_executor, std::string) {
+  unavailable();
+  co_return nullptr;
+}
 std::shared_ptr<gloo_group> gloo_group::create_sync(std::shared_ptr<store::store>, int, int, gloo_options) {
   unavailable();
 }

@@ -417,6 +417,12 @@ asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::create(asio::any_io_exe
   co_return std::shared_ptr<nccl_group>(new nccl_group(rank, size, opts.timeout, std::move(st)));
 }
 
+asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::create(asio::any_io_executor ex,
+                                                                std::shared_ptr<store::store> store, int rank,
+                                                                int size) {
+  return create(std::move(ex), std::move(store), rank, size, nccl_options{});
+}
+
 std::shared_ptr<nccl_group> nccl_group::create_sync(asio::any_io_executor ex, std::shared_ptr<store::store> store,
                                                     int rank, int size, nccl_options opts) {
   auto run_on = ex;

@@ -22,6 +22,11 @@ asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::create(asio::any_io_exe
   unavailable();
   co_return nullptr;
 }
+asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::create(asio::any_io_executor, std::shared_ptr<store::store>,
+                                                                int, int) {
+  unavailable();
+  co_return nullptr;
+}
 std::shared_ptr<nccl_group> nccl_group::create_sync(asio::any_io_executor, std::shared_ptr<store::store>, int, int,
                                                     nccl_options) {
   unavailable();

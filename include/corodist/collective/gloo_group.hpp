@@ -97,14 +97,22 @@ public:
   /// arguments or a prefix already used on this store, `timeout_error` naming
   /// the ranks that never arrived within `opts.timeout`, `collective_error`
   /// if connecting fails. The group keeps `store` alive.
+  /// (Name the options first: `gloo_options o; ...; co_await create(s, r, n, o)`.
+  /// GCC 12 destroys a braced aggregate temporary inside `co_await` twice.)
   [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(std::shared_ptr<store::store> store,
-                                                                          int rank, int size,
-                                                                          gloo_options opts = {});
+                                                                          int rank, int size, gloo_options opts);
+
+  /// As above with default options.
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(std::shared_ptr<store::store> store,
+                                                                          int rank, int size);
 
   /// Rendezvous at `url` (`env://`, `tcp://HOST:PORT?rank=R&world_size=W`,
   /// `file:///PATH?...`; see store::async_rendezvous) on `ex`, then `create`.
   [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(asio::any_io_executor ex, std::string url,
-                                                                          gloo_options opts = {});
+                                                                          gloo_options opts);
+
+  /// As above with default options.
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(asio::any_io_executor ex, std::string url);
 
   /// Blocking `create` for plain threads (throws `usage_error` on a loop thread).
   static std::shared_ptr<gloo_group> create_sync(std::shared_ptr<store::store> store, int rank, int size,

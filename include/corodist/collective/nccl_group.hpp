@@ -63,10 +63,15 @@ public:
   /// Throws `usage_error` (not built, bad arguments, prefix in use),
   /// `collective_error` (no usable CUDA device, NCCL failure), or
   /// `timeout_error` (not every rank joined within `opts.timeout`).
+  /// (Name the options first; see gloo_group::create.)
   [[nodiscard]] static asio::awaitable<std::shared_ptr<nccl_group>> create(asio::any_io_executor ex,
                                                                           std::shared_ptr<store::store> store,
-                                                                          int rank, int size,
-                                                                          nccl_options opts = {});
+                                                                          int rank, int size, nccl_options opts);
+
+  /// As above with default options.
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<nccl_group>> create(asio::any_io_executor ex,
+                                                                          std::shared_ptr<store::store> store,
+                                                                          int rank, int size);
 
   /// Blocking `create` for plain threads (throws `usage_error` on a loop thread).
   static std::shared_ptr<nccl_group> create_sync(asio::any_io_executor ex, std::shared_ptr<store::store> store,
