@@ -116,9 +116,13 @@ void context::report(record r) {
   // Headline figures of cases that are neither latency nor bandwidth go after the row.
   std::string notes;
   for (const auto& [key, value] : r.extra)
-    if (key == "rendezvous_s" || key == "bytes_per_conn" || key == "raw_fanin_ops_per_s" || key == "of_raw_fanin")
+    if (key == "rendezvous_s" || key == "bytes_per_conn" || key == "raw_fanin_ops_per_s" || key == "of_raw_fanin" ||
+        key == "busbw_gbps" || key == "check_pct" || key == "overhead_pct" || key == "peer_p50_us" ||
+        key == "speedup_vs_peer")
       notes += key.ends_with("ops_per_s") ? fmt::format("  {}={:.0f}", key, value)
                                           : fmt::format("  {}={:.4g}", key, value);
+  for (const auto& [key, value] : r.extra_text)
+    notes += fmt::format("  {}={}", key, value);
   fmt::print(table_out, row_format, r.suite, r.name, cell(r.p50_us, 2), cell(r.p99_us, 2),
              cell(r.ops_per_s, 0), cell(r.gbytes_per_s, 2), cell(ratio_of(r), 2));
   fmt::print(table_out, "{}\n", notes);
@@ -137,6 +141,12 @@ void context::report(record r) {
   append_json_number(out, "raw_p50_us", r.raw_p50_us);
   append_json_number(out, "raw_gbytes_per_s", r.raw_gbytes_per_s);
   for (const auto& [key, value] : r.extra) append_json_number(out, key, value);
+  for (const auto& [key, value] : r.extra_text) {
+    out.push_back(',');
+    append_json_string(out, key);
+    out.push_back(':');
+    append_json_string(out, value);
+  }
   out.append(std::string_view(",\"backend\":"));
   append_json_string(out, backend);
   fmt::format_to(std::back_inserter(out), ",\"pinned\":{}}}\n", pinned);

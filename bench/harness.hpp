@@ -29,6 +29,7 @@ struct record {
   double raw_p50_us = not_applicable;   ///< filled from the context when NaN
   double raw_gbytes_per_s = not_applicable; ///< filled from the context when NaN
   std::vector<std::pair<std::string, double>> extra; ///< extra JSON keys (not in the table)
+  std::vector<std::pair<std::string, std::string>> extra_text; ///< extra JSON string keys (e.g. "peer")
 };
 
 /// Collects latency samples (stored as integer nanoseconds) and answers

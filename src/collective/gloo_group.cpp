@@ -12,6 +12,7 @@
 #include "collective/describe.hpp"
 #include "collective/gloo_ops.hpp"
 #include "collective/gloo_store.hpp"
+#include "collective/sigpipe_guard.hpp"
 #include "collective/socket_shutdown.hpp"
 #include "collective/work_state.hpp"
 #include "core/log.hpp"
@@ -53,6 +54,11 @@ struct pending_op {
   collective_call call;
   clock::time_point deadline;
   std::shared_ptr<work_state> state;
+  // Call checks: the peers' headers arrive here, ours leaves from here; both
+  // posted at issue, so that the exchange runs while the communication
+  // thread wakes up.
+  std::shared_ptr<detail::header_inbox> inbox;
+  std::shared_ptr<detail::header_outbox> header;
 };
 
 std::string random_token() {
@@ -109,6 +115,9 @@ struct gloo_group::impl {
     wo.threads = opts.threads;
     wo.name = "corodist-gloo";
     wo.spin = opts.spin;
+    // The communication threads (and Gloo's event-loop thread, which the
+    // first of them starts) inherit a mask with SIGPIPE blocked.
+    detail::sigpipe_guard no_sigpipe;
     comm = std::make_unique<worker_thread>(wo);
     watchdog = std::thread([this] { watch(); });
   }
@@ -133,6 +142,16 @@ struct gloo_group::impl {
       return w;
     }
     inflight.emplace(seq, op);
+    if (checks()) {
+      // Under the lock, so that every header is posted before a later
+      // collective's data; a failure here (a closed connection) shows again in run().
+      try {
+        detail::sigpipe_guard no_sigpipe; // Gloo may write to a dead peer from this (the caller's) thread
+        op->inbox = detail::post_header_inbox(context, static_cast<std::uint32_t>(seq));
+        op->header = detail::post_header_outbox(context, op->call, seq, static_cast<std::uint32_t>(seq));
+      } catch (const std::exception&) {
+      }
+    }
     comm->post([this, op] { run(*op); }); // under the lock: queue order = sequence order
     const bool wake = op->deadline < watchdog_wakes_at;
     lk.unlock();
@@ -176,10 +195,15 @@ struct gloo_group::impl {
     }
     if (aborted_flag.load(std::memory_order_acquire))
       return finish(op, std::make_exception_ptr(error_of(op, "the group was aborted: " + reason())));
-    detail::gloo_call_context cc{context, static_cast<std::uint32_t>(op.seq), op.deadline, opts.bucket_bytes};
+    detail::gloo_call_context cc{context, static_cast<std::uint32_t>(op.seq), op.deadline, opts.bucket_bytes,
+                                 opts.pytorch ? 0 : opts.bcube_max_bytes};
     try {
-      if (opts.check_calls && !opts.pytorch && size > 1) {
-        auto mismatch = detail::check_call(cc, op.call, op.seq);
+      if (checks()) {
+        if (!op.inbox)
+          op.inbox = detail::post_header_inbox(context, cc.tag);
+        if (!op.header)
+          op.header = detail::post_header_outbox(context, op.call, op.seq, cc.tag);
+        auto mismatch = detail::check_call(cc, *op.inbox, *op.header);
         if (!mismatch.empty()) // every rank sees it and skips the data: the group stays usable
           return finish(op, std::make_exception_ptr(error_of(op, mismatch)));
       }
@@ -203,6 +227,8 @@ struct gloo_group::impl {
       finish(op, err);
     }
   }
+
+  bool checks() const noexcept { return opts.check_calls && !opts.pytorch && size > 1; }
 
   std::string reason() const {
     std::lock_guard lk(mutex);
@@ -433,6 +459,9 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     throw usage_error("gloo_group::create: bucket_bytes must be positive");
   if (opts.pytorch && opts.pytorch->group_index < 0)
     throw usage_error("gloo_group::create: pytorch.group_index must be >= 0");
+  if (const char* env = std::getenv("CORODIST_CHECK_COLLECTIVES"); env && (std::strcmp(env, "1") == 0 ||
+                                                                          std::strcmp(env, "true") == 0))
+    opts.check_calls = true;
   const auto what = create_text(opts, rank, size);
   const group_stores stores(store, opts);
 

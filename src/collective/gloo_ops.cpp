@@ -146,6 +146,10 @@ void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, 
     return;
   gloo::AllreduceOptions o(cc.context);
   set_output(o, data, count, esize);
+  // Small buffers: bcube (recursive halving/doubling), the fewest messages;
+  // large ones: the ring, whose pipelined segments use the bandwidth.
+  o.setAlgorithm(count * esize <= cc.bcube_max_bytes ? gloo::AllreduceOptions::Algorithm::BCUBE
+                                                     : gloo::AllreduceOptions::Algorithm::RING);
   o.setReduceFunction(fn);
   o.setTag(cc.tag);
   o.setTimeout(left(cc));
@@ -308,32 +312,55 @@ void coalesced(const gloo_call_context& cc, const std::vector<tensor_view>& ts, 
 
 } // namespace
 
-std::string check_call(const gloo_call_context& cc, const collective_call& call, std::uint64_t seq) {
+struct header_inbox {
+  std::vector<call_header> headers;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+};
+
+std::shared_ptr<header_inbox> post_header_inbox(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag) {
+  auto& ctx = *context;
+  auto inbox = std::make_shared<header_inbox>();
+  inbox->headers.resize(static_cast<std::size_t>(ctx.size));
+  inbox->buffer = ctx.createUnboundBuffer(inbox->headers.data(), sizeof(call_header) * inbox->headers.size());
+  const auto slot = gloo::Slot::build(header_slot_prefix, tag);
+  for (int p = 0; p < ctx.size; ++p)
+    if (p != ctx.rank)
+      inbox->buffer->recv(p, slot, static_cast<std::size_t>(p) * sizeof(call_header), sizeof(call_header));
+  return inbox;
+}
+
+struct header_outbox {
+  call_header header;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+};
+
+std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Context>& context,
+                                                  const collective_call& call, std::uint64_t seq, std::uint32_t tag) {
+  auto& ctx = *context;
+  auto outbox = std::make_shared<header_outbox>();
+  outbox->header = header_of(call, seq);
+  outbox->buffer = ctx.createUnboundBuffer(&outbox->header, sizeof outbox->header);
+  const auto slot = gloo::Slot::build(header_slot_prefix, tag);
+  for (int p = 0; p < ctx.size; ++p)
+    if (p != ctx.rank)
+      outbox->buffer->send(p, slot);
+  return outbox;
+}
+
+std::string check_call(const gloo_call_context& cc, header_inbox& inbox, header_outbox& outbox) {
   auto& ctx = *cc.context;
   const int n = ctx.size;
-  if (n == 1)
-    return {};
-  call_header mine = header_of(call, seq);
-  std::vector<call_header> theirs(static_cast<std::size_t>(n));
-  auto send_buf = ctx.createUnboundBuffer(&mine, sizeof mine);
-  auto recv_buf = ctx.createUnboundBuffer(theirs.data(), sizeof(call_header) * theirs.size());
-  const auto slot = gloo::Slot::build(header_slot_prefix, cc.tag);
   for (int p = 0; p < n; ++p)
     if (p != ctx.rank)
-      recv_buf->recv(p, slot, static_cast<std::size_t>(p) * sizeof(call_header), sizeof(call_header));
+      inbox.buffer->waitRecv(left(cc));
   for (int p = 0; p < n; ++p)
     if (p != ctx.rank)
-      send_buf->send(p, slot);
-  for (int p = 0; p < n; ++p)
-    if (p != ctx.rank)
-      recv_buf->waitRecv(left(cc));
-  for (int p = 0; p < n; ++p)
-    if (p != ctx.rank)
-      send_buf->waitSend(left(cc));
+      outbox.buffer->waitSend(left(cc));
+  const auto& mine = outbox.header;
   for (int p = 0; p < n; ++p) {
-    if (p == ctx.rank || theirs[static_cast<std::size_t>(p)] == mine)
+    const auto& other = inbox.headers[static_cast<std::size_t>(p)];
+    if (p == ctx.rank || other == mine)
       continue;
-    const auto& other = theirs[static_cast<std::size_t>(p)];
     std::string text = fmt::format("the ranks' calls differ: rank {} called {}, rank {} called {}", ctx.rank,
                                    header_text(mine), p, header_text(other));
     if (other.seq != mine.seq)

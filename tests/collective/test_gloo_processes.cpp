@@ -36,7 +36,7 @@ struct store_host : corodist::test::tcp_impl {
 /// store on `port`, runs `body`, and returns its exit code (failures are
 /// printed to stderr: the test's log).
 int rank_process(std::uint16_t port, int rank, int size, const std::string& prefix,
-                 const std::function<int(cc::gloo_group&)>& body, std::chrono::milliseconds timeout = 30s) {
+                 const std::function<int(cc::gloo_group&)>& body, bool check_calls = false) {
   event_loop loop;
   loop.start();
   cs::tcp_store_options o;
@@ -44,7 +44,9 @@ int rank_process(std::uint16_t port, int rank, int size, const std::string& pref
   o.auth_token = "";
   o.timeout = 20s;
   auto store = cs::tcp_store::connect_sync(loop.get_executor(), o);
-  auto pg = cc::gloo_group::create_sync(store, rank, size, corodist::test::gloo_test_options(prefix, timeout));
+  auto opts = corodist::test::gloo_test_options(prefix, 30s);
+  opts.check_calls = check_calls;
+  auto pg = cc::gloo_group::create_sync(store, rank, size, opts);
   return body(*pg);
 }
 
@@ -57,11 +59,12 @@ int every_collective(cc::gloo_group& pg) {
 
 /// Runs `size` rank processes; returns their exit codes.
 std::vector<int> run_processes(store_host& host, int size, const std::string& prefix,
-                               const std::function<int(cc::gloo_group&)>& body) {
+                               const std::function<int(cc::gloo_group&)>& body, bool check_calls = false) {
   const auto port = host.port();
   std::vector<std::unique_ptr<child_process>> kids;
   for (int r = 0; r < size; ++r)
-    kids.push_back(std::make_unique<child_process>([=] { return rank_process(port, r, size, prefix, body); }));
+    kids.push_back(
+        std::make_unique<child_process>([=] { return rank_process(port, r, size, prefix, body, check_calls); }));
   std::vector<int> codes;
   for (auto& k : kids)
     codes.push_back(k->wait());
@@ -77,10 +80,11 @@ bool wait_readable(int fd, std::chrono::milliseconds timeout) {
 
 BOOST_AUTO_TEST_SUITE(gloo_processes)
 
+// (3 ranks with the call-header check on, 2 and 4 without.)
 BOOST_AUTO_TEST_CASE(every_collective_on_2_3_and_4_process_ranks, *utf::timeout(180)) {
   store_host host;
   for (int size : {2, 3, 4}) {
-    auto codes = run_processes(host, size, "proc/" + std::to_string(size), every_collective);
+    auto codes = run_processes(host, size, "proc/" + std::to_string(size), every_collective, size == 3);
     for (int r = 0; r < size; ++r)
       BOOST_TEST(codes[static_cast<std::size_t>(r)] == 0, "rank " << r << " of " << size);
   }
@@ -156,8 +160,10 @@ BOOST_AUTO_TEST_CASE(rank_killed_mid_collective, *utf::timeout(120)) {
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(victim.pid(), SIGKILL);
   BOOST_TEST(victim.wait() == 128 + SIGKILL);
-  for (int r = 0; r < 2; ++r)
-    BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait() == static_cast<int>(failed_as_expected), "rank " << r);
+  for (int r = 0; r < 2; ++r) {
+    const int code = kids[static_cast<std::size_t>(r)]->wait();
+    BOOST_TEST(code == static_cast<int>(failed_as_expected), "rank " << r << " exited with " << code);
+  }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("survivors failed " << s << " s after the kill");
   BOOST_TEST(s < 10.0);

@@ -62,6 +62,7 @@ BOOST_AUTO_TEST_CASE(small_buckets_and_two_threads, *utf::timeout(120)) {
     auto opts = gloo_test_options();
     opts.bucket_bytes = 256;
     opts.threads = 2;
+    opts.check_calls = true; // headers posted per collective (no pre-posting with two threads)
     auto pg = job.group(r, 2, opts);
     auto f = corodist::test::check_every_collective(*pg);
     if (!f.ok())
@@ -78,7 +79,8 @@ BOOST_AUTO_TEST_CASE(many_collectives_in_flight_from_coroutines, *utf::timeout(1
   constexpr int ranks = 3, coroutines = 6, per_coroutine = 20;
   require_all_ok(job.run(ranks, [&](int r) {
     auto opts = gloo_test_options();
-    opts.threads = 2;
+    opts.threads = r == 0 ? 2 : 1; // one rank overlaps collectives, the others pre-post headers
+    opts.check_calls = true;
     auto pg = job.group(r, ranks, opts);
     corodist::event_loop loop;
     loop.start();
@@ -176,12 +178,15 @@ BOOST_AUTO_TEST_CASE(creation_names_the_rank_that_never_arrived, *utf::timeout(6
   }));
 }
 
-// Different sizes, dtypes, reductions or collectives: every rank fails with
-// an error naming both calls; nothing is corrupted and the group stays usable.
+// With the call check on, different sizes, dtypes, reductions or
+// collectives: every rank fails with an error naming both calls; nothing is
+// corrupted and the group stays usable.
 BOOST_AUTO_TEST_CASE(mismatched_calls_fail_on_every_rank_naming_both, *utf::timeout(60)) {
   thread_ranks job;
   require_all_ok(job.run(3, [&](int r) {
-    auto pg = job.group(r, 3);
+    auto opts = gloo_test_options();
+    opts.check_calls = true;
+    auto pg = job.group(r, 3, opts);
     std::vector<float> v(r == 1 ? 999 : 1000, 1.0f);
     auto msg = require_throws<cc::collective_error>([&] { pg->allreduce(v).get(); }, "sizes differ");
     RANK_REQUIRE(msg.find("allreduce #0") != std::string::npos);
@@ -286,15 +291,22 @@ BOOST_AUTO_TEST_CASE(abort_and_destruction_end_blocked_collectives_promptly, *ut
       RANK_REQUIRE(seconds_since(t0) < 2.0);
     }
   }));
+  std::promise<void> destroyed;
+  auto destroyed_f = destroyed.get_future().share();
   require_all_ok(job.run(2, [&](int r) {
     auto pg = job.group(r, 2, gloo_test_options("destroyed"));
-    if (r == 1)
-      return; // leaves; its group is destroyed idle
+    pg->barrier().get(); // both connected
+    if (r == 1) { // keeps its group, idle, until rank 0 is done
+      RANK_REQUIRE(destroyed_f.wait_for(20s) == std::future_status::ready);
+      return;
+    }
     std::vector<float> v(1000, 1.0f);
-    auto w = pg->allreduce(v);
+    auto w = pg->allreduce(v); // rank 1 never joins
     const auto t0 = clock_type::now();
     pg.reset();
-    RANK_REQUIRE(seconds_since(t0) < 2.0);
+    const double took = seconds_since(t0);
+    destroyed.set_value();
+    RANK_REQUIRE(took < 2.0);
     require_throws<cc::collective_error>([&] { w.get(); }, "allreduce of a destroyed group");
   }));
 }

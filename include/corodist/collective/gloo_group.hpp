@@ -42,6 +42,8 @@ struct gloo_options {
   static constexpr std::chrono::milliseconds default_timeout = std::chrono::minutes(30);
   static constexpr const char* default_prefix = "corodist/pg";
   static constexpr std::size_t default_bucket_bytes = std::size_t{32} << 20;
+  static constexpr std::size_t default_bcube_max_bytes = std::size_t{1} << 20;
+  static constexpr int default_threads = 2;
 
   /// Key prefix of this group in the store ("<prefix>/..."): groups that share
   /// a store need distinct prefixes (reusing one is detected and refused).
@@ -55,18 +57,32 @@ struct gloo_options {
   std::string host;
   /// Network interface to listen on (e.g. "eth0"), used when `host` is empty.
   std::string interface;
-  /// Communication threads running Gloo calls (collectives start in issue
-  /// order; with more than one, consecutive ones may overlap).
-  int threads = 1;
+  /// Communication threads running Gloo calls. Collectives start in issue
+  /// order; consecutive ones go to different threads and may overlap. Two, as
+  /// PyTorch: with one, a collective that starts while Gloo still releases
+  /// the previous one's buffers can stall Gloo's event loop until the next
+  /// scheduler tick on a busy machine (bench/README.md).
+  int threads = default_threads;
   /// A communication thread polls for the next collective this long before
   /// sleeping (saves a thread wake-up between back-to-back collectives).
   std::chrono::microseconds spin{0};
   /// Before each collective the ranks exchange a small header (sequence
   /// number, kind, dtype, sizes, reduction, root) and fail with a
-  /// `collective_error` naming both calls when they differ, instead of
-  /// corrupting memory or hanging. Costs one small message round per
-  /// collective. Not available with `pytorch` (PyTorch's peers send none).
-  bool check_calls = true;
+  /// `collective_error` naming both calls when they differ. Without it, calls
+  /// that differ between ranks are undefined: Gloo may return wrong data,
+  /// time out, or end the process (as in PyTorch without
+  /// TORCH_DISTRIBUTED_DEBUG=DETAIL). Off by default: it costs one small
+  /// message round per collective, about a quarter of a small allreduce on
+  /// loopback (bench/README.md). Setting CORODIST_CHECK_COLLECTIVES=1 in the
+  /// environment turns it on for every group. Not available with `pytorch`
+  /// (PyTorch's ranks send no headers).
+  bool check_calls = false;
+  /// Allreduces of at most this many bytes use Gloo's bcube algorithm
+  /// (recursive halving/doubling: log2(size) exchanges each way, the fewest
+  /// messages and thread wake-ups); larger ones the ring (PyTorch's choice,
+  /// whose pipelined segments keep the links busy). 0: always the ring.
+  /// Ignored with `pytorch` (the ring, as PyTorch's ranks run).
+  std::size_t bcube_max_bytes = default_bcube_max_bytes;
   /// Coalesced collectives pack buffers of one dtype into staging buffers of
   /// at most this many bytes (a larger buffer goes alone, in place).
   std::size_t bucket_bytes = default_bucket_bytes;
