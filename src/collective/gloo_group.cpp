@@ -160,16 +160,14 @@ struct gloo_group::impl {
     return w;
   }
 
-  std::string where(const pending_op& op) const {
-    return detail::where(op.call, op.seq, rank, size, label);
-  }
+  std::string where(const pending_op& op) const { return detail::where(op.call, op.seq, rank, size, label); }
 
   collective_error error_of(const pending_op& op, const std::string& what) const {
-    return collective_error(where(op) + ": " + what, std::string(to_string(op.call.kind)), rank, op.seq);
+    return detail::error_at({op.call, op.seq, rank, size, label}, what);
   }
 
   collective_timeout_error timeout_of(const pending_op& op, const std::string& what) const {
-    return collective_timeout_error(where(op) + ": " + what, std::string(to_string(op.call.kind)), rank, op.seq);
+    return detail::timeout_at({op.call, op.seq, rank, size, label}, what);
   }
 
   std::string timed_out_text(const pending_op& op) const {

@@ -95,7 +95,7 @@ struct nccl_group::impl : std::enable_shared_from_this<impl> {
   std::string where(const pending_op& op) const { return detail::where(op.call, op.seq, rank, size, label); }
 
   collective_error error_of(const pending_op& op, const std::string& what) const {
-    return collective_error(where(op) + ": " + what, std::string(to_string(op.call.kind)), rank, op.seq);
+    return detail::error_at({op.call, op.seq, rank, size, label}, what);
   }
 
   // Waits (yielding the thread) while a non-blocking communicator reports
@@ -281,8 +281,8 @@ struct nccl_group::impl : std::enable_shared_from_this<impl> {
       cudaEventDestroy(op->done);
       op->done = nullptr;
       if (first && timed_out)
-        op->state->complete(std::make_exception_ptr(collective_timeout_error(
-            why, std::string(to_string(op->call.kind)), rank, op->seq)));
+        op->state->complete(std::make_exception_ptr(
+            collective_timeout_error(why, std::string(to_string(op->call.kind)), rank, op->seq)));
       else
         op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + why)));
       first = false;

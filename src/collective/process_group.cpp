@@ -69,6 +69,16 @@ std::string where(const collective_call& call, std::uint64_t seq, int rank, int 
   return fmt::format("{} #{} on rank {} of {} ({})", to_string(call.kind), seq, rank, size, group);
 }
 
+collective_error error_at(const call_site& site, const std::string& what) {
+  return collective_error(where(site.call, site.seq, site.rank, site.size, site.group) + ": " + what,
+                          std::string(to_string(site.call.kind)), site.rank, site.seq);
+}
+
+collective_timeout_error timeout_at(const call_site& site, const std::string& what) {
+  return collective_timeout_error(where(site.call, site.seq, site.rank, site.size, site.group) + ": " + what,
+                                  std::string(to_string(site.call.kind)), site.rank, site.seq);
+}
+
 } // namespace detail
 
 process_group::process_group(int rank, int size, std::chrono::milliseconds timeout)

@@ -28,9 +28,7 @@ using corodist::test::pipe_pair;
 namespace {
 
 /// A store server on its own loop, for rank processes to meet at.
-struct store_host : corodist::test::tcp_impl {
-  std::uint16_t port() const { return server->local_endpoint().port(); }
-};
+using store_host = corodist::test::tcp_impl;
 
 /// The body of a rank process: joins the group `prefix` of `size` ranks at the
 /// store on `port`, runs `body`, and returns its exit code (failures are
