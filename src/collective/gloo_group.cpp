@@ -193,8 +193,9 @@ struct gloo_group::impl {
     }
     if (aborted_flag.load(std::memory_order_acquire))
       return finish(op, std::make_exception_ptr(error_of(op, "the group was aborted: " + reason())));
+    std::vector<std::shared_ptr<void>> gloo_objects; // released after the work completes
     detail::gloo_call_context cc{context, static_cast<std::uint32_t>(op.seq), op.deadline, opts.bucket_bytes,
-                                 opts.pytorch ? 0 : opts.bcube_max_bytes};
+                                 opts.pytorch ? 0 : opts.bcube_max_bytes, &gloo_objects};
     try {
       if (checks()) {
         if (!op.inbox)
@@ -301,11 +302,13 @@ struct gloo_group::impl {
         lk.lock();
         continue;
       }
-      watchdog_wakes_at = next;
+      // With nothing earlier in flight, sleep one group timeout: a collective
+      // issued meanwhile with the default timeout is due later, so issuing
+      // it wakes no one; only a shorter per-call deadline does.
       if (next == clock::time_point::max())
-        watchdog_cv.wait(lk);
-      else
-        watchdog_cv.wait_until(lk, next);
+        next = clock::now() + opts.timeout;
+      watchdog_wakes_at = next;
+      watchdog_cv.wait_until(lk, next);
     }
   }
 

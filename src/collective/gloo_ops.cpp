@@ -119,6 +119,14 @@ std::string header_text(const call_header& h) {
 
 // ---- Gloo calls --------------------------------------------------------------
 
+// Makes a Gloo object that lives until the collective's work has completed.
+template <typename T, typename... A>
+T& kept(const gloo_call_context& cc, A&&... a) {
+  auto p = std::make_shared<T>(std::forward<A>(a)...);
+  cc.keep->push_back(p);
+  return *p;
+}
+
 template <typename Options>
 void set_output(Options& o, void* data, std::size_t count, std::size_t esize) {
   switch (esize) {
@@ -144,7 +152,7 @@ void set_input(Options& o, void* data, std::size_t count, std::size_t esize) {
 void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, std::size_t esize, reduce_fn fn) {
   if (count == 0)
     return;
-  gloo::AllreduceOptions o(cc.context);
+  auto& o = kept<gloo::AllreduceOptions>(cc, cc.context);
   set_output(o, data, count, esize);
   // Small buffers: bcube (recursive halving/doubling), the fewest messages;
   // large ones: the ring, whose pipelined segments use the bandwidth.
@@ -174,7 +182,7 @@ void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op 
 void broadcast_one(const gloo_call_context& cc, const tensor_view& t, int root) {
   if (t.count() == 0)
     return;
-  gloo::BroadcastOptions o(cc.context);
+  auto& o = kept<gloo::BroadcastOptions>(cc, cc.context);
   set_output(o, t.data(), t.count(), element_size(t.type()));
   o.setRoot(root);
   o.setTag(cc.tag);
@@ -185,7 +193,7 @@ void broadcast_one(const gloo_call_context& cc, const tensor_view& t, int root) 
 void allgather(const gloo_call_context& cc, const tensor_view& in, const tensor_view& out) {
   if (in.count() == 0)
     return;
-  gloo::AllgatherOptions o(cc.context);
+  auto& o = kept<gloo::AllgatherOptions>(cc, cc.context);
   const auto esize = element_size(in.type());
   set_input(o, in.data(), in.count(), esize);
   set_output(o, out.data(), out.count(), esize);
@@ -215,10 +223,21 @@ void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::
   auto mod = [n](int v) { return ((v % n) + n) % n; };
   const int right = mod(rank + 1);
   const int left_rank = mod(rank - 1);
-  std::vector<std::byte> acc(chunk), recv(chunk);
-  auto in_buf = ctx.createUnboundBuffer(in, chunk * static_cast<std::size_t>(n));
-  auto acc_buf = ctx.createUnboundBuffer(acc.data(), chunk);
-  auto recv_buf = ctx.createUnboundBuffer(recv.data(), chunk);
+  struct buffers { // members go in reverse order: Gloo's buffers before their memory
+    std::vector<std::byte> acc, recv;
+    std::unique_ptr<gloo::transport::UnboundBuffer> in_buf, acc_buf, recv_buf;
+  };
+  auto& b = kept<buffers>(cc);
+  b.acc.resize(chunk);
+  b.recv.resize(chunk);
+  b.in_buf = ctx.createUnboundBuffer(in, chunk * static_cast<std::size_t>(n));
+  b.acc_buf = ctx.createUnboundBuffer(b.acc.data(), chunk);
+  b.recv_buf = ctx.createUnboundBuffer(b.recv.data(), chunk);
+  auto& in_buf = b.in_buf;
+  auto& acc_buf = b.acc_buf;
+  auto& recv_buf = b.recv_buf;
+  auto& acc = b.acc;
+  auto& recv = b.recv;
   const auto slot = gloo::Slot::build(reduce_scatter_slot_prefix, cc.tag);
   for (int s = 0; s < n - 1; ++s) {
     const int send_chunk = mod(rank - s - 1);
@@ -253,7 +272,7 @@ void reduce_scatter(const gloo_call_context& cc, const tensor_view& in, const te
 }
 
 void barrier(const gloo_call_context& cc) {
-  gloo::BarrierOptions o(cc.context);
+  auto& o = kept<gloo::BarrierOptions>(cc, cc.context);
   o.setTag(cc.tag);
   o.setTimeout(left(cc));
   gloo::barrier(o);

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace corodist::collective::detail {
 
@@ -21,6 +22,11 @@ struct gloo_call_context {
   std::chrono::steady_clock::time_point deadline; ///< every wait gives up here
   std::size_t bucket_bytes = 0;                 ///< staging size of coalesced calls
   std::size_t bcube_max_bytes = 0;              ///< allreduces up to this size use bcube, larger the ring
+  /// Gloo's option objects and buffers of the collective, released only after
+  /// its work has completed: releasing an unbound buffer may wait for Gloo's
+  /// event-loop thread, which may be waiting for the next collective (as
+  /// PyTorch, complete first, then release).
+  std::vector<std::shared_ptr<void>>* keep = nullptr;
 };
 
 /// The other ranks' call headers of one collective, received into buffers
