@@ -75,11 +75,11 @@ struct size_case {
 std::vector<size_case> cases(bool quick) {
   if (quick)
     return {{4 << 10, 30}, {256 << 10, 12}, {4 << 20, 4}, {64 << 20, 1}};
-  return {{4 << 10, 130}, {16 << 10, 130}, {64 << 10, 100}, {256 << 10, 50},
-          {1 << 20, 26},  {4 << 20, 10},   {16 << 20, 5},   {64 << 20, 3}};
+  return {{4 << 10, 100}, {16 << 10, 100}, {64 << 10, 75}, {256 << 10, 38},
+          {1 << 20, 20},  {4 << 20, 8},    {16 << 20, 4},  {64 << 20, 2}};
 }
 
-constexpr int blocks = 6; // turns per size and job
+constexpr int blocks = 8; // turns per size and job (a multiple of the 4 variants' rotation)
 constexpr int warmup = 3; // untimed calls the first time a job sees a size
 constexpr auto step_timeout = std::chrono::minutes(5);
 
@@ -302,6 +302,7 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output) 
   struct per_size {
     std::vector<float> v; // zeros stay zeros: no overflow, no denormals
     latency_recorder ours, with_check, direct, direct2;
+    int blocks = 0;
   };
   std::map<std::size_t, per_size> sizes;
   std::optional<line_reader> commands;
@@ -352,11 +353,18 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output) 
         rec.add(clock_type::now() - t0);
       }
     };
-    // One run of each variant per block, one after another.
-    timed(*pg, s.ours, iters);
-    timed(*checked, s.with_check, iters);
-    timed_bare(bare_allreduce, s.direct, iters);
-    timed_bare(bare2_allreduce, s.direct2, iters);
+    // One run of each variant per block, one after another, starting with a
+    // different one each block (the first after the peer's turn runs on a
+    // machine that is still settling).
+    const int first = s.blocks++ % 4;
+    for (int k = 0; k < 4; ++k) {
+      switch ((first + k) % 4) {
+      case 0: timed(*pg, s.ours, iters); break;
+      case 1: timed(*checked, s.with_check, iters); break;
+      case 2: timed_bare(bare_allreduce, s.direct, iters); break;
+      default: timed_bare(bare2_allreduce, s.direct2, iters); break;
+      }
+    }
     if (rank == 0)
       write_line(output, "DONE");
   }
