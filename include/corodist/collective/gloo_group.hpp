@@ -72,7 +72,7 @@ struct gloo_options {
   /// that differ between ranks are undefined: Gloo may return wrong data,
   /// time out, or end the process (as in PyTorch without
   /// TORCH_DISTRIBUTED_DEBUG=DETAIL). Off by default: it costs one small
-  /// message round per collective, about a quarter of a small allreduce on
+  /// message round per collective, up to 70 % of a small allreduce on
   /// loopback (bench/README.md). Setting CORODIST_CHECK_COLLECTIVES=1 in the
   /// environment turns it on for every group. Not available with `pytorch`
   /// (PyTorch's ranks send no headers).

@@ -55,11 +55,12 @@ struct collective_call {
 /// Every rank must issue the same collectives in the same order (the
 /// sequence number counts them); each returns at once with a `work` that
 /// completes when the collective has finished on this rank. Collectives
-/// progress in issue order. With the default checks a collective whose
-/// kind, dtype, size, reduction or root differs between ranks fails on every
-/// rank with a `collective_error` naming both calls. A failure other than a
-/// mismatch — a timeout, a peer that died — aborts the group: pending and
-/// later collectives fail with `collective_error`, and the group must be
+/// start in issue order (a backend may run some at once). With call checks
+/// on (gloo_options::check_calls), a collective whose kind, dtype, size,
+/// reduction or root differs between ranks fails on every rank with a
+/// `collective_error` naming both calls. A failure other than a mismatch —
+/// a timeout, a peer that died — aborts the group: pending and later
+/// collectives fail with `collective_error`, and the group must be
 /// recreated (as in PyTorch).
 ///
 /// Buffers: see `tensor_view` (kept alive and untouched until the work
