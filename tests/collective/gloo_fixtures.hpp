@@ -6,6 +6,8 @@
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/hash_store.hpp>
 
+#include <boost/test/unit_test.hpp>
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -26,6 +28,14 @@
   } while (0)
 
 namespace corodist::test {
+
+/// Precondition of the Gloo test suites: this build has the Gloo backend.
+inline boost::test_tools::assertion_result gloo_built(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result r(collective::gloo_group::built());
+  if (!r)
+    r.message() << "skipped: corodist was built without Gloo (libgloo-dev not found)";
+  return r;
+}
 
 /// Throws unless `f()` throws an `E`; returns E's message.
 template <typename E, typename F>

@@ -94,7 +94,7 @@ BOOST_AUTO_TEST_CASE(tensor_views_carry_type_size_and_device) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-BOOST_AUTO_TEST_SUITE(api)
+BOOST_AUTO_TEST_SUITE(api, *utf::precondition(corodist::test::gloo_built))
 
 using corodist::test::require_throws;
 

@@ -76,7 +76,7 @@ bool wait_readable(int fd, std::chrono::milliseconds timeout) {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(gloo_processes)
+BOOST_AUTO_TEST_SUITE(gloo_processes, *utf::precondition(corodist::test::gloo_built))
 
 // (3 ranks with the call-header check on, 2 and 4 without.)
 BOOST_AUTO_TEST_CASE(every_collective_on_2_3_and_4_process_ranks, *utf::timeout(180)) {

@@ -43,7 +43,7 @@ void require_all_ok(const std::vector<std::string>& errors) {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(gloo_threads)
+BOOST_AUTO_TEST_SUITE(gloo_threads, *utf::precondition(corodist::test::gloo_built))
 
 BOOST_AUTO_TEST_CASE(every_collective_on_three_thread_ranks, *utf::timeout(120)) {
   thread_ranks job;

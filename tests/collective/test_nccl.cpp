@@ -20,6 +20,7 @@ namespace cc = corodist::collective;
 
 namespace {
 
+#if CORODIST_TEST_CUDA
 boost::test_tools::assertion_result gpu_present(utf::test_unit_id) {
   const auto why = cc::nccl_group::unavailable_reason();
   boost::test_tools::assertion_result r(why.empty());
@@ -27,6 +28,7 @@ boost::test_tools::assertion_result gpu_present(utf::test_unit_id) {
     r.message() << "skipped: NCCL cannot run here: " << why;
   return r;
 }
+#endif
 
 boost::test_tools::assertion_result built_without_gpu(utf::test_unit_id) {
   boost::test_tools::assertion_result r(cc::nccl_group::built() && !cc::nccl_group::unavailable_reason().empty());

@@ -10,6 +10,7 @@
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 
+#include "collective/gloo_fixtures.hpp"
 #include "support/program.hpp"
 
 #include <cstdlib>
@@ -99,7 +100,7 @@ cc::gloo_options pytorch_options(std::string store_prefix) {
 
 } // namespace
 
-BOOST_AUTO_TEST_SUITE(pytorch_interop)
+BOOST_AUTO_TEST_SUITE(pytorch_interop, *utf::precondition(corodist::test::gloo_built))
 
 // Two PyTorch ranks (0, 1) on PyTorch's TCPStore master, init_method layout;
 // the C++ rank is 2.
