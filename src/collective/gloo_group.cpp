@@ -176,11 +176,22 @@ struct gloo_group::impl {
   }
 
   void finish(const pending_op& op, std::exception_ptr e) {
+    op.state->complete(std::move(e)); // first: a barrier waiting on `inflight` then sees it completed
     {
       std::lock_guard lk(mutex);
       inflight.erase(op.seq);
     }
-    op.state->complete(std::move(e));
+    finished_cv.notify_all();
+  }
+
+  // A barrier completes after every collective issued before it (as
+  // PyTorch's): with two communication threads an earlier one may still run.
+  // False if the deadline passed first.
+  bool wait_for_earlier(const pending_op& op) {
+    std::unique_lock lk(mutex);
+    return finished_cv.wait_until(lk, op.deadline, [&] {
+      return aborted || inflight.empty() || inflight.begin()->first >= op.seq;
+    });
   }
 
   // On a communication thread.
@@ -206,6 +217,8 @@ struct gloo_group::impl {
         if (!mismatch.empty()) // every rank sees it and skips the data: the group stays usable
           return finish(op, std::make_exception_ptr(error_of(op, mismatch)));
       }
+      if (op.call.kind == collective_kind::barrier && !wait_for_earlier(op))
+        throw timeout_error("Timed out waiting for the collectives issued before the barrier");
       detail::run_collective(cc, op.call);
       finish(op, nullptr);
     } catch (const std::exception& e) {
@@ -246,6 +259,7 @@ struct gloo_group::impl {
       aborted_flag.store(true, std::memory_order_release);
     }
     watchdog_cv.notify_all();
+    finished_cv.notify_all();
     CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label, rank, size, why);
     signal_pairs("corodist: " + why);
   }
@@ -291,7 +305,7 @@ struct gloo_group::impl {
       auto next = clock::time_point::max();
       const pending_op* first = nullptr;
       for (const auto& [seq, op] : inflight)
-        if (op->deadline < next) {
+        if (op->deadline < next && !op->state->completed()) {
           next = op->deadline;
           first = op.get();
         }
@@ -354,6 +368,7 @@ struct gloo_group::impl {
   bool stopping = false;
   clock::time_point watchdog_wakes_at = clock::time_point::max();
   std::condition_variable watchdog_cv;
+  std::condition_variable finished_cv; // a collective finished (barriers wait for earlier ones)
   std::thread watchdog;
   std::unique_ptr<worker_thread> comm;
 };
@@ -519,8 +534,18 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
       throw collective_error(what + ": connecting to the other ranks failed: " + e.what(), "create", rank, 0);
     }
   }
-  if (opts.pytorch)
+  if (opts.pytorch) {
     co_await pytorch_handshake(stores, opts, rank, size);
+  } else {
+    // Every rank has connected before any returns: a rank that aborts right
+    // after creating cannot fail a peer that is still finishing its connects.
+    try {
+      co_await stores.group->barrier("connected", size, opts.timeout);
+    } catch (const timeout_error&) {
+      throw timeout_error(fmt::format("{}: not every rank finished connecting within {} ms", what,
+                                      opts.timeout.count()));
+    }
+  }
   CORODIST_LOG_DEBUG("{}: connected ({})", what, st->address);
   co_return std::shared_ptr<gloo_group>(new gloo_group(rank, size, opts.timeout, std::move(state)));
 }

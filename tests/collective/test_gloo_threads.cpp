@@ -118,6 +118,24 @@ BOOST_AUTO_TEST_CASE(many_collectives_in_flight_from_coroutines, *utf::timeout(1
   }));
 }
 
+// With two communication threads a barrier could overtake a big allreduce
+// issued before it; it completes only after it (as PyTorch's barrier).
+BOOST_AUTO_TEST_CASE(barrier_completes_after_earlier_collectives, *utf::timeout(60)) {
+  thread_ranks job;
+  require_all_ok(job.run(2, [&](int r) {
+    auto pg = job.group(r, 2);
+    RANK_REQUIRE(pg->backend() == "gloo");
+    for (int i = 0; i < 3; ++i) {
+      std::vector<float> big(std::size_t{4} << 20, 1.0f);
+      auto w = pg->allreduce(big);
+      pg->barrier().get();
+      RANK_REQUIRE(w.is_completed());
+      w.get();
+      RANK_REQUIRE(big.back() == 2.0f);
+    }
+  }));
+}
+
 // Rank 2 never enters allreduce #1: ranks 0 and 1 fail within the deadline,
 // naming the collective and its sequence number, and the group is aborted;
 // rank 2's next collective then fails at once (its peers ended the connections).

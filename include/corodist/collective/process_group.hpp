@@ -109,7 +109,8 @@ public:
   [[nodiscard]] work reduce_scatter(tensor_view input, tensor_view output, reduce_op op = reduce_op::sum,
                                     call_options opts = {});
 
-  /// Completes once every rank has reached its barrier.
+  /// Completes once every rank has reached its barrier, and after every
+  /// collective this rank issued before it has completed.
   [[nodiscard]] work barrier(call_options opts = {});
 
   /// The number of collectives issued on this group so far (the sequence
