@@ -109,7 +109,7 @@ public:
   static bool built() noexcept;
 
   /// Creates rank `rank` of a group of `size` ranks that meet in `store`;
-  /// returns once connected to every rank. Throws `usage_error` for bad
+  /// returns once every rank has connected to every other. Throws `usage_error` for bad
   /// arguments or a prefix already used on this store, `timeout_error` naming
   /// the ranks that never arrived within `opts.timeout`, `collective_error`
   /// if connecting fails. The group keeps `store` alive.
