@@ -20,6 +20,7 @@
 /// algbw = bytes / p50, busbw = algbw * 2(n-1)/n (nccl-tests' definitions).
 
 #include "harness.hpp"
+#include "peers.hpp"
 
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/event_loop.hpp>
@@ -87,15 +88,8 @@ std::string size_name(std::size_t bytes) {
   return bytes >= (1 << 20) ? fmt::format("{}MiB", bytes >> 20) : fmt::format("{}KiB", bytes >> 10);
 }
 
-std::string python() {
-  const char* p = std::getenv("CORODIST_BENCH_PYTHON");
-  return p && *p ? p : "/usr/bin/python3";
-}
-
-std::string peer_script() {
-  const char* p = std::getenv("CORODIST_TORCH_ALLREDUCE_PEER");
-  return p && *p ? p : CORODIST_BENCH_SOURCE_DIR "/torch_allreduce_peer.py";
-}
+// Debian's python3-torch runs only under /usr/bin/python3 (peers.cpp checks it).
+constexpr const char* python = "/usr/bin/python3";
 
 /// Rank 0's figures for one size:
 /// "RESULT <bytes> <p50_us> <p99_us> [<checked_p50_us> <bare_p50_us> <bare2_p50_us>]".
@@ -444,18 +438,6 @@ std::unique_ptr<job> spawn_job(const std::string& name, const std::vector<std::s
   return std::make_unique<job>(name, std::vector<pid_t>{pid}, in[1], out[0]);
 }
 
-bool torch_importable() {
-  static const bool ok = [] {
-    try {
-      auto j = spawn_job("python", {python(), "-c", "import torch.distributed as d; assert d.is_gloo_available()"});
-      return j->finish().empty(); // throws if it failed
-    } catch (const std::exception&) {
-      return false;
-    }
-  }();
-  return ok;
-}
-
 void remove_tree(const std::string& path) {
   if (DIR* d = ::opendir(path.c_str())) {
     while (const dirent* e = ::readdir(d))
@@ -471,7 +453,15 @@ void remove_tree(const std::string& path) {
 void run_allreduce_suite(context& ctx) {
 #if CORODIST_BENCH_GLOO
   const auto sizes = cases(ctx.quick);
-  const bool with_peer = torch_importable();
+  // Why PyTorch is not a peer here; nullopt when it is.
+  std::optional<std::string> no_peer;
+  const auto script = bench_script("torch_allreduce_peer.py");
+  if (!ctx.peers)
+    no_peer = "skipped";
+  else if (auto why = torch_unavailable())
+    no_peer = *why;
+  else if (script.empty())
+    no_peer = "bench/torch_allreduce_peer.py not found";
   for (int n : {2, 4}) {
     char tmpl[] = "/tmp/corodist_allreduce_XXXXXX";
     if (::mkdtemp(tmpl) == nullptr)
@@ -479,20 +469,25 @@ void run_allreduce_suite(context& ctx) {
     const std::string dir = tmpl;
     std::map<std::size_t, result> ours, peer;
     try {
+      if (ctx.status)
+        ctx.status->note(fmt::format("{} ranks{}", n, no_peer ? "" : " taking turns with PyTorch's"));
       auto our_job = start_ours(n, dir);
       std::unique_ptr<job> peer_job;
-      if (with_peer)
-        peer_job = spawn_job(fmt::format("PyTorch's {} ranks", n), {python(), peer_script(), "--ranks", std::to_string(n),
-                                                                    "--warmup", std::to_string(warmup)});
+      if (!no_peer)
+        peer_job = spawn_job(fmt::format("PyTorch's {} ranks", n),
+                             {python, script, "--ranks", std::to_string(n), "--warmup", std::to_string(warmup)});
       our_job->ready();
       if (peer_job)
         peer_job->ready();
-      for (const auto& c : sizes)
+      for (const auto& c : sizes) {
+        if (ctx.status)
+          ctx.status->note(fmt::format("{} ranks, {}", n, size_name(c.bytes)));
         for (int b = 0; b < blocks; ++b) {
           our_job->run(c.bytes, c.iters);
           if (peer_job)
             peer_job->run(c.bytes, c.iters);
         }
+      }
       ours = our_job->finish();
       if (peer_job)
         peer = peer_job->finish();
@@ -523,11 +518,12 @@ void run_allreduce_suite(context& ctx) {
                    {"checked_p50_us", r.checked_p50_us},
                    {"check_pct", (r.checked_p50_us / r.p50_us - 1.0) * 100.0}};
       if (auto p = peer.find(c.bytes); p != peer.end()) {
-        rec.extra_text = {{"peer", "pytorch-1.13-gloo"}};
-        rec.extra.emplace_back("peer_p50_us", p->second.p50_us);
-        rec.extra.emplace_back("speedup_vs_peer", p->second.p50_us / r.p50_us);
+        peer_result torch;
+        torch.name = "pytorch";
+        torch.p50_us = p->second.p50_us;
+        rec.peers = {torch};
       } else {
-        rec.extra_text = {{"peer", "not installed"}};
+        rec.peers = {peer_result::missing("pytorch", no_peer.value_or("no result"))};
       }
       ctx.report(std::move(rec));
     }
@@ -535,8 +531,7 @@ void run_allreduce_suite(context& ctx) {
 #else
   record rec;
   rec.suite = "allreduce";
-  rec.name = "gloo";
-  rec.extra_text = {{"skipped", "corodist-bench was built without Gloo"}};
+  rec.name = "gloo (corodist-bench was built without Gloo)";
   ctx.report(std::move(rec));
 #endif
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +18,24 @@ namespace corodist::bench {
 
 /// "Not applicable": a NaN field is omitted from JSON and printed as "-".
 inline constexpr double not_applicable = std::numeric_limits<double>::quiet_NaN();
+
+/// A peer's figures for the same case, measured in the same run with the same
+/// pinning (PyTorch, gRPC C++, ...). Fields left NaN were not measured.
+struct peer_result {
+  std::string name;                           ///< e.g. "pytorch", "grpc"
+  double p50_us = not_applicable;             ///< compared with the case's p50_us
+  double ops_per_s = not_applicable;          ///< compared with ops_per_s (when no p50)
+  double gbytes_per_s = not_applicable;       ///< compared with gbytes_per_s (when neither)
+  std::string status;                         ///< empty when measured, else e.g. "not installed"
+
+  /// A peer that could not be measured: reported with `why`, never as zero.
+  static peer_result missing(std::string name, std::string why = "not installed") {
+    peer_result p;
+    p.name = std::move(name);
+    p.status = std::move(why);
+    return p;
+  }
+};
 
 /// One result row. Fields left NaN do not apply to the case.
 struct record {
@@ -29,8 +48,16 @@ struct record {
   double raw_p50_us = not_applicable;   ///< filled from the context when NaN
   double raw_gbytes_per_s = not_applicable; ///< filled from the context when NaN
   std::vector<std::pair<std::string, double>> extra; ///< extra JSON keys (not in the table)
-  std::vector<std::pair<std::string, std::string>> extra_text; ///< extra JSON string keys (e.g. "peer")
+  /// Peers of this case. Each becomes one table row and one JSON line with the
+  /// case's own figures repeated and `peer`, `peer_p50_us` / `peer_ops_per_s` /
+  /// `peer_gbytes_per_s`, `speedup_vs_peer` (or `peer_status`); none: one row.
+  std::vector<peer_result> peers;
 };
+
+/// How much better corodist is than `peer` on `r` (> 1: corodist is better):
+/// the peer's p50 over ours when the peer has a p50, else our ops/s over the
+/// peer's, else our GB/s over the peer's; NaN when there is nothing to compare.
+double speedup_vs_peer(const record& r, const peer_result& peer);
 
 /// Collects latency samples (stored as integer nanoseconds) and answers
 /// percentiles in microseconds. Reserve up-front so recording never allocates.
@@ -77,15 +104,19 @@ private:
 record latency_record(std::string suite, std::string name, const latency_recorder& latency,
                       double elapsed_s);
 
+class progress;
+
 /// What every suite receives: the run settings, the raw floor, and the sinks.
 struct context {
   bool quick = false;
   bool pinned = false;
+  bool peers = true;                        ///< run the peers (PyTorch, gRPC); false: --no-peers
   double raw_p50_us = not_applicable;       ///< raw 64 B TCP ping-pong p50
   double raw_gbytes_per_s = not_applicable; ///< raw TCP bulk throughput
   std::string backend;                      ///< "io_uring" or "epoll"
   std::FILE* table_out = stdout;            ///< human table (never null)
   std::FILE* json_out = nullptr;            ///< JSON lines, or null for none
+  progress* status = nullptr;               ///< the progress display, told of every case; or null
 
   /// Fills the record's NaN raw_* fields from the context, prints one table
   /// row (flushed) and writes one JSON line to `json_out` if set.
@@ -106,15 +137,43 @@ struct suite_entry {
   std::string name;
   suite_fn fn = nullptr;
   int order = 0;
+  int cases = 0; ///< records the suite reports (for the progress display); 0 = unknown
 };
 
 /// Registers a suite at static-initialisation time:
-/// `static corodist::bench::suite_registrar reg("net", &run_net_suite, 20);`
+/// `static corodist::bench::suite_registrar reg("net", &run_net_suite, 20, 4);`
 struct suite_registrar {
-  /// Adds `fn` under `name`; suites run by ascending `order`.
-  suite_registrar(const char* name, suite_fn fn, int order);
+  /// Adds `fn` under `name`; suites run by ascending `order`; `cases` is how
+  /// many records it reports (0 if it varies), shown as "case 3/8" while it runs.
+  suite_registrar(const char* name, suite_fn fn, int order, int cases = 0);
 };
 
+/// The progress display on stderr: which suite and case, how many are left,
+/// the elapsed time. On a terminal one status line is redrawn every second
+/// and cleared while a table row is printed; otherwise one line per event.
+/// Thread-safe.
+class progress {
+public:
+  /// Starts the display (and, on a terminal, its ticker) for `suites`, run in that order.
+  explicit progress(std::vector<suite_entry> suites);
+  /// Stops the ticker and clears the status line.
+  ~progress();
+  progress(const progress&) = delete;
+  progress& operator=(const progress&) = delete;
+
+  /// The suite at `index` (into the constructor's list) starts.
+  void suite_started(std::size_t index);
+  /// What the current suite is doing now, e.g. "PyTorch RPC peer" (until the next case).
+  void note(std::string what);
+  /// Clears the status line before a table row is printed.
+  void pause();
+  /// A case was reported (its row printed): counts it and redraws.
+  void case_reported(const std::string& name);
+
+private:
+  struct state;
+  std::unique_ptr<state> s_;
+};
 /// All registered suites, sorted by order (ties: by name).
 std::vector<suite_entry> registered_suites();
 

@@ -1,5 +1,5 @@
 /// \file
-/// corodist-bench [--suite a,b] [--quick] [--json FILE|-] [--pin] [--list]
+/// corodist-bench [--suite a,b] [--quick] [--json FILE|-] [--pin] [--list] [--no-peers]
 
 #include "harness.hpp"
 
@@ -91,6 +91,8 @@ int main(int argc, char** argv) {
                                       "(the table then goes to stderr)");
   app.add_flag("--pin", pin, "Pin the whole process to CPU 0, so all threads share one CPU");
   app.add_flag("--list", list, "List the registered suites and exit");
+  bool no_peers = false;
+  app.add_flag("--no-peers", no_peers, "Do not run the peers (PyTorch, gRPC C++); their columns say 'skipped'");
   CLI11_PARSE(app, argc, argv);
 
   if (list) {
@@ -113,6 +115,7 @@ int main(int argc, char** argv) {
 
   cb::context ctx;
   ctx.quick = quick;
+  ctx.peers = !no_peers;
   ctx.backend = cb::backend_name();
 
   std::unique_ptr<std::FILE, file_closer> json_file;
@@ -144,12 +147,17 @@ int main(int argc, char** argv) {
   }
   ctx.print_header();
 
+  cb::progress status(selected);
+  ctx.status = &status;
   int rc = 0;
-  for (const auto& s : selected) {
+  for (std::size_t i = 0; i < selected.size(); ++i) {
+    const auto& s = selected[i];
+    status.suite_started(i);
     try {
       s.fn(ctx);
     } catch (const std::exception& e) {
       std::fflush(ctx.table_out);
+      status.pause();
       fmt::print(stderr, "corodist-bench: suite '{}' failed: {}\n", s.name, e.what());
       rc = 1;
     }

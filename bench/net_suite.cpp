@@ -157,7 +157,7 @@ void run_net_suite(context& ctx) {
   pipelined(ctx, pair);
 }
 
-const suite_registrar registrar("net", &run_net_suite, 20);
+const suite_registrar registrar("net", &run_net_suite, 20, 4);
 
 } // namespace
 } // namespace corodist::bench

@@ -330,7 +330,7 @@ void run_raw_suite(context& ctx) {
   ctx.report(std::move(f));
 }
 
-const suite_registrar registrar("raw", &run_raw_suite, 0);
+const suite_registrar registrar("raw", &run_raw_suite, 0, 3);
 
 } // namespace
 

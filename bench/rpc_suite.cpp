@@ -6,6 +6,7 @@
 
 #include "closed_loop.hpp"
 #include "harness.hpp"
+#include "peers.hpp"
 
 #include <corodist/core/event_loop.hpp>
 #include <corodist/rpc/agent.hpp>
@@ -118,7 +119,8 @@ void one_sync(rpc::agent& a, const sync_case& sc, const std::string& text, const
   }
 }
 
-void sync_latency(context& ctx, agent_pair& pair, const sync_case& sc, const char* fn = "noop") {
+void sync_latency(context& ctx, agent_pair& pair, const sync_case& sc, const char* fn = "noop",
+                  std::vector<peer_result> peers = {}) {
   const std::size_t samples = ctx.quick ? sc.quick_samples : sc.full_samples;
   const double budget_s = ctx.quick ? 4.0 : 30.0;
   const std::string text(sc.bytes, 'x');
@@ -143,6 +145,7 @@ void sync_latency(context& ctx, agent_pair& pair, const sync_case& sc, const cha
   r.extra = {{"argument_bytes", static_cast<double>(sc.bytes)},
              {"samples", static_cast<double>(rec.size())},
              {"calls_per_s", static_cast<double>(rec.size()) / elapsed}};
+  r.peers = std::move(peers);
   ctx.report(std::move(r));
 }
 
@@ -172,24 +175,27 @@ void coroutine_latency(context& ctx, agent_pair& pair) {
 }
 
 // 64 coroutines on the client loop, each keeping one rpc_async call in flight.
-void async_throughput(context& ctx, agent_pair& pair) {
+void async_throughput(context& ctx, agent_pair& pair, std::vector<peer_result> peers) {
   const std::size_t total = ctx.quick ? 200'000 : 1'000'000;
   auto& a = pair.client();
   auto [rec, elapsed] = pair.run_on_client([&](asio::any_io_executor ex) {
-    auto one_call = [&a](int) -> asio::awaitable<void> { (void)co_await a.rpc_async<int>("server", "add", 1, 2); };
+    auto one_call = [&a](int) -> asio::awaitable<void> { (void)co_await a.rpc_async<int>("server", "add", 1, 2).async_get(); };
     return run_closed_loop(ex, pipeline_depth, total, one_call);
   });
   auto r = latency_record("rpc", "rpc_async_x64", rec, elapsed);
   r.extra = {{"in_flight", double(pipeline_depth)},
              {"calls", static_cast<double>(rec.size())},
              {"calls_per_s", static_cast<double>(rec.size()) / elapsed}};
+  r.peers = std::move(peers);
   ctx.report(std::move(r));
 }
 
 // 64 MiB out and back as an attachment (zero-copy on send, one copy out of
 // the socket on receive); GB/s counts both directions.
-void echo_64MiB(context& ctx, agent_pair& pair) {
-  const std::size_t bytes = std::size_t{64} << 20;
+constexpr std::size_t echo_bytes = std::size_t{64} << 20;
+
+void echo_64MiB(context& ctx, agent_pair& pair, std::vector<peer_result> peers) {
+  const std::size_t bytes = echo_bytes;
   const int rounds = ctx.quick ? 3 : 10;
   auto data = std::make_shared<std::vector<std::byte>>(bytes, std::byte{7});
   const rpc::attachment blob(data, std::span<const std::byte>(*data));
@@ -210,10 +216,55 @@ void echo_64MiB(context& ctx, agent_pair& pair) {
   // From the median round trip: 2 x 64 MiB moved.
   r.gbytes_per_s = 2.0 * static_cast<double>(bytes) / (rec.percentile(0.5) * 1e-6) / 1e9;
   r.extra = {{"bytes", static_cast<double>(bytes)}, {"rounds", static_cast<double>(rounds)}};
+  r.peers = std::move(peers);
+  ctx.report(std::move(r));
+}
+
+// ---- peers: measured in this run, as child processes with our pinning ----
+
+/// PyTorch RPC (TensorPipe), two ranks started through corodist-run.
+peer_output torch_rpc_peer(context& ctx) {
+  if (!ctx.peers) return {{}, "skipped"};
+  if (auto why = torch_unavailable()) return {{}, *why};
+  const auto script = bench_script("torch_rpc_peer.py");
+  const auto launcher = built_program("tools/corodist-run");
+  if (script.empty() || launcher.empty()) return {{}, "not installed"};
+  return run_peer(ctx, "PyTorch RPC",
+                  {launcher, "--nproc", "2", "--", "/usr/bin/python3", script, "--samples", ctx.quick ? "2000" : "10000",
+                   "--calls", ctx.quick ? "20000" : "100000", "--depth", std::to_string(pipeline_depth)},
+                  std::chrono::seconds(600));
+}
+
+/// gRPC C++ (Debian's libgrpc++, built only when found): sync unary 64 B, 64 in flight, echo.
+peer_output grpc_peer(context& ctx) {
+  if (!ctx.peers) return {{}, "skipped"};
+  const auto program = built_program("bench/corodist-grpc-peer");
+  if (program.empty()) return {{}, "not installed"};
+  return run_peer(ctx, "gRPC C++",
+                  {program, "--samples", ctx.quick ? "20000" : "100000", "--calls", ctx.quick ? "100000" : "500000",
+                   "--echo-bytes", std::to_string(echo_bytes), "--rounds", ctx.quick ? "3" : "10"},
+                  std::chrono::seconds(600));
+}
+
+// PyTorch's remote() + to_here(): corodist's side is the rref suite's (not here
+// yet); the row carries the peer's figure alone until then.
+void remote_to_here(context& ctx, const peer_output& torch) {
+  record r;
+  r.suite = "rpc";
+  r.name = "remote_to_here";
+  r.peers = {peer_from("pytorch", torch, {{"op", "remote_to_here"}}, "p50_us")};
   ctx.report(std::move(r));
 }
 
 void run_rpc_suite(context& ctx) {
+  const auto torch = torch_rpc_peer(ctx);
+  const auto grpc = grpc_peer(ctx);
+  auto torch_peer = [&](const char* op, const char* p50, const char* ops) {
+    return peer_from("pytorch", torch, {{"op", op}}, p50, ops);
+  };
+  auto grpc_peer_of = [&](const char* op, const char* p50, const char* ops, const char* gbytes) {
+    return peer_from("grpc", grpc, {{"op", op}}, p50, ops, gbytes);
+  };
   agent_pair pair;
   static const sync_case cases[] = {
       {"rpc_sync_empty", 0, 20'000, 200'000},
@@ -221,8 +272,14 @@ void run_rpc_suite(context& ctx) {
       {"rpc_sync_4KiB", 4096, 10'000, 50'000},
       {"rpc_sync_1MiB", 1 << 20, 300, 2'000},
   };
-  for (const auto& sc : cases)
-    sync_latency(ctx, pair, sc);
+  for (const auto& sc : cases) {
+    std::vector<peer_result> peers;
+    if (sc.name == std::string_view("rpc_sync_empty"))
+      peers = {torch_peer("rpc_sync_empty", "p50_us", nullptr), grpc_peer_of("sync_unary_64B", "p50_us", nullptr, nullptr)};
+    else if (sc.name == std::string_view("rpc_sync_64B"))
+      peers = {grpc_peer_of("sync_unary_64B", "p50_us", nullptr, nullptr)};
+    sync_latency(ctx, pair, sc, "noop", std::move(peers));
+  }
   sync_latency(ctx, pair, sync_case{"rpc_sync_empty_plain_fn", 0, 20'000, 100'000}, "plain_noop");
   {
     // The same empty call with the caller polling for its reply (sync_spin).
@@ -230,11 +287,13 @@ void run_rpc_suite(context& ctx) {
     sync_latency(ctx, spinning, sync_case{"rpc_sync_empty_spin100us", 0, 20'000, 200'000});
   }
   coroutine_latency(ctx, pair);
-  async_throughput(ctx, pair);
-  echo_64MiB(ctx, pair);
+  async_throughput(ctx, pair,
+                   {torch_peer("rpc_async_x64", nullptr, "ops_per_s"), grpc_peer_of("async_x64", nullptr, "ops_per_s", nullptr)});
+  echo_64MiB(ctx, pair, {grpc_peer_of("echo", nullptr, nullptr, "gbytes_per_s")});
+  remote_to_here(ctx, torch);
 }
 
-const suite_registrar registrar("rpc", &run_rpc_suite, 40);
+const suite_registrar registrar("rpc", &run_rpc_suite, 40, 10);
 
 } // namespace
 } // namespace corodist::bench

@@ -6,6 +6,7 @@
 
 #include "closed_loop.hpp"
 #include "harness.hpp"
+#include "peers.hpp"
 
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/run_blocking.hpp>
@@ -79,7 +80,27 @@ struct server_and_client {
   std::uint16_t port = 0;
 };
 
-void single_client(context& ctx, server_and_client& env) {
+/// PyTorch's TCPStore client (python3-torch 1.13) against its own master and
+/// against `port` (our server), as a child process with our pinning.
+peer_output torch_store_peer(context& ctx, std::uint16_t port) {
+  if (!ctx.peers) return {{}, "skipped"};
+  if (auto why = torch_unavailable()) return {{}, *why};
+  const auto script = bench_script("torch_store_peer.py");
+  if (script.empty()) return {{}, "not installed"};
+  return run_peer(ctx, "PyTorch TCPStore", {"/usr/bin/python3", script, "--json", "--port", std::to_string(port),
+                                             "--clients", "64", "--samples", ctx.quick ? "2000" : "20000",
+                                             "--adds", ctx.quick ? "500" : "2000"},
+                  std::chrono::seconds(600));
+}
+
+/// The case's peers: PyTorch's client against its own master, and against our server.
+std::vector<peer_result> torch_store_peers(const peer_output& torch, const std::string& op, const char* p50_key,
+                                           const char* ops_key) {
+  return {peer_from("pytorch", torch, {{"master", "pytorch"}, {"op", op}}, p50_key, ops_key),
+          peer_from("pytorch-client@corodist", torch, {{"master", "corodist"}, {"op", op}}, p50_key, ops_key)};
+}
+
+void single_client(context& ctx, server_and_client& env, const peer_output& torch) {
   const std::size_t samples = ctx.quick ? 10'000 : 100'000;
   const double budget_s = ctx.quick ? 3.0 : 20.0;
   auto ex = asio::any_io_executor(env.client_loop.get_executor());
@@ -113,11 +134,14 @@ void single_client(context& ctx, server_and_client& env) {
       }
       co_return std::pair{std::move(rec), seconds_since(start)};
     }());
-    ctx.report(latency_record("store", oc.name, lat, elapsed));
+    auto r = latency_record("store", oc.name, lat, elapsed);
+    if (oc.which != 3) // PyTorch 1.13's Python TCPStore has no compare_set
+      r.peers = torch_store_peers(torch, oc.name, "p50_us", nullptr);
+    ctx.report(std::move(r));
   }
 }
 
-void concurrent_clients(context& ctx, server_and_client& env) {
+void concurrent_clients(context& ctx, server_and_client& env, const peer_output& torch) {
   constexpr int clients = 64;
   const std::size_t total = ctx.quick ? 200'000 : 1'000'000;
   auto ex = asio::any_io_executor(env.client_loop.get_executor());
@@ -136,6 +160,7 @@ void concurrent_clients(context& ctx, server_and_client& env) {
              {"ops", static_cast<double>(lat.size())},
              {"raw_fanin_ops_per_s", floor.ops_per_s},
              {"of_raw_fanin", r.ops_per_s / floor.ops_per_s}};
+  r.peers = torch_store_peers(torch, "add_64_clients", nullptr, "ops_per_s");
   ctx.report(std::move(r));
 }
 
@@ -284,15 +309,16 @@ void run_store_suite(context& ctx) {
   raise_fd_limit();
   {
     server_and_client env;
-    single_client(ctx, env);
-    concurrent_clients(ctx, env);
+    const auto torch = torch_store_peer(ctx, env.port); // same run, same pinning, our server on env's loop
+    single_client(ctx, env, torch);
+    concurrent_clients(ctx, env, torch);
   }
   rendezvous_case(ctx, 1024);
   rendezvous_case(ctx, 4096);
   memory_per_connection(ctx);
 }
 
-const suite_registrar registrar("store", &run_store_suite, 30);
+const suite_registrar registrar("store", &run_store_suite, 30, 8);
 
 } // namespace
 } // namespace corodist::bench

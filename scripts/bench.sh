@@ -1,8 +1,29 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds, and runs the latency benchmark suites.
-# Arguments go to corodist-bench (e.g. --quick, --suite net, --json -, --pin).
+# The main job: installs what it needs (with the peers: python3-torch, gRPC C++,
+# matplotlib), builds, runs corodist-bench, and writes the results into
+# build/bench-results/: bench-STAMP.txt (the table), bench-STAMP.jsonl (one
+# JSON object per case and peer) and bench-STAMP.png (the plot); latest.* link
+# to the newest run. Arguments go to corodist-bench (e.g. --quick,
+# --suite store,rpc, --pin, --no-peers); --list and --help just ask it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --bench
 bash scripts/build.sh build
-exec build/bench/corodist-bench "$@"
+for a in "$@"; do
+  case "$a" in
+    --list|--help|-h) exec build/bench/corodist-bench "$@" ;;
+    --json|--json=*) echo "bench.sh: the JSON goes to build/bench-results/; run build/bench/corodist-bench for --json" >&2; exit 2 ;;
+  esac
+done
+out=build/bench-results
+mkdir -p "$out"
+stamp=$(date +%Y%m%d-%H%M%S)
+rc=0
+build/bench/corodist-bench --json "$out/bench-$stamp.jsonl" "$@" | tee "$out/bench-$stamp.txt" || rc=$?
+for ext in txt jsonl; do ln -sfn "bench-$stamp.$ext" "$out/latest.$ext"; done
+if [[ -s "$out/bench-$stamp.jsonl" ]]; then
+  /usr/bin/python3 scripts/bench_plot.py "$out/bench-$stamp.jsonl" -o "$out/bench-$stamp.png" && \
+    ln -sfn "bench-$stamp.png" "$out/latest.png"
+fi
+echo "bench.sh: results in $out/bench-$stamp.{txt,jsonl,png}" >&2
+exit $rc

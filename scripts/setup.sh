@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # Installs corodist's build and test dependencies from Debian packages.
 # Idempotent and quiet: packages already present are skipped; apt runs only
-# when something is missing. Usage: scripts/setup.sh [--python]
+# when something is missing. Usage: scripts/setup.sh [--python] [--bench] [--fuzz]
 #   --python   also install python3-torch (PyTorch compatibility tests)
+#   --bench    also install the main job's peers and plotting: python3-torch,
+#              gRPC C++ (libgrpc++-dev, protobuf), python3-matplotlib
+#   --fuzz     also install clang and libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 
 pkgs=(g++ meson ninja-build ccache pkg-config
       liburing-dev libasio-dev libboost-test-dev libmsgpack-cxx-dev
       libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev)
 [[ " $* " == *" --python "* ]] && pkgs+=(python3 python3-torch)
+[[ " $* " == *" --bench "* ]] && pkgs+=(python3 python3-torch python3-matplotlib
+                                        libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc)
+[[ " $* " == *" --fuzz "* ]] && pkgs+=(clang libclang-rt-14-dev llvm)
 
 missing=()
 for p in "${pkgs[@]}"; do

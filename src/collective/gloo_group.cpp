@@ -512,7 +512,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
   };
   try {
     auto connected = st->comm->submit(std::move(connect));
-    co_await std::move(connected);
+    co_await connected.async_get();
   } catch (const timeout_error&) {
     timed_out = true;
     failure = std::current_exception();

@@ -53,7 +53,7 @@ asio::awaitable<void> work_state::await() {
     }
   }
   if (pending) {
-    co_await std::move(*pending);
+    co_await pending->async_get();
     error = this->error();
   }
   if (error)

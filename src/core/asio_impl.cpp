@@ -6,8 +6,14 @@
 // io_uring_service::init_ring(), its only call of that function: route it through
 // init_asio_ring so rings made by event_loop get its setup flags (core/ring_setup.hpp).
 #define io_uring_queue_init corodist::detail::init_asio_ring
+// Its cancels get a user_data that no operation owns (core/ring_setup.hpp).
+#define io_uring_prep_cancel corodist::detail::prep_unowned_cancel
+// Its timeout removals get their target's user_data (core/ring_setup.hpp).
+#define io_uring_prep_timeout_remove corodist::detail::prep_timeout_remove_owned
 #endif
 #include <asio/impl/src.hpp>
 #if CORODIST_IO_URING
 #undef io_uring_queue_init
+#undef io_uring_prep_cancel
+#undef io_uring_prep_timeout_remove
 #endif

@@ -10,6 +10,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <utility>
 #include <variant>
@@ -22,16 +23,30 @@ inline constexpr auto use_tuple = asio::experimental::as_tuple(asio::use_awaitab
 /// Awaits `op` for at most `timeout` (zero or less: the deadline has already passed).
 /// Returns op's result, or std::nullopt when the deadline came first; `op` is then
 /// cancelled (its Asio operation ends with operation_aborted, and that result is dropped).
-/// Runs on the awaiting coroutine's executor; T must not be void.
+/// An exception `op` throws is rethrown at once. Runs on the awaiting coroutine's
+/// executor; T must not be void.
 template <typename T>
 [[nodiscard]] asio::awaitable<std::optional<T>> within(asio::awaitable<T> op,
                                                        std::chrono::steady_clock::duration timeout) {
   using namespace asio::experimental::awaitable_operators;
+  // Asio 1.22's || does not count a branch that throws as the one that finished
+  // first: it waits for the timer and drops the exception. So the exception is
+  // caught inside the branch and rethrown here.
+  auto caught = [](asio::awaitable<T> o) -> asio::awaitable<std::pair<std::optional<T>, std::exception_ptr>> {
+    try {
+      co_return std::pair<std::optional<T>, std::exception_ptr>(co_await std::move(o), nullptr);
+    } catch (...) {
+      co_return std::pair<std::optional<T>, std::exception_ptr>(std::nullopt, std::current_exception());
+    }
+  };
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
-  auto r = co_await (std::move(op) || timer.async_wait(use_tuple));
+  auto r = co_await (caught(std::move(op)) || timer.async_wait(use_tuple));
   if (r.index() == 1)
     co_return std::nullopt;
-  co_return std::optional<T>(std::move(std::get<0>(r)));
+  auto& [value, failure] = std::get<0>(r);
+  if (failure)
+    std::rethrow_exception(failure);
+  co_return std::move(value);
 }
 
 } // namespace corodist::detail

@@ -25,23 +25,23 @@ namespace corodist {
 
 namespace {
 
-// Contexts of live event_loops, for on_loop_thread(). Touched only at loop
-// construction/destruction and by blocking facades, never on a hot path.
+// Live event_loops, for on_loop_thread() and require_running(). Touched only at
+// loop construction/destruction and by blocking facades, never on a hot path.
 std::mutex registry_mutex;
-std::vector<asio::io_context*>& registry() {
-  static std::vector<asio::io_context*> contexts;
-  return contexts;
+std::vector<const event_loop*>& registry() {
+  static std::vector<const event_loop*> loops;
+  return loops;
 }
 
-void register_context(asio::io_context* ctx) {
+void register_loop(const event_loop* l) {
   std::lock_guard lk(registry_mutex);
-  registry().push_back(ctx);
+  registry().push_back(l);
 }
 
-void unregister_context(asio::io_context* ctx) {
+void unregister_loop(const event_loop* l) {
   std::lock_guard lk(registry_mutex);
   auto& r = registry();
-  if (auto it = std::find(r.begin(), r.end(), ctx); it != r.end())
+  if (auto it = std::find(r.begin(), r.end(), l); it != r.end())
     r.erase(it);
 }
 
@@ -62,10 +62,23 @@ void unregister_context(asio::io_context* ctx) {
 namespace detail {
 bool on_loop_thread() noexcept {
   std::lock_guard lk(registry_mutex);
-  for (auto* ctx : registry())
-    if (ctx->get_executor().running_in_this_thread())
+  for (auto* l : registry())
+    if (l->running_in_this_thread())
       return true;
   return false;
+}
+
+void require_running(const asio::execution_context& ctx, const char* what) {
+  std::lock_guard lk(registry_mutex);
+  for (auto* l : registry()) {
+    if (&static_cast<const asio::execution_context&>(l->context()) != &ctx)
+      continue;
+    if ((!l->embedded() && !l->running()) || l->context().stopped())
+      throw usage_error(std::string("corodist: ") + what +
+                        ": the event loop is not running (call loop.start() first, or run the io_context "
+                        "it is embedded in)");
+    return;
+  }
 }
 } // namespace detail
 
@@ -102,10 +115,10 @@ event_loop::event_loop() {
     throw_io_uring_unavailable(e.code().value(), "asio::io_context");
   }
   ctx_ = owned_.get();
-  register_context(ctx_);
+  register_loop(this);
 }
 
-event_loop::event_loop(asio::io_context& ctx) : ctx_(&ctx) { register_context(ctx_); }
+event_loop::event_loop(asio::io_context& ctx) : ctx_(&ctx) { register_loop(this); }
 
 event_loop::~event_loop() {
   const bool on_own_thread = thread_.joinable() && thread_.get_id() == std::this_thread::get_id();
@@ -114,7 +127,7 @@ event_loop::~event_loop() {
     thread_.detach(); // destroyed on its own loop thread: cannot join self
   else if (owned_)
     drain();
-  unregister_context(ctx_);
+  unregister_loop(this);
 }
 
 void event_loop::drain() noexcept {

@@ -39,6 +39,16 @@ int init_asio_ring(unsigned entries, io_uring* ring, unsigned flags) noexcept {
   return rc;
 }
 
+void prep_unowned_cancel(io_uring_sqe* sqe, void* target, int /*asio_flags*/) noexcept {
+  io_uring_prep_cancel(sqe, target, 0);
+  io_uring_sqe_set_data(sqe, nullptr);
+}
+
+void prep_timeout_remove_owned(io_uring_sqe* sqe, unsigned long long target, unsigned flags) noexcept {
+  io_uring_prep_timeout_remove(sqe, target, flags);
+  sqe->user_data = target;
+}
+
 unsigned last_ring_flags() noexcept { return applied_flags; }
 
 } // namespace corodist::detail

@@ -8,6 +8,7 @@
 /// themselves keep Asio's own setup.
 
 struct io_uring;
+struct io_uring_sqe;
 
 namespace corodist::detail {
 
@@ -34,6 +35,24 @@ private:
 /// falls back to `flags` alone when the kernel refuses them (before Linux 5.19).
 /// Returns 0 or a negative errno.
 int init_asio_ring(unsigned entries, io_uring* ring, unsigned flags) noexcept;
+
+/// Asio 1.22's cancel: prepares `sqe` to cancel the operation whose user_data is `target`,
+/// with a user_data of its own that no operation owns (null, which Asio's reaper skips).
+/// Asio never sets the cancel's user_data, and liburing 2.3's io_uring_prep_cancel no
+/// longer clears it (liburing issue 848): the SQE slot's previous user_data stayed, so the
+/// cancel's completion was delivered to whatever operation last used that slot. The flags
+/// Asio passes are dropped: at shutdown it passes IOSQE_IO_DRAIN, which as cancel flags
+/// means "match by file descriptor" (and matched nothing), and as an SQE flag would make
+/// the cancel of its timeout wait for that very timeout.
+void prep_unowned_cancel(io_uring_sqe* sqe, void* target, int asio_flags) noexcept;
+
+/// Asio 1.22's timeout removal: prepares `sqe` to remove the timeout whose user_data is
+/// `target`, and gives the removal that same user_data, as later Asio does. Asio 1.22 leaves
+/// it unset (the slot's stale value) in io_uring_service::run(usec) (io_context::run_for
+/// and friends): the removal's completion went to an unrelated operation, which saw a
+/// result of 0 (a read: end of file). With the target's user_data, run() counts it as the
+/// second of its two local completions.
+void prep_timeout_remove_owned(io_uring_sqe* sqe, unsigned long long target, unsigned flags) noexcept;
 
 /// The setup flags of the last ring created on this thread through init_asio_ring (tests).
 unsigned last_ring_flags() noexcept;

@@ -46,6 +46,8 @@ cache& the_cache() {
   return *c;
 }
 
+} // namespace
+
 bytes fresh_buffer(std::size_t n) {
   bytes b;
   if (n >= 2 * huge_page) {
@@ -60,29 +62,33 @@ bytes fresh_buffer(std::size_t n) {
   return b;
 }
 
-} // namespace
+
+bytes take_cached_buffer(std::size_t n) {
+  if (n < recycle_min_size)
+    return {};
+  auto& c = the_cache();
+  std::unique_lock lk(c.mutex);
+  // The smallest cached buffer that holds n bytes without wasting more than half.
+  std::size_t best = c.buffers.size();
+  for (std::size_t i = 0; i < c.buffers.size(); ++i) {
+    const auto cap = c.buffers[i].capacity();
+    if (cap >= n && cap / 2 <= n && (best == c.buffers.size() || cap < c.buffers[best].capacity()))
+      best = i;
+  }
+  if (best == c.buffers.size())
+    return {};
+  bytes b = std::move(c.buffers[best]);
+  c.buffers.erase(c.buffers.begin() + static_cast<std::ptrdiff_t>(best));
+  c.bytes_held -= b.capacity();
+  lk.unlock();
+  // Shrinking keeps the stale bytes (no memset); growing zero-fills the tail only.
+  b.resize(n);
+  return b;
+}
 
 bytes acquire_large_buffer(std::size_t n) {
-  if (n >= recycle_min_size) {
-    auto& c = the_cache();
-    std::unique_lock lk(c.mutex);
-    // The smallest cached buffer that holds n bytes without wasting more than half.
-    std::size_t best = c.buffers.size();
-    for (std::size_t i = 0; i < c.buffers.size(); ++i) {
-      const auto cap = c.buffers[i].capacity();
-      if (cap >= n && cap / 2 <= n && (best == c.buffers.size() || cap < c.buffers[best].capacity()))
-        best = i;
-    }
-    if (best != c.buffers.size()) {
-      bytes b = std::move(c.buffers[best]);
-      c.buffers.erase(c.buffers.begin() + static_cast<std::ptrdiff_t>(best));
-      c.bytes_held -= b.capacity();
-      lk.unlock();
-      // Shrinking keeps the stale bytes (no memset); growing zero-fills the tail only.
-      b.resize(n);
-      return b;
-    }
-  }
+  if (auto b = take_cached_buffer(n); !b.empty())
+    return b;
   return fresh_buffer(n);
 }
 
@@ -112,6 +118,18 @@ std::size_t cached_bytes() noexcept {
 } // namespace corodist::net::detail
 
 namespace corodist::net {
+
+std::shared_ptr<const bytes> share_buffer(bytes&& b) {
+  if (b.capacity() < detail::recycle_min_size)
+    return std::make_shared<const bytes>(std::move(b));
+  return std::shared_ptr<const bytes>(new bytes(std::move(b)), [](const bytes* p) {
+    auto* owned = const_cast<bytes*>(p);
+    detail::recycle_large_buffer(std::move(*owned));
+    delete owned;
+  });
+}
+
+void release_buffer(bytes&& b) noexcept { detail::recycle_large_buffer(std::move(b)); }
 
 void set_buffer_cache_limit(std::size_t max_bytes) noexcept {
   auto& c = detail::the_cache();

@@ -2,7 +2,7 @@
 // Recycling of large frame buffers. A fresh buffer of many MiB costs a page
 // fault (and the kernel's zeroing of the page) for every page on first touch,
 // which dominated a 64 MiB RPC echo; a recycled buffer is already mapped.
-#include <corodist/net/connection.hpp>
+#include <corodist/net/buffer.hpp>
 
 namespace corodist::net::detail {
 
@@ -13,6 +13,15 @@ inline constexpr std::size_t recycle_min_size = std::size_t{1} << 20;
 /// there is one (its contents are stale: the caller overwrites them all), else
 /// a new one (from 4 MiB up advised to use transparent huge pages). Thread-safe.
 bytes acquire_large_buffer(std::size_t n);
+
+/// Returns a cached buffer of `n` bytes (contents stale) if the cache holds one
+/// that fits without wasting more than half, else an empty buffer. Taking it
+/// costs no new memory: the process holds it already. Thread-safe.
+bytes take_cached_buffer(std::size_t n);
+
+/// A new buffer of `n` bytes (never a cached one); from 4 MiB up advised to use
+/// transparent huge pages.
+bytes fresh_buffer(std::size_t n);
 
 /// Offers `b` for reuse (kept if large enough and the cache has room: at most
 /// 4 buffers, buffer_cache_limit() bytes in all); otherwise frees it. Thread-safe.

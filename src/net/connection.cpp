@@ -4,6 +4,7 @@
 #include "core/log.hpp"
 #include "net/auth.hpp"
 #include "net/buffer_cache.hpp"
+#include "net/endpoint_text.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <sys/socket.h>
 #include <limits>
+#include <tuple>
 #include <span>
 
 namespace corodist::net {
@@ -30,6 +32,8 @@ constexpr std::size_t read_buffer_size = 64 * 1024;
 // Bodies up to this size are copied next to their header (one iovec per batch);
 // larger ones are written in place.
 constexpr std::size_t copy_threshold = 2048;
+// A write buffer larger than this is freed once written, not kept for reuse.
+constexpr std::size_t release_above = 1 << 20;
 // Largest hello extension accepted (reserved for authentication).
 constexpr std::uint32_t max_hello_extension = 64 * 1024;
 
@@ -44,14 +48,6 @@ struct transfer_all_uncapped {
     return ec ? 0 : std::numeric_limits<std::uint32_t>::max();
   }
 };
-
-std::string endpoint_text(const asio::ip::tcp::socket& s) {
-  std::error_code ec;
-  auto ep = s.remote_endpoint(ec);
-  if (ec)
-    return "?";
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
-}
 
 // Reads the peer's hello and validates it; `extension` receives its extension block.
 asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out, bytes& extension) {
@@ -78,6 +74,9 @@ asio::awaitable<std::error_code> write_all(asio::ip::tcp::socket& s, asio::const
   co_return ec;
 }
 
+// The client side of the hello. With a token it sends a nonce, requires the
+// server to prove the token over both nonces before proving it in turn, and
+// refuses a server that does not authenticate (auth_not_offered).
 asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
                                                   const std::string& token) {
   auto [ec] = co_await s.async_connect(ep, use_tuple);
@@ -85,26 +84,36 @@ asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, cons
     co_return ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
   hello mine;
-  if (!token.empty())
+  bytes client_nonce;
+  if (!token.empty()) {
     mine.flags |= hello_flags::auth;
+    client_nonce = auth_nonce();
+    mine.extension_len = static_cast<std::uint32_t>(client_nonce.size());
+  }
   auto hb = encode(mine);
-  if (auto wec = co_await write_all(s, asio::buffer(hb)))
+  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(client_nonce)};
+  if (auto [wec, wn] = co_await asio::async_write(s, out, use_tuple); wec)
     co_return wec;
   hello h;
-  bytes challenge;
-  if (auto rec = co_await read_hello(s, h, challenge))
+  bytes ext;
+  if (auto rec = co_await read_hello(s, h, ext))
     co_return rec;
   if (h.version != protocol_version)
     co_return errc::unsupported_version;
-  if (!(h.flags & hello_flags::auth))
-    co_return std::error_code{};
-  // The server demands authentication: answer its challenge.
+  const bool server_authenticates = (h.flags & hello_flags::auth) != 0;
   if (token.empty())
-    co_return errc::auth_required;
-  if (challenge.size() != auth_challenge_size)
+    co_return server_authenticates ? std::error_code(errc::auth_required) : std::error_code{};
+  if (!server_authenticates)
+    co_return errc::auth_not_offered;
+  if (ext.size() != auth_nonce_size + auth_proof_size)
     co_return errc::bad_hello;
-  auto mac = auth_response(token, challenge);
-  if (auto wec = co_await write_all(s, asio::buffer(mac)))
+  const bytes server_nonce(ext.begin(), ext.begin() + auth_nonce_size);
+  auth_proof server_proof;
+  std::memcpy(server_proof.data(), ext.data() + auth_nonce_size, auth_proof_size);
+  if (!check_auth_proof(token, auth_role::server, client_nonce, server_nonce, server_proof))
+    co_return errc::auth_failed; // the server does not hold our token
+  const auto proof = make_auth_proof(token, auth_role::client, client_nonce, server_nonce);
+  if (auto wec = co_await write_all(s, asio::buffer(proof)))
     co_return wec;
   std::array<std::byte, 1> verdict{};
   auto [vec, vn] = co_await asio::async_read(s, asio::buffer(verdict), use_tuple);
@@ -113,21 +122,28 @@ asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, cons
   co_return std::error_code{};
 }
 
+// The server side: with a token, answers the client's nonce with its own and
+// its proof, then checks the client's proof.
 asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, const std::string& token) {
   hello h;
-  bytes ext;
-  if (auto ec = co_await read_hello(s, h, ext))
+  bytes client_nonce;
+  if (auto ec = co_await read_hello(s, h, client_nonce))
     co_return ec;
   // Answer even on a version mismatch so the client can report which we speak.
   hello mine;
-  bytes challenge;
+  bytes ext;
+  const bool client_proves = (h.flags & hello_flags::auth) && client_nonce.size() == auth_nonce_size;
   if (!token.empty() && h.version == protocol_version) {
     mine.flags |= hello_flags::auth;
-    challenge = auth_challenge();
-    mine.extension_len = static_cast<std::uint32_t>(challenge.size());
+    ext = auth_nonce();
+    if (client_proves) {
+      const auto proof = make_auth_proof(token, auth_role::server, client_nonce, ext);
+      ext.insert(ext.end(), proof.begin(), proof.end());
+    }
+    mine.extension_len = static_cast<std::uint32_t>(ext.size());
   }
   auto hb = encode(mine);
-  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(challenge)};
+  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(ext)};
   auto [wec, wn] = co_await asio::async_write(s, out, use_tuple);
   if (wec)
     co_return wec;
@@ -135,18 +151,19 @@ asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, cons
     co_return errc::unsupported_version;
   if (token.empty())
     co_return std::error_code{};
-  std::array<std::byte, auth_response_size> mac;
-  auto [rec, rn] = co_await asio::async_read(s, asio::buffer(mac), use_tuple);
-  if (rec)
-    co_return errc::auth_failed;
-  if (!auth_verify(token, challenge, mac))
+  if (!client_proves)
+    co_return errc::auth_failed; // a client without a token (it reports auth_required itself)
+  const bytes server_nonce(ext.begin(), ext.begin() + auth_nonce_size);
+  auth_proof proof;
+  auto [rec, rn] = co_await asio::async_read(s, asio::buffer(proof), use_tuple);
+  if (rec || !check_auth_proof(token, auth_role::client, client_nonce, server_nonce, proof))
     co_return errc::auth_failed;
   std::array<std::byte, 1> ok{std::byte{1}};
   co_return co_await write_all(s, asio::buffer(ok));
 }
 
-// Runs `op`, giving up with hello_timeout after `timeout` (the op is cancelled).
-asio::awaitable<std::error_code> with_deadline(asio::awaitable<std::error_code> op,
+// Runs `op` (a hello exchange), giving up with hello_timeout after `timeout` (the op is cancelled).
+asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::error_code> op,
                                                std::chrono::milliseconds timeout) {
   auto r = co_await corodist::detail::within(std::move(op), timeout);
   co_return r ? *r : make_error_code(errc::hello_timeout);
@@ -155,14 +172,17 @@ asio::awaitable<std::error_code> with_deadline(asio::awaitable<std::error_code> 
 } // namespace
 
 void connection::batch::clear() noexcept {
-  stage.clear();
+  if (stage.capacity() > release_above)
+    bytes().swap(stage); // a burst is over: give its memory back
+  else
+    stage.clear();
   large.clear();
 }
 
 asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts) {
   asio::ip::tcp::socket s(ex);
-  auto ec = co_await with_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
+  auto ec = co_await within_handshake_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
     s.close(ignored);
@@ -175,7 +195,7 @@ asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::accept(asio::ip::tcp::socket s, connection_options opts) {
   std::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
-  ec = co_await with_deadline(server_handshake(s, opts.auth_token), opts.handshake_timeout);
+  ec = co_await within_handshake_deadline(server_handshake(s, opts.auth_token), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
     s.close(ignored);
@@ -187,8 +207,10 @@ connection::accept(asio::ip::tcp::socket s, connection_options opts) {
 connection::connection(asio::ip::tcp::socket socket, connection_options opts)
     : socket_(std::move(socket)), opts_(opts), registration_(socket_.get_executor(), [this](bool final) {
         close(errc::connection_closed);
-        if (final)
-          timer_.reset(); // destroyed while the timer service is alive
+        if (final) { // destroyed while the timer service is alive
+          timer_.reset();
+          stall_timer_.reset();
+        }
       }) {
   std::error_code ec;
   remote_ = socket_.remote_endpoint(ec);
@@ -226,10 +248,19 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
     queued_.large.push_back(large_frame{st.size(), std::move(body), std::move(segments)});
   }
   queued_bytes_ += header_size + len;
+  const std::size_t shared = opts_.shared_output ? opts_.shared_output->add(header_size + len) : 0;
   // A frame alone in the queue is always accepted, whatever its size.
   if (queued_bytes_ > opts_.max_buffered_output && queued_bytes_ > header_size + len) {
-    CORODIST_LOG_WARN("closing connection to {}: peer does not read ({} bytes of output queued, cap {})",
-                      endpoint_text(socket_), queued_bytes_, opts_.max_buffered_output);
+    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued, cap {})",
+                      detail::peer_text(socket_), queued_bytes_, opts_.max_buffered_output);
+    close(errc::output_overflow);
+    return errc::output_overflow;
+  }
+  if (opts_.shared_output && shared > opts_.shared_output->limit() &&
+      queued_bytes_ >= opts_.shared_output->limit() / 4 && queued_bytes_ > header_size + len) {
+    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued for it; its "
+                      "group of connections holds {}, cap {})",
+                      detail::peer_text(socket_), queued_bytes_, shared, opts_.shared_output->limit());
     close(errc::output_overflow);
     return errc::output_overflow;
   }
@@ -254,6 +285,8 @@ void connection::start_write() {
     return;
   writing_ = true;
   std::swap(queued_, writing_batch_);
+  if (opts_.shared_output)
+    opts_.shared_output->remove(queued_bytes_); // handed to the socket
   queued_bytes_ = 0;
   iov_.clear();
   const auto& b = writing_batch_;
@@ -275,7 +308,7 @@ void connection::start_write() {
                       self->writing_batch_.clear();
                       if (ec) {
                         if (self->open_)
-                          CORODIST_LOG_DEBUG("write to {} failed: {}", endpoint_text(self->socket_), ec.message());
+                          CORODIST_LOG_DEBUG("write to {} failed: {}", detail::peer_text(self->socket_), ec.message());
                         self->close(errc::connection_closed);
                         return;
                       }
@@ -360,7 +393,7 @@ std::size_t connection::parse(const std::byte* data, std::size_t n) {
     auto h = decode_header(data + used);
     if (h.payload_len > opts_.max_frame_size) {
       CORODIST_LOG_WARN("closing connection from {}: frame of {} bytes exceeds max_frame_size {}",
-                        endpoint_text(socket_), h.payload_len, opts_.max_frame_size);
+                        detail::peer_text(socket_), h.payload_len, opts_.max_frame_size);
       close(errc::frame_too_large);
       return used;
     }
@@ -373,18 +406,124 @@ std::size_t connection::parse(const std::byte* data, std::size_t n) {
   return used;
 }
 
-void connection::on_read_error(std::error_code ec) {
+void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
   if (!open_)
     return;
-  if (!carry_.empty()) {
+  if (ec == errc::frame_stalled) {
+    CORODIST_LOG_INFO("closing connection from {}: no byte of an incomplete frame for {} ms ({} bytes of it received)",
+                      detail::peer_text(socket_), opts_.frame_timeout.count(), frame_bytes);
+    close(errc::frame_stalled);
+    return;
+  }
+  if (frame_bytes > 0) {
     CORODIST_LOG_WARN("connection from {} closed in the middle of a frame ({} bytes buffered): {}",
-                      endpoint_text(socket_), carry_.size(), ec.message());
+                      detail::peer_text(socket_), frame_bytes, ec.message());
     close(errc::truncated_frame);
     return;
   }
   if (ec != asio::error::eof)
-    CORODIST_LOG_DEBUG("connection from {} lost: {}", endpoint_text(socket_), ec.message());
+    CORODIST_LOG_DEBUG("connection from {} lost: {}", detail::peer_text(socket_), ec.message());
   close(errc::connection_closed);
+}
+
+// Completion condition "everything" (uncapped, as transfer_all_uncapped) that
+// also records the time of each step of progress for the stall watchdog.
+struct transfer_all_noting_progress {
+  std::chrono::steady_clock::time_point* progress_at;
+  std::size_t seen = 0;
+  std::size_t operator()(const std::error_code& ec, std::size_t n) noexcept {
+    if (n != seen) {
+      seen = n;
+      *progress_at = clock::now();
+    }
+    return ec ? 0 : std::numeric_limits<std::uint32_t>::max();
+  }
+};
+
+// While an incomplete frame is being read, a watchdog looks once per
+// frame_timeout whether any byte arrived since the last progress; if none did it
+// cancels the read, which then ends with frame_stalled. One timer wait per
+// frame_timeout, not one per read.
+void connection::arm_stall_watch() {
+  if (opts_.frame_timeout.count() <= 0 || stall_watch_armed_)
+    return;
+  stall_watch_armed_ = true;
+  if (!stall_timer_)
+    stall_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  stall_timer_->expires_at(progress_at_ + opts_.frame_timeout);
+  stall_timer_->async_wait([w = weak_from_this()](std::error_code ec) {
+    if (ec)
+      return;
+    if (auto self = w.lock())
+      self->on_stall_watch();
+  });
+}
+
+void connection::on_stall_watch() {
+  stall_watch_armed_ = false;
+  if (!in_frame_ || !open_)
+    return;
+  if (clock::now() - progress_at_ >= opts_.frame_timeout) {
+    stalled_ = true;
+    std::error_code ignored;
+    socket_.cancel(ignored);
+    return;
+  }
+  arm_stall_watch(); // from the last progress
+}
+
+asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_bytes(asio::mutable_buffer b,
+                                                                                     bool all) {
+  in_frame_ = true;
+  progress_at_ = clock::now();
+  arm_stall_watch();
+  std::error_code ec;
+  std::size_t n = 0;
+  if (all) {
+    std::tie(ec, n) = co_await asio::async_read(socket_, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
+  } else {
+    std::tie(ec, n) = co_await socket_.async_read_some(b, use_tuple);
+    progress_at_ = clock::now();
+  }
+  in_frame_ = false;
+  if (stalled_)
+    ec = errc::frame_stalled;
+  co_return std::pair{ec, n};
+}
+
+// The body of a frame too large for the read buffer, whose header (and first
+// bytes) are in carry_. Memory follows the data: a cached buffer for the whole
+// frame if there is one (the process holds it already), else a buffer that
+// starts at 64 KiB and grows fourfold each time it fills, so a peer that
+// declares a large frame and sends little of it holds little.
+asio::awaitable<void> connection::read_large_frame(frame_header h) {
+  const std::size_t len = h.payload_len;
+  std::size_t got = carry_.size() - header_size;
+  bytes body = detail::take_cached_buffer(len);
+  if (body.empty())
+    body.resize(std::min(len, std::max(read_buffer_size, got)));
+  std::memcpy(body.data(), carry_.data() + header_size, got);
+  carry_ = bytes();
+  while (got < len) {
+    if (got == body.size()) {
+      // The intermediate sizes are neither taken from the cache nor offered to
+      // it: the cache is for buffers of the sizes frames really have.
+      bytes bigger = detail::take_cached_buffer(len);
+      if (bigger.empty()) {
+        const std::size_t next = std::min(len, body.size() * 4);
+        bigger = next == len ? detail::fresh_buffer(len) : bytes(next);
+      }
+      std::memcpy(bigger.data(), body.data(), got);
+      body = std::move(bigger);
+    }
+    auto [ec, n] = co_await read_frame_bytes(asio::buffer(body.data() + got, body.size() - got), true);
+    if (ec) {
+      on_read_error(ec, header_size + got);
+      co_return;
+    }
+    got += n;
+  }
+  dispatch(message{h, std::move(body)});
 }
 
 // Idle connections hold only a 512-byte read buffer (head_): a read into it
@@ -407,9 +546,11 @@ asio::awaitable<void> connection::read_loop() {
         const bool big = !big_.empty();
         auto [rec, got] = co_await socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), use_tuple);
         if (rec) {
-          on_read_error(rec);
+          on_read_error(rec, 0);
           co_return;
         }
+        if (!open_)
+          co_return; // closed meanwhile (a loop draining at its destruction): touch no buffer
         std::byte* data = big_.data();
         std::size_t n = got;
         if (!big) {
@@ -431,30 +572,21 @@ asio::awaitable<void> connection::read_loop() {
         continue;
       }
       // An incomplete frame is buffered: complete it.
+      std::size_t want = read_buffer_size;
       if (carry_.size() >= header_size) {
         auto h = decode_header(carry_.data());
         if (header_size + h.payload_len > read_buffer_size) {
-          message m{h, detail::acquire_large_buffer(h.payload_len)};
-          const std::size_t have = carry_.size() - header_size;
-          std::memcpy(m.payload.data(), carry_.data() + header_size, have);
-          auto [rec, n] =
-              co_await asio::async_read(socket_, asio::buffer(m.payload.data() + have, h.payload_len - have),
-                                        transfer_all_uncapped{}, use_tuple);
-          if (rec) {
-            on_read_error(rec);
-            co_return;
-          }
-          carry_ = bytes();
-          dispatch(std::move(m));
+          co_await read_large_frame(h);
           continue;
         }
+        want = header_size + h.payload_len; // no more than this frame needs
       }
       const std::size_t have = carry_.size();
-      carry_.resize(read_buffer_size);
-      auto [rec, n] = co_await socket_.async_read_some(asio::buffer(carry_.data() + have, carry_.size() - have), use_tuple);
+      carry_.resize(want);
+      auto [rec, n] = co_await read_frame_bytes(asio::buffer(carry_.data() + have, want - have), false);
       carry_.resize(have + (rec ? 0 : n));
       if (rec) {
-        on_read_error(rec);
+        on_read_error(rec, carry_.size());
         co_return;
       }
       std::size_t used = parse(carry_.data(), carry_.size());
@@ -466,7 +598,7 @@ asio::awaitable<void> connection::read_loop() {
         carry_.erase(carry_.begin(), carry_.begin() + static_cast<std::ptrdiff_t>(used));
     }
   } catch (const std::exception& e) {
-    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", endpoint_text(socket_), e.what());
+    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", detail::peer_text(socket_), e.what());
     close(errc::connection_closed);
   }
 }
@@ -508,18 +640,22 @@ void connection::close(std::error_code reason) {
     return;
   open_ = false;
   if (reason != errc::connection_closed)
-    CORODIST_LOG_DEBUG("closing connection to {}: {}", endpoint_text(socket_), reason.message());
+    CORODIST_LOG_DEBUG("closing connection to {}: {}", detail::peer_text(socket_), reason.message());
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   if (timer_)
     timer_->cancel();
+  if (stall_timer_)
+    stall_timer_->cancel();
   timer_deadline_.reset();
   auto pending = std::move(pending_);
   pending_.clear();
   for (auto& [id, p] : pending)
     p.complete(response{errc::connection_closed, {}});
   queued_.clear();
+  if (opts_.shared_output)
+    opts_.shared_output->remove(queued_bytes_);
   queued_bytes_ = 0;
   if (on_close_) {
     auto h = std::move(on_close_);

@@ -24,6 +24,9 @@ public:
     case errc::bad_hello: return "malformed hello";
     case errc::auth_required: return "the server requires authentication: set an auth token (CORODIST_AUTH_TOKEN)";
     case errc::auth_failed: return "authentication failed: wrong or missing token";
+    case errc::frame_stalled: return "the peer stopped sending in the middle of a frame (frame_timeout)";
+    case errc::auth_not_offered:
+      return "the server does not authenticate, but an auth token is configured here: refusing to talk to it";
     }
     return "unknown corodist.net error";
   }
@@ -39,11 +42,12 @@ void throw_net_error(std::error_code ec, const std::string& context) {
   if (!ec)
     return;
   std::string what = context + ": " + ec.message();
-  if (ec == errc::request_timeout || ec == errc::hello_timeout || ec == asio::error::timed_out)
+  if (ec == errc::request_timeout || ec == errc::hello_timeout || ec == errc::frame_stalled ||
+      ec == asio::error::timed_out)
     throw timeout_error(what);
   if (ec == errc::bad_magic || ec == errc::unsupported_version || ec == errc::frame_too_large ||
       ec == errc::truncated_frame || ec == errc::bad_hello || ec == errc::auth_required ||
-      ec == errc::auth_failed)
+      ec == errc::auth_failed || ec == errc::auth_not_offered)
     throw protocol_error(what);
   if (ec == errc::remote_failure || ec == errc::too_many_pending)
     throw error(what);

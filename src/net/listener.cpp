@@ -2,19 +2,38 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "net/endpoint_text.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <sys/resource.h>
+
 namespace corodist::net {
 
 namespace {
 using corodist::detail::use_tuple;
-// Pause after an accept error such as EMFILE, so a full fd table is not spun on.
-constexpr auto accept_error_backoff = std::chrono::milliseconds(20);
+using clock = std::chrono::steady_clock;
+// Pause after an accept error such as EMFILE, doubling while errors last, so a
+// full descriptor table is not spun on.
+constexpr auto first_accept_backoff = std::chrono::milliseconds(10);
+constexpr auto max_accept_backoff = std::chrono::milliseconds(1000);
+
+using detail::endpoint_text;
 } // namespace
+
+std::size_t connection_limit(std::size_t requested) noexcept {
+  if (requested != 0)
+    return requested;
+  constexpr std::size_t headroom = 64;
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY)
+    return 65536;
+  return static_cast<std::size_t>(r.rlim_cur) > 2 * headroom ? static_cast<std::size_t>(r.rlim_cur) - headroom
+                                                              : static_cast<std::size_t>(r.rlim_cur) / 2;
+}
 
 std::pair<std::error_code, std::shared_ptr<listener>>
 listener::listen(asio::any_io_executor ex, const asio::ip::tcp::endpoint& ep, connection_options opts,
@@ -50,26 +69,79 @@ void listener::close() {
 
 asio::awaitable<void> listener::accept_loop() {
   auto self = shared_from_this();
+  auto backoff = first_accept_backoff;
+  std::size_t failures = 0;
+  auto episode_start = clock::now();
   while (acceptor_.is_open()) {
     auto [ec, socket] = co_await acceptor_.async_accept(use_tuple);
     if (ec) {
       if (ec == asio::error::operation_aborted || !acceptor_.is_open())
         co_return;
-      CORODIST_LOG_WARN("accept on {}:{} failed: {}; retrying", local_.address().to_string(), local_.port(),
-                        ec.message());
-      asio::steady_timer t(acceptor_.get_executor(), accept_error_backoff);
+      // One warning per episode of failures (EMFILE, ENFILE, ENOBUFS, ...), then quiet retries.
+      if (failures++ == 0) {
+        episode_start = clock::now();
+        CORODIST_LOG_WARN("accept on {} failed: {}{}; retrying with backoff until it succeeds", endpoint_text(local_),
+                          ec.message(),
+                          ec == asio::error::no_descriptors ? " (the process is out of file descriptors: raise "
+                                                              "`ulimit -n` or lower max_connections)"
+                                                            : "");
+      } else {
+        CORODIST_LOG_DEBUG("accept on {} failed again: {}", endpoint_text(local_), ec.message());
+      }
+      asio::steady_timer t(acceptor_.get_executor(), backoff);
       co_await t.async_wait(use_tuple);
+      backoff = std::min(backoff * 2, max_accept_backoff);
       continue;
     }
-    if (foreign_)
-      asio::co_spawn(acceptor_.get_executor(), sniff(std::move(socket)), asio::detached);
-    else
-      asio::co_spawn(acceptor_.get_executor(), handshake(std::move(socket)), asio::detached);
+    if (failures > 0) {
+      CORODIST_LOG_INFO("accept on {} works again after {} failed attempts over {} ms", endpoint_text(local_), failures,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - episode_start).count());
+      failures = 0;
+      backoff = first_accept_backoff;
+    }
+    if (admit(socket))
+      asio::co_spawn(acceptor_.get_executor(), greet(std::move(socket)), asio::detached);
   }
 }
 
+// A connection counts against the limit from its accept until the hello is
+// done (then its owner counts it).
+asio::awaitable<void> listener::greet(asio::ip::tcp::socket socket) {
+  ++handshaking_;
+  struct uncount {
+    std::shared_ptr<listener> self;
+    ~uncount() { --self->handshaking_; }
+  } guard{shared_from_this()};
+  if (foreign_)
+    co_await sniff(std::move(socket));
+  else
+    co_await handshake(std::move(socket), clock::now() + opts_.handshake_timeout);
+}
+
+bool listener::admit(const asio::ip::tcp::socket& socket) {
+  if (max_connections_ == 0)
+    return true;
+  const std::size_t open = (established_ ? established_() : 0) + handshaking_;
+  if (open < max_connections_) {
+    if (refusing_)
+      CORODIST_LOG_INFO("{} admits connections again ({} open, limit {})", endpoint_text(local_), open, max_connections_);
+    refusing_ = false;
+    return true;
+  }
+  std::error_code ignored;
+  const auto peer = socket.remote_endpoint(ignored);
+  if (!refusing_)
+    CORODIST_LOG_WARN("refusing connections on {} (first: {}): {} are open, the limit is {} (max_connections)",
+                      endpoint_text(local_), endpoint_text(peer), open, max_connections_);
+  else
+    CORODIST_LOG_DEBUG("refused connection from {}: {} open, limit {}", endpoint_text(peer), open, max_connections_);
+  refusing_ = true;
+  return false; // the socket closes as it goes out of scope
+}
+
+// The first byte picks the protocol. One deadline covers it and the hello.
 asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
-  auto self = shared_from_this();
+  const auto deadline = clock::now() + opts_.handshake_timeout;
   std::error_code ignored;
   auto peer = socket.remote_endpoint(ignored);
   std::array<std::uint8_t, 1> first{};
@@ -79,10 +151,9 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
   if (!r) { // silent: no byte within the handshake timeout
     if (foreign_->take_silent && socket.is_open()) {
       socket.set_option(asio::socket_base::keep_alive(true), ignored);
-      foreign_->take(std::move(socket));
+      foreign_->take(std::move(socket), true);
     } else {
-      CORODIST_LOG_WARN("rejected connection from {}:{}: {}", peer.address().to_string(), peer.port(),
-                        make_error_code(errc::hello_timeout).message());
+      CORODIST_LOG_WARN("rejected connection from {}: {}", endpoint_text(peer), make_error_code(errc::hello_timeout).message());
     }
     co_return;
   }
@@ -90,22 +161,24 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
   if (ec || n == 0)
     co_return; // closed before saying anything
   if (first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff))
-    co_return co_await handshake(std::move(socket));
+    co_return co_await handshake(std::move(socket), deadline);
   if (foreign_->accepts(first[0])) {
-    foreign_->take(std::move(socket));
+    foreign_->take(std::move(socket), false);
     co_return;
   }
-  CORODIST_LOG_WARN("rejected connection from {}:{}: protocol not served here (first byte 0x{:02x})",
-                    peer.address().to_string(), peer.port(), first[0]);
+  CORODIST_LOG_WARN("rejected connection from {}: protocol not served here (first byte 0x{:02x})", endpoint_text(peer),
+                    first[0]);
 }
 
-asio::awaitable<void> listener::handshake(asio::ip::tcp::socket socket) {
-  auto self = shared_from_this();
+asio::awaitable<void> listener::handshake(asio::ip::tcp::socket socket, clock::time_point deadline) {
   std::error_code ignored;
   auto peer = socket.remote_endpoint(ignored);
-  auto [ec, conn] = co_await connection::accept(std::move(socket), opts_);
+  auto opts = opts_;
+  opts.handshake_timeout = std::max(std::chrono::milliseconds(1),
+                                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()));
+  auto [ec, conn] = co_await connection::accept(std::move(socket), opts);
   if (ec) {
-    CORODIST_LOG_WARN("rejected connection from {}:{}: {}", peer.address().to_string(), peer.port(), ec.message());
+    CORODIST_LOG_WARN("rejected connection from {}: {}", endpoint_text(peer), ec.message());
     co_return;
   }
   if (on_accept_)

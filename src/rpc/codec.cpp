@@ -2,11 +2,25 @@
 #include <corodist/net/frame.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 
-#include "net/buffer_cache.hpp"
+#include "rpc/call_format.hpp"
 
 #include <cxxabi.h>
 
 #include <cstdlib>
+
+namespace corodist::rpc {
+
+namespace {
+thread_local codec_context* current_context = nullptr;
+} // namespace
+
+codec_context* codec_context::current() noexcept { return current_context; }
+
+codec_scope::codec_scope(codec_context& ctx) noexcept : previous_(current_context) { current_context = &ctx; }
+
+codec_scope::~codec_scope() { current_context = previous_; }
+
+} // namespace corodist::rpc
 
 namespace corodist::rpc::detail {
 
@@ -14,55 +28,70 @@ namespace {
 constexpr std::size_t prefix_size = 8; // u32 body_len, u32 attachment_count
 constexpr std::size_t max_depth = 256;
 constexpr std::size_t zone_chunk_size = 512;
+// A body may decode into at most this many times its size of msgpack objects,
+// or this floor (small bodies of small values), whichever is more.
+constexpr std::size_t decode_expansion = 4;
+constexpr std::size_t decode_floor = std::size_t{16} << 20;
+
+// Counts the msgpack objects a body would decode into, without making any;
+// stops as soon as they would pass the budget.
+struct object_counter : msgpack::null_visitor {
+  std::size_t objects = 0;
+  std::size_t budget = 0;
+  bool over = false;
+  bool count(std::size_t n = 1) {
+    objects += n;
+    if (objects > budget)
+      over = true;
+    return !over;
+  }
+  bool visit_nil() { return count(); }
+  bool visit_boolean(bool) { return count(); }
+  bool visit_positive_integer(std::uint64_t) { return count(); }
+  bool visit_negative_integer(std::int64_t) { return count(); }
+  bool visit_float32(float) { return count(); }
+  bool visit_float64(double) { return count(); }
+  bool visit_str(const char*, std::uint32_t) { return count(); }
+  bool visit_bin(const char*, std::uint32_t) { return count(); }
+  bool visit_ext(const char*, std::uint32_t) { return count(); }
+  bool start_array(std::uint32_t) { return count(); }
+  bool start_map(std::uint32_t n) { return count(1 + std::size_t{n}); } // key-value pairs take two object slots
+  void parse_error(std::size_t, std::size_t) {}
+  void insufficient_bytes(std::size_t, std::size_t) {}
+};
 } // namespace
 
-encode_context*& current_encode() noexcept {
-  thread_local encode_context* ctx = nullptr;
-  return ctx;
-}
-
-const decode_context*& current_decode() noexcept {
-  thread_local const decode_context* ctx = nullptr;
-  return ctx;
-}
-
-encoder::encoder() : prev_(current_encode()), packer_(*this) {
+encoder::encoder(message_port* port, int self, int peer) : scope_(ctx_), packer_(*this) {
+  ctx_.direction = codec_context::mode::encode;
+  ctx_.port = port;
+  ctx_.self = self;
+  ctx_.peer = peer;
   out_.reserve(128); // then the prefix: one allocation per message
   out_.resize(prefix_size);
-  current_encode() = &ctx_;
 }
 
-encoder::~encoder() { current_encode() = prev_; }
-
-encoded encoder::finish() {
+payload encoder::finish() {
   const std::size_t body_len = out_.size() - prefix_size;
   if (body_len > 0xffffffffu)
     throw usage_error("rpc: message body of " + std::to_string(body_len) + " bytes is too large");
+  auto& segs = ctx_.out_attachments;
   net::detail::store_le(out_.data(), static_cast<std::uint32_t>(body_len));
-  net::detail::store_le(out_.data() + 4, static_cast<std::uint32_t>(ctx_.segments.size()));
+  net::detail::store_le(out_.data() + 4, static_cast<std::uint32_t>(segs.size()));
   const std::size_t table = out_.size();
-  out_.resize(table + 8 * ctx_.segments.size());
-  for (std::size_t i = 0; i < ctx_.segments.size(); ++i)
-    net::detail::store_le(out_.data() + table + 8 * i, static_cast<std::uint64_t>(ctx_.segments[i].data.size()));
-  return encoded{std::move(out_), std::move(ctx_.segments)};
+  out_.resize(table + 8 * segs.size());
+  for (std::size_t i = 0; i < segs.size(); ++i)
+    net::detail::store_le(out_.data() + table + 8 * i, static_cast<std::uint64_t>(segs[i].data.size()));
+  return payload{std::move(out_), std::move(segs), std::move(ctx_.records)};
 }
 
-encoded encode_nil() {
-  encoder e;
+payload encode_nil(encoder& e) {
   e.packer().pack_nil();
   return e.finish();
 }
 
-parsed_payload parse_payload(net::bytes&& payload) {
+parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
   // A large payload's buffer goes back to net/'s cache once its last view is gone.
-  std::shared_ptr<net::bytes> owner;
-  if (payload.capacity() >= net::detail::recycle_min_size)
-    owner = std::shared_ptr<net::bytes>(new net::bytes(std::move(payload)), [](net::bytes* b) {
-      net::detail::recycle_large_buffer(std::move(*b));
-      delete b;
-    });
-  else
-    owner = std::make_shared<net::bytes>(std::move(payload));
+  auto owner = net::share_buffer(std::move(payload));
   const std::byte* d = owner->data();
   const std::size_t n = owner->size();
   auto bad = [&](const std::string& why) {
@@ -81,32 +110,60 @@ parsed_payload parse_payload(net::bytes&& payload) {
     throw bad("attachment table of " + std::to_string(count) + " entries exceeds the message");
   const std::size_t table = pos;
   pos += 8 * std::size_t{count};
-  parsed_payload p;
-  p.attachments.attachments.reserve(count);
+  std::vector<std::span<const std::byte>> attachments;
+  attachments.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
     const auto len = net::detail::load_le<std::uint64_t>(d + table + 8 * i);
     if (len > n - pos)
       throw bad("attachment " + std::to_string(i) + " exceeds the message");
-    p.attachments.attachments.emplace_back(d + pos, static_cast<std::size_t>(len));
+    attachments.emplace_back(d + pos, static_cast<std::size_t>(len));
     pos += static_cast<std::size_t>(len);
   }
   if (pos != n)
     throw bad(std::to_string(n - pos) + " trailing bytes");
+  const auto* body = reinterpret_cast<const char*>(d + body_at);
+  // Count before building: what decoding may allocate is bounded by the body.
+  object_counter counter;
+  counter.budget = std::max(decode_expansion * std::size_t{body_len}, decode_floor) / sizeof(msgpack::object);
+  std::size_t off = 0;
+  bool complete = false;
+  try {
+    complete = msgpack::v2::parse(body, body_len, off, counter);
+  } catch (const std::exception& e) {
+    throw bad(std::string("body is not valid msgpack: ") + e.what());
+  }
+  if (counter.over)
+    throw bad("its " + std::to_string(body_len) + "-byte body would decode into more than " +
+              std::to_string(counter.budget) + " msgpack objects (more than " + std::to_string(decode_expansion) +
+              "x its size in memory); send bulk data as rpc::attachment");
+  if (!complete || off != body_len)
+    throw bad("body is not one complete msgpack value");
   const std::size_t lim = std::size_t{body_len} + 1;
+  parsed_payload p;
   try {
     // A small first zone chunk: msgpack's default (8 KiB) is a "large" malloc
     // that makes glibc consolidate its fast bins on every call.
     auto zone = std::make_unique<msgpack::zone>(zone_chunk_size);
     auto obj = msgpack::unpack(
-        *zone, reinterpret_cast<const char*>(d + body_at), body_len,
-        [](msgpack::type::object_type, std::size_t, void*) { return true; }, nullptr,
+        *zone, body, body_len, [](msgpack::type::object_type, std::size_t, void*) { return true; }, nullptr,
         msgpack::unpack_limit(lim, lim, lim, lim, lim, max_depth));
     p.body = msgpack::object_handle(obj, std::move(zone));
   } catch (const std::exception& e) {
     throw bad(std::string("body is not valid msgpack: ") + e.what());
   }
-  p.attachments.owner = std::move(owner);
+  ctx.direction = codec_context::mode::decode;
+  ctx.in_owner = owner;
+  ctx.in_attachments = std::move(attachments);
+  p.owner = std::move(owner);
   return p;
+}
+
+call_view view_call(const msgpack::object& body) {
+  if (body.type != msgpack::type::ARRAY || body.via.array.size != 3 || body.via.array.ptr[0].type != msgpack::type::STR ||
+      body.via.array.ptr[2].type != msgpack::type::POSITIVE_INTEGER)
+    throw protocol_error("rpc: a call is [name, [args...], timeout_ms]");
+  const auto& a = body.via.array;
+  return call_view{std::string_view(a.ptr[0].via.str.ptr, a.ptr[0].via.str.size), &a.ptr[1], a.ptr[2].via.u64};
 }
 
 std::string demangle(const char* mangled) {

@@ -40,10 +40,10 @@ asio::awaitable<bool> hash_store::do_check(std::vector<std::string> keys) { co_r
 asio::awaitable<void> hash_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
   promise<std::vector<std::string>> p;
   auto f = p.get_future();
-  state_->wait(std::move(keys), timeout, 0, [p = std::move(p)](std::vector<std::string> missing) mutable {
+  state_->wait(std::move(keys), timeout, 0, [p = std::move(p)](std::vector<std::string>&&, std::vector<std::string>&& missing) mutable {
     p.set_value(std::move(missing));
   });
-  auto missing = co_await std::move(f);
+  auto missing = co_await f.async_get();
   if (!missing.empty())
     throw timeout_error(detail::timeout_message(missing, timeout));
 }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include <malloc.h>
+
 namespace corodist::store::detail {
 
 std::int64_t parse_counter(const std::string& key, const std::string& text) {
@@ -55,7 +57,8 @@ std::int64_t kv_state::add(const std::string& key, std::int64_t delta) {
   std::int64_t v = 0;
   if (auto* cur = find(key))
     v = parse_counter(key, *cur);
-  v += delta;
+  if (__builtin_add_overflow(v, delta, &v))
+    throw store_error("add: the counter '" + key + "' would overflow a 64-bit integer");
   set(key, std::to_string(v));
   return v;
 }
@@ -128,26 +131,61 @@ std::vector<std::string> kv_state::list(const std::string& prefix) const {
   return out;
 }
 
+namespace {
+// Dropping an owner that held this much of waits trims the heap.
+constexpr std::size_t trim_after_bytes = std::size_t{16} << 20;
+// What a pending wait holds per key beyond the key's bytes: its copy in the
+// waiter, its entry in the key index, and the index's set node.
+constexpr std::size_t wait_bytes_per_key = 160;
+constexpr std::size_t wait_bytes_per_waiter = 256;
+} // namespace
+
 void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner,
                     wait_done done) {
+  // A deadline from the wire may be anything: past a year it means "never" (and
+  // would overflow the clock's arithmetic).
+  if (timeout > std::chrono::hours(24 * 365))
+    timeout = std::chrono::milliseconds(0);
   std::size_t missing = 0;
-  for (auto& k : keys)
-    if (!present(k))
+  std::size_t bytes = wait_bytes_per_waiter;
+  for (auto& k : keys) {
+    if (!present(k)) {
       ++missing;
+      bytes += 2 * k.size() + wait_bytes_per_key; // the waiter's copy and the index's
+    } else {
+      bytes += k.size() + sizeof(std::string);
+    }
+  }
   if (missing == 0) {
-    done({});
+    done(std::move(keys), {});
     return;
   }
+  auto oit = owners_.find(owner);
+  const std::size_t owner_waits = oit == owners_.end() ? 0 : oit->second.waits.size();
+  const std::size_t owner_bytes = oit == owners_.end() ? 0 : oit->second.wait_bytes;
+  if (owner_waits >= limits_.max_waits_per_owner)
+    throw store_error("too many pending waits on this connection (limit " +
+                      std::to_string(limits_.max_waits_per_owner) + ")");
+  if (bytes > limits_.max_bytes_per_owner || owner_bytes > limits_.max_bytes_per_owner - bytes)
+    throw store_error("pending waits on this connection would hold " + std::to_string(owner_bytes + bytes) +
+                      " bytes of keys, over the limit of " + std::to_string(limits_.max_bytes_per_owner));
+  if (bytes > limits_.max_bytes || wait_bytes_ > limits_.max_bytes - bytes)
+    throw store_error("the server's pending waits would hold " + std::to_string(wait_bytes_ + bytes) +
+                      " bytes of keys, over its limit of " + std::to_string(limits_.max_bytes));
   const auto id = next_id_++;
   auto& w = waiters_[id];
   w.keys = std::move(keys);
   w.missing = missing;
+  w.bytes = bytes;
   w.owner = owner;
   w.done = std::move(done);
   for (auto& k : w.keys)
     if (!present(k))
-      waiting_on_[k].push_back(id);
-  ++waits_per_owner_[owner];
+      waiting_on_[k].insert(id);
+  auto& o = owners_[owner];
+  o.waits.insert(id);
+  o.wait_bytes += bytes;
+  wait_bytes_ += bytes;
   if (timeout.count() > 0) {
     w.timer = std::make_unique<asio::steady_timer>(ex_, timeout);
     w.timer->async_wait([weak = weak_from_this(), id](std::error_code ec) {
@@ -160,8 +198,13 @@ void kv_state::wait(std::vector<std::string> keys, std::chrono::milliseconds tim
 }
 
 std::size_t kv_state::pending_waits(owner_id owner) const {
-  auto it = waits_per_owner_.find(owner);
-  return it == waits_per_owner_.end() ? 0 : it->second;
+  auto it = owners_.find(owner);
+  return it == owners_.end() ? 0 : it->second.waits.size();
+}
+
+std::size_t kv_state::wait_bytes(owner_id owner) const {
+  auto it = owners_.find(owner);
+  return it == owners_.end() ? 0 : it->second.wait_bytes;
 }
 
 void kv_state::key_created(const std::string& key, bool wake_one) {
@@ -172,7 +215,7 @@ void kv_state::key_created(const std::string& key, bool wake_one) {
     // Like PyTorch's wakeupOneWaitingClient: release waiters in order until one completes.
     auto& ids = it->second;
     while (!ids.empty()) {
-      auto id = ids.front();
+      auto id = *ids.begin();
       ids.erase(ids.begin());
       auto w = waiters_.find(id);
       if (w != waiters_.end() && --w->second.missing == 0) {
@@ -199,15 +242,24 @@ void kv_state::forget(std::uint64_t id, waiter& w) {
     auto it = waiting_on_.find(k);
     if (it == waiting_on_.end())
       continue;
-    auto& ids = it->second;
-    ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
-    if (ids.empty())
+    it->second.erase(id);
+    if (it->second.empty())
       waiting_on_.erase(it);
   }
-  if (auto it = waits_per_owner_.find(w.owner); it != waits_per_owner_.end() && --it->second == 0)
-    waits_per_owner_.erase(it);
+  wait_bytes_ -= w.bytes;
+  if (auto it = owners_.find(w.owner); it != owners_.end()) {
+    it->second.waits.erase(id);
+    it->second.wait_bytes -= w.bytes;
+    release_owner_entry(w.owner);
+  }
   if (w.timer)
     w.timer->cancel();
+}
+
+void kv_state::release_owner_entry(owner_id owner) {
+  auto it = owners_.find(owner);
+  if (it != owners_.end() && it->second.waits.empty() && it->second.watches.empty())
+    owners_.erase(it);
 }
 
 void kv_state::finish(std::uint64_t id, bool timed_out) {
@@ -224,13 +276,14 @@ void kv_state::finish(std::uint64_t id, bool timed_out) {
         missing.push_back(k);
   if (timed_out && missing.empty())
     missing.push_back("?"); // cannot happen: all keys present means it finished already
-  w.done(std::move(missing));
+  w.done(std::move(w.keys), std::move(missing));
 }
 
 std::uint64_t kv_state::watch(const std::string& key, owner_id owner, watch_fn fn) {
   const auto id = next_id_++;
   watchers_.emplace(id, watcher{key, owner, std::move(fn)});
-  watched_[key].push_back(id);
+  watched_[key].insert(id);
+  owners_[owner].watches.insert(id);
   return id;
 }
 
@@ -238,30 +291,39 @@ void kv_state::unwatch(std::uint64_t id) {
   auto it = watchers_.find(id);
   if (it == watchers_.end())
     return;
-  auto& ids = watched_[it->second.key];
-  ids.erase(std::remove(ids.begin(), ids.end(), id), ids.end());
-  if (ids.empty())
-    watched_.erase(it->second.key);
+  if (auto k = watched_.find(it->second.key); k != watched_.end()) {
+    k->second.erase(id);
+    if (k->second.empty())
+      watched_.erase(k);
+  }
+  const auto owner = it->second.owner;
   watchers_.erase(it);
+  if (auto o = owners_.find(owner); o != owners_.end()) {
+    o->second.watches.erase(id);
+    release_owner_entry(owner);
+  }
 }
 
 void kv_state::drop_owner(owner_id owner) {
-  std::vector<std::uint64_t> ids;
-  for (auto& [id, w] : waiters_)
-    if (w.owner == owner)
-      ids.push_back(id);
-  for (auto id : ids) {
-    auto it = waiters_.find(id);
-    waiter w = std::move(it->second);
-    waiters_.erase(it);
-    forget(id, w);
+  auto it = owners_.find(owner);
+  if (it == owners_.end())
+    return;
+  auto mine = std::move(it->second);
+  owners_.erase(it);
+  std::size_t freed = 0;
+  for (auto id : mine.waits) {
+    auto w = waiters_.find(id);
+    if (w == waiters_.end())
+      continue;
+    waiter gone = std::move(w->second);
+    waiters_.erase(w);
+    freed += gone.bytes;
+    forget(id, gone);
   }
-  ids.clear();
-  for (auto& [id, w] : watchers_)
-    if (w.owner == owner)
-      ids.push_back(id);
-  for (auto id : ids)
+  for (auto id : mine.watches)
     unwatch(id);
+  if (freed >= trim_after_bytes)
+    ::malloc_trim(0); // give a departed client's large waits back to the system, not just to malloc
 }
 
 void kv_state::changed(watch_event::kind kind, const std::string& key, const std::string& value) {
@@ -269,7 +331,8 @@ void kv_state::changed(watch_event::kind kind, const std::string& key, const std
   if (it == watched_.end())
     return;
   watch_event e{kind, key, value};
-  auto ids = it->second; // a callback may unwatch
+  std::vector<std::uint64_t> ids(it->second.begin(), it->second.end()); // a callback may unwatch
+  std::sort(ids.begin(), ids.end()); // in the order the watches were made
   for (auto id : ids)
     if (auto w = watchers_.find(id); w != watchers_.end())
       w->second.fn(e);

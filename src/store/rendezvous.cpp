@@ -5,6 +5,7 @@
 #include <corodist/store/tcp_store.hpp>
 
 #include "core/log.hpp"
+#include "store/launch_env.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -86,14 +87,22 @@ long to_int(const std::string& url, const std::string& what, const std::string& 
   return v;
 }
 
-// The value of a URL parameter, else of an environment variable (env:// only).
-std::string setting(const parsed_url& u, const std::string& url, const char* param, const char* env) {
+// The value of a URL parameter, else (env:// only) of the launcher's variable
+// `env_name`, read into `from_env` with its Slurm fallback (`slurm_name`).
+std::string setting(const parsed_url& u, const std::string& url, const char* param,
+                    const std::optional<std::string>& from_env, const char* env_name, const char* slurm_name) {
   if (auto it = u.query.find(param); it != u.query.end())
     return it->second;
-  if (env && u.scheme == "env")
-    if (const char* v = std::getenv(env); v && *v)
-      return v;
-  bad_url(url, std::string("missing ") + param + (env && u.scheme == "env" ? std::string(" (or $") + env + ")" : ""));
+  if (u.scheme == "env" && from_env)
+    return *from_env;
+  std::string hint;
+  if (u.scheme == "env") {
+    hint = std::string(" (or $") + env_name;
+    if (slurm_name)
+      hint += std::string(", or under Slurm $") + slurm_name;
+    hint += ")";
+  }
+  bad_url(url, std::string("missing ") + param + hint);
 }
 
 constexpr const char* rdzv = "corodist/rdzv/";
@@ -140,8 +149,10 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
   auto u = parse(url);
   if (u.scheme != "env" && u.scheme != "tcp" && u.scheme != "file")
     bad_url(url, "unknown scheme '" + u.scheme + "' (env://, tcp://, file://)");
-  const int rank = static_cast<int>(to_int(url, "rank", setting(u, url, "rank", "RANK")));
-  const int world = static_cast<int>(to_int(url, "world_size", setting(u, url, "world_size", "WORLD_SIZE")));
+  const detail::launch_env env = u.scheme == "env" ? detail::read_launch_env() : detail::launch_env{};
+  const int rank = static_cast<int>(to_int(url, "rank", setting(u, url, "rank", env.rank, "RANK", "SLURM_PROCID")));
+  const int world = static_cast<int>(
+      to_int(url, "world_size", setting(u, url, "world_size", env.world_size, "WORLD_SIZE", "SLURM_NTASKS")));
   if (world <= 0 || rank < 0 || rank >= world)
     bad_url(url, "need 0 <= rank < world_size (rank " + std::to_string(rank) + ", world_size " + std::to_string(world) +
                      ")");
@@ -155,8 +166,11 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     result.store = std::make_shared<file_store>(ex, u.path);
     result.store->set_timeout(opts.timeout);
   } else {
-    std::string host = u.scheme == "env" ? setting(u, url, "master_addr", "MASTER_ADDR") : u.host;
-    std::string port_text = u.scheme == "env" ? setting(u, url, "master_port", "MASTER_PORT") : u.port;
+    std::string host = u.scheme == "env"
+                           ? setting(u, url, "master_addr", env.master_addr, "MASTER_ADDR", "SLURM_JOB_NODELIST")
+                           : u.host;
+    std::string port_text =
+        u.scheme == "env" ? setting(u, url, "master_port", env.master_port, "MASTER_PORT", nullptr) : u.port;
     if (host.empty() || port_text.empty())
       bad_url(url, "need host:port");
     auto port = static_cast<std::uint16_t>(to_int(url, "port", port_text));
@@ -187,6 +201,17 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
   }
   co_await join(*result.store, url, rank, world, opts.timeout);
   co_return result;
+}
+
+std::optional<int> local_rank_from_env() {
+  auto e = detail::read_launch_env();
+  if (!e.local_rank)
+    return std::nullopt;
+  int v = 0;
+  auto [p, ec] = std::from_chars(e.local_rank->data(), e.local_rank->data() + e.local_rank->size(), v);
+  if (ec != std::errc{} || p != e.local_rank->data() + e.local_rank->size() || v < 0)
+    throw store_error("local rank '" + *e.local_rank + "' (LOCAL_RANK or SLURM_LOCALID) is not a non-negative integer");
+  return v;
 }
 
 rendezvous_result rendezvous(event_loop& loop, std::string_view url, rendezvous_options opts) {

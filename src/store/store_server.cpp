@@ -3,6 +3,7 @@
 #include <corodist/store/store_server.hpp>
 
 #include "core/log.hpp"
+#include "net/endpoint_text.hpp"
 #include "store/codec.hpp"
 #include "store/kv_state.hpp"
 #include "store/torch_session.hpp"
@@ -12,6 +13,7 @@
 
 #include <cstdlib>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace corodist::store {
 
@@ -34,10 +36,13 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   };
 
   impl(asio::any_io_executor ex, server_options o)
-      : executor(std::move(ex)), opts(std::move(o)), state(std::make_shared<detail::kv_state>(executor)) {}
+      : executor(std::move(ex)), opts(std::move(o)),
+        state(std::make_shared<detail::kv_state>(
+            executor, detail::wait_limits{opts.max_pending_waits, opts.max_wait_bytes_per_connection,
+                                          opts.max_wait_bytes})) {}
 
   void accept(std::shared_ptr<net::connection> conn);
-  void accept_torch(asio::ip::tcp::socket socket);
+  void accept_torch(asio::ip::tcp::socket socket, bool silent);
   void close_all();
   void handle(std::uint64_t sid, const std::shared_ptr<net::connection>& conn, net::message&& m);
   void serve(std::uint64_t sid, const std::shared_ptr<net::connection>& conn, const net::message& m);
@@ -52,6 +57,8 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   std::shared_ptr<net::listener> listener;
   std::unordered_map<std::uint64_t, session> sessions;
   std::unordered_map<std::uint64_t, std::weak_ptr<detail::torch_session>> torch_sessions;
+  std::unordered_set<std::uint64_t> silent_sessions; // PyTorch sessions that arrived silent
+  bool refusing_silent = false;                      // in an episode of refusals (one warning each)
   std::uint64_t next_session = 1;
   bool stopped = false; // after stop(): connections still in their handshake are closed on arrival
 };
@@ -82,17 +89,32 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
       });
 }
 
-void store_server::impl::accept_torch(asio::ip::tcp::socket socket) {
+void store_server::impl::accept_torch(asio::ip::tcp::socket socket, bool silent) {
+  std::error_code ignored;
   if (stopped) {
-    std::error_code ignored;
     socket.close(ignored);
     return;
   }
+  if (silent) {
+    if (silent_sessions.size() >= opts.max_silent_connections) {
+      if (!refusing_silent)
+        CORODIST_LOG_WARN("store: closing silent connection from {}: {} silent connections are open, the limit is {} "
+                          "(max_silent_connections)",
+                          net::detail::peer_text(socket), silent_sessions.size(), opts.max_silent_connections);
+      refusing_silent = true;
+      socket.close(ignored);
+      return;
+    }
+    refusing_silent = false;
+  }
   const auto sid = next_session++;
+  if (silent)
+    silent_sessions.insert(sid);
   auto s = std::make_shared<detail::torch_session>(std::move(socket), state, sid, opts, [w = weak_from_this(), sid] {
     if (auto self = w.lock()) {
       self->state->drop_owner(sid);
       self->torch_sessions.erase(sid);
+      self->silent_sessions.erase(sid);
     }
   });
   torch_sessions[sid] = s;
@@ -148,13 +170,9 @@ void store_server::impl::handle(std::uint64_t sid, const std::shared_ptr<net::co
 void store_server::impl::respond_wait(std::uint64_t sid, std::vector<std::string> keys, std::chrono::milliseconds timeout,
                                       std::weak_ptr<net::connection> conn, std::uint64_t rid, std::uint16_t kind,
                                       bool with_values) {
-  if (state->pending_waits(sid) >= opts.max_pending_waits)
-    throw store_error("too many pending waits on this connection (limit " + std::to_string(opts.max_pending_waits) +
-                      ")");
-  auto requested = std::make_shared<std::vector<std::string>>(keys);
   state->wait(std::move(keys), timeout, sid,
-              [st = std::weak_ptr<detail::kv_state>(state), conn, rid, kind, timeout, with_values,
-               requested](std::vector<std::string> missing) {
+              [st = std::weak_ptr<detail::kv_state>(state), conn, rid, kind, timeout,
+               with_values](std::vector<std::string>&& keys, std::vector<std::string>&& missing) {
                 auto c = conn.lock();
                 auto state = st.lock();
                 if (!c || !state)
@@ -165,8 +183,8 @@ void store_server::impl::respond_wait(std::uint64_t sid, std::vector<std::string
                 }
                 writer w(status::ok);
                 if (with_values) {
-                  w.u32(static_cast<std::uint32_t>(requested->size()));
-                  for (auto& k : *requested) {
+                  w.u32(static_cast<std::uint32_t>(keys.size()));
+                  for (auto& k : keys) {
                     auto* v = state->find(k);
                     w.str(v ? *v : std::string());
                   }
@@ -319,17 +337,21 @@ std::shared_ptr<store_server> store_server::start(asio::any_io_executor ex, serv
         CORODIST_LOG_WARN("store: refused a PyTorch TCPStore client: this server requires authentication");
       return !auth;
     };
-    torch.take = [w = std::weak_ptr<store_server>(srv)](asio::ip::tcp::socket sock) {
+    torch.take = [w = std::weak_ptr<store_server>(srv)](asio::ip::tcp::socket sock, bool silent) {
       if (auto s = w.lock())
-        s->impl_->accept_torch(std::move(sock));
+        s->impl_->accept_torch(std::move(sock), silent);
     };
     torch.take_silent = !auth; // PyTorch 1.13 opens a second connection that stays silent
     l->set_foreign_protocol(std::move(torch));
   }
+  l->set_connection_limit(net::connection_limit(im.opts.max_connections), [w = std::weak_ptr<store_server>(srv)] {
+    auto s = w.lock();
+    return s ? s->impl_->sessions.size() + s->impl_->torch_sessions.size() : std::size_t{0};
+  });
   im.listener = l;
   srv->endpoint_ = l->local_endpoint();
   l->start();
-  CORODIST_LOG_INFO("store server listening on {}:{}{}", srv->endpoint_.address().to_string(), srv->endpoint_.port(),
+  CORODIST_LOG_INFO("store server listening on {}{}", net::detail::endpoint_text(srv->endpoint_),
                     copts.auth_token.empty() ? "" : " (authentication required)");
   return srv;
 }
@@ -354,5 +376,7 @@ std::size_t store_server::connection_count() const noexcept {
 }
 
 std::size_t store_server::key_count() const noexcept { return impl_->state->size(); }
+
+std::size_t store_server::pending_wait_bytes() const noexcept { return impl_->state->wait_bytes(); }
 
 } // namespace corodist::store

@@ -33,7 +33,7 @@ constexpr auto wait_grace = std::chrono::seconds(10);
 
 bool permanent(std::error_code ec) {
   return ec == net::errc::bad_magic || ec == net::errc::unsupported_version || ec == net::errc::auth_required ||
-         ec == net::errc::auth_failed || ec == net::errc::bad_hello;
+         ec == net::errc::auth_failed || ec == net::errc::auth_not_offered || ec == net::errc::bad_hello;
 }
 
 std::string where(const tcp_store_options& o) { return o.host + ":" + std::to_string(o.port); }
@@ -129,6 +129,11 @@ tcp_store::tcp_store(asio::any_io_executor ex, tcp_store_options opts, asio::ip:
 
 tcp_store::~tcp_store() {
   alive_.reset();
+  if (conn_)
+    asio::post(ex_, [c = conn_] { c->close(); });
+}
+
+void tcp_store::close() {
   if (conn_)
     asio::post(ex_, [c = conn_] { c->close(); });
 }

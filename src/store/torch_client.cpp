@@ -8,6 +8,7 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "net/endpoint_text.hpp"
 #include "store/kv_state.hpp"
 #include "store/tcp_connect.hpp"
 #include "store/torch_wire.hpp"
@@ -36,9 +37,7 @@ using corodist::detail::use_tuple;
 constexpr std::string_view key_prefix = "/";
 constexpr std::string_view init_key = "init/";
 
-std::string where(const asio::ip::tcp::endpoint& ep) {
-  return ep.address().to_string() + ":" + std::to_string(ep.port());
-}
+std::string where(const asio::ip::tcp::endpoint& ep) { return net::detail::endpoint_text(ep); }
 
 /// Awaits a socket transfer within `deadline` (zero: no deadline); the transfer is
 /// cancelled when the deadline passes, which gives asio::error::timed_out.

@@ -2,6 +2,7 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "net/endpoint_text.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -26,13 +27,12 @@ torch_session::torch_session(asio::ip::tcp::socket socket, std::shared_ptr<kv_st
                              const server_options& limits, std::function<void()> on_close)
     : socket_(std::move(socket)), state_(std::move(state)), id_(id), max_key_(limits.max_key_size),
       max_value_(limits.max_value_size), max_keys_(limits.max_keys_per_request),
-      max_pending_waits_(limits.max_pending_waits), max_output_(limits.max_buffered_output),
+      max_output_(limits.max_buffered_output),
       on_close_(std::move(on_close)),
       // at context shutdown (final): close only, nothing else is safe to touch
       registration_(socket_.get_executor(), [this](bool final) { finish(!final); }) {
+  peer_ = net::detail::peer_text(socket_);
   std::error_code ec;
-  auto ep = socket_.remote_endpoint(ec);
-  peer_ = ec ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
   socket_.set_option(asio::ip::tcp::no_delay(true), ec);
 }
 
@@ -198,12 +198,10 @@ std::size_t torch_session::serve_one(const std::uint8_t* data, std::size_t size)
     std::vector<std::string> keys;
     if (!in.keys(keys, max_keys, max_key))
       return 0;
-    if (state_->pending_waits(id_) >= max_pending_waits_)
-      throw protocol_error("too many pending waits (limit " + std::to_string(max_pending_waits_) + ")");
     // No server deadline, as in PyTorch: the client times out (2.x then sends
     // CANCEL_WAIT); the wait goes when the connection does.
     state_->wait(std::move(keys), std::chrono::milliseconds(0), id_,
-                 [w = weak_from_this()](std::vector<std::string> missing) {
+                 [w = weak_from_this()](std::vector<std::string>&&, std::vector<std::string>&& missing) {
                    auto self = w.lock();
                    if (!self || self->closed_ || !missing.empty())
                      return;

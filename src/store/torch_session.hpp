@@ -51,7 +51,6 @@ private:
   const std::size_t max_key_;
   const std::size_t max_value_;
   const std::size_t max_keys_;
-  const std::size_t max_pending_waits_;
   const std::size_t max_output_;
   std::function<void()> on_close_;
   std::string peer_;

@@ -43,7 +43,7 @@ asio::awaitable<watch_event> next_event(std::shared_ptr<watch_queue> q, std::chr
       t.expires_after(timeout);
     else
       t.expires_at(asio::steady_timer::time_point::max());
-    co_await (std::move(f) || t.async_wait(asio::use_awaitable));
+    co_await (f.async_get() || t.async_wait(asio::use_awaitable));
     q->wake = {};
   }
   if (!q->events.empty()) {

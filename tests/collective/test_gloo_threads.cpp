@@ -111,7 +111,7 @@ BOOST_AUTO_TEST_CASE(many_collectives_in_flight_from_coroutines, *utf::timeout(1
       };
       for (int c = 0; c < coroutines; ++c)
         asio::co_spawn(ex, body(c), asio::detached);
-      co_await std::move(done);
+      co_await done.async_get();
     }());
     RANK_REQUIRE(wrong.load() == 0);
     RANK_REQUIRE(pg->sequence_number() == static_cast<std::uint64_t>(coroutines * per_coroutine));

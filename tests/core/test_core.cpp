@@ -4,10 +4,15 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/future.hpp>
+#include <corodist/core/when_all.hpp>
+#include <corodist/core/run_on.hpp>
+#include <corodist/core/gate.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/core/logging.hpp>
 
 #include "support/coro_test.hpp"
 #if CORODIST_IO_URING
+#include "core/deadline.hpp"
 #include "core/ring_setup.hpp"
 #include <liburing.h>
 #endif
@@ -207,7 +212,7 @@ BOOST_AUTO_TEST_CASE(co_await_resumes_on_awaiting_executor, *utf::timeout(30)) {
   asio::co_spawn(
       loop.get_executor(),
       [&]() -> asio::awaitable<void> {
-        int v = co_await std::move(f);
+        int v = co_await f.async_get();
         done.set_value({v, loop.running_in_this_thread()});
       },
       asio::detached);
@@ -233,7 +238,7 @@ BOOST_AUTO_TEST_CASE(co_await_on_a_strand_of_a_thread_pool, *utf::timeout(30)) {
       strand,
       [&]() -> asio::awaitable<void> {
         try {
-          (void)co_await std::move(f);
+          (void)co_await f.async_get();
           done.set_value(false);
         } catch (const corodist::remote_error& e) {
           done.set_value(e.worker() == "w1" && strand.running_in_this_thread());
@@ -250,12 +255,12 @@ BOOST_AUTO_TEST_CASE(co_await_on_a_strand_of_a_thread_pool, *utf::timeout(30)) {
 BOOST_AUTO_TEST_CASE(co_await_void_and_ready_futures, *utf::timeout(30)) {
   asio::io_context ctx;
   auto r = corodist::test::run_coro(ctx, []() -> asio::awaitable<int> {
-    co_await corodist::make_ready_future();
-    int a = co_await corodist::make_ready_future(40);
+    co_await corodist::make_ready_future().async_get();
+    int a = co_await corodist::make_ready_future(40).async_get();
     promise<int> p;
     auto f = p.get_future();
     p.set_value(2);
-    co_return a + co_await std::move(f);
+    co_return a + co_await f.async_get();
   }());
   BOOST_TEST(r == 42);
 }
@@ -296,13 +301,15 @@ BOOST_AUTO_TEST_CASE(await_is_cancellable_with_a_timer, *utf::timeout(30)) {
   auto start = std::chrono::steady_clock::now();
   auto idx = corodist::test::run_coro(ctx, [&]() -> asio::awaitable<std::size_t> {
     asio::steady_timer t(co_await asio::this_coro::executor, 30ms);
-    auto r = co_await (std::move(f) || t.async_wait(asio::use_awaitable));
+    auto r = co_await (f.async_get() || t.async_wait(asio::use_awaitable));
     co_return r.index();
   }());
   BOOST_TEST(idx == 1u);
   BOOST_CHECK(std::chrono::steady_clock::now() - start < 2s);
-  // The promise can still be fulfilled safely after the waiter gave up.
+  // The promise can still be fulfilled after the waiter gave up, and the
+  // result is still there for the next consumer.
   BOOST_CHECK_NO_THROW(p.set_value(1));
+  BOOST_TEST(f.get() == 1);
 }
 
 BOOST_AUTO_TEST_CASE(async_wait_with_a_callback, *utf::timeout(30)) {
@@ -333,7 +340,7 @@ BOOST_AUTO_TEST_CASE(many_threads_many_futures, *utf::timeout(60)) {
     asio::co_spawn(
         loop.get_executor(),
         [&, i]() -> asio::awaitable<void> {
-          sum += co_await std::move(fs[i]);
+          sum += co_await fs[i].async_get();
           if (--left == 0)
             all.set_value();
         },
@@ -350,6 +357,150 @@ BOOST_AUTO_TEST_CASE(many_threads_many_futures, *utf::timeout(60)) {
   b.join();
   BOOST_REQUIRE(all.get_future().wait_for(10s) == std::future_status::ready);
   BOOST_TEST(sum.load() == long(n) * (n - 1) / 2);
+}
+
+// A blocking facade on a loop that is not running would wait forever: it
+// refuses at once, saying so; once started, the same call works.
+BOOST_AUTO_TEST_CASE(blocking_on_a_loop_that_is_not_running_refuses, *utf::timeout(30)) {
+  event_loop loop;
+  auto op = []() -> asio::awaitable<int> { co_return 1; };
+  try {
+    corodist::run_blocking(loop.get_executor(), op(), "test call");
+    BOOST_FAIL("run_blocking waited on a loop that was never started");
+  } catch (const corodist::usage_error& e) {
+    BOOST_TEST(std::string(e.what()).find("not running") != std::string::npos, e.what());
+    BOOST_TEST(std::string(e.what()).find("test call") != std::string::npos, e.what());
+  }
+  loop.start();
+  BOOST_TEST(corodist::run_blocking(loop.get_executor(), op(), "test call") == 1);
+  loop.stop();
+  BOOST_CHECK_THROW(corodist::run_blocking(loop.get_executor(), op(), "test call"), corodist::usage_error);
+}
+
+// The private "operation or deadline" race: a result, a deadline, and an
+// exception rethrown at once (Asio 1.22's || alone would wait for the timer
+// and drop it).
+BOOST_AUTO_TEST_CASE(within_returns_times_out_and_rethrows, *utf::timeout(30)) {
+  asio::io_context ctx;
+  auto quick = []() -> asio::awaitable<int> { co_return 7; };
+  auto slow = []() -> asio::awaitable<int> {
+    asio::steady_timer t(co_await asio::this_coro::executor, 10s);
+    co_await t.async_wait(asio::use_awaitable);
+    co_return 1;
+  };
+  auto thrower = []() -> asio::awaitable<int> {
+    throw corodist::store_error("thrown");
+    co_return 0;
+  };
+  BOOST_TEST(*corodist::test::run_coro(ctx, corodist::detail::within<int>(quick(), 5s)) == 7);
+  BOOST_TEST(!corodist::test::run_coro(ctx, corodist::detail::within<int>(slow(), 20ms)).has_value());
+  const auto t0 = std::chrono::steady_clock::now();
+  BOOST_CHECK_THROW(corodist::test::run_coro(ctx, corodist::detail::within<int>(thrower(), 10s)),
+                    corodist::store_error);
+  BOOST_CHECK(std::chrono::steady_clock::now() - t0 < 5s); // at once, not at the deadline
+}
+
+BOOST_AUTO_TEST_CASE(shared_future_many_consumers, *utf::timeout(30)) {
+  event_loop loop;
+  loop.start();
+  promise<std::string> p;
+  corodist::shared_future<std::string> sf = p.get_future().share();
+  auto copy = sf;
+  constexpr int n = 50;
+  std::atomic<int> seen{0};
+  std::promise<void> all;
+  for (int i = 0; i < n; ++i)
+    asio::co_spawn(
+        loop.get_executor(),
+        [&, sf]() -> asio::awaitable<void> {
+          if (co_await sf.async_get() == "v")
+            if (++seen == n)
+              all.set_value();
+        },
+        asio::detached);
+  std::thread waiter([&] { BOOST_TEST(copy.get() == "v"); });
+  p.set_value("v");
+  BOOST_REQUIRE(all.get_future().wait_for(5s) == std::future_status::ready);
+  waiter.join();
+  BOOST_TEST(sf.get() == "v"); // read, not taken
+  promise<void> q;
+  auto failed = q.get_future().share();
+  q.set_exception(std::make_exception_ptr(corodist::store_error("gone")));
+  BOOST_CHECK_THROW(failed.get(), corodist::store_error);
+  BOOST_CHECK_THROW(failed.get(), corodist::store_error);
+}
+
+BOOST_AUTO_TEST_CASE(when_all_values_and_first_error, *utf::timeout(30)) {
+  std::vector<promise<int>> ps(3);
+  std::vector<future<int>> fs;
+  for (auto& p : ps)
+    fs.push_back(p.get_future());
+  auto all = corodist::when_all(std::move(fs));
+  ps[2].set_value(3);
+  ps[0].set_value(1);
+  BOOST_TEST(!all.is_ready());
+  std::thread t([&] { ps[1].set_value(2); });
+  BOOST_TEST((all.get() == std::vector<int>{1, 2, 3}));
+  t.join();
+
+  std::vector<promise<void>> vs(3);
+  std::vector<future<void>> vfs;
+  for (auto& p : vs)
+    vfs.push_back(p.get_future());
+  auto done = corodist::when_all(std::move(vfs));
+  vs[1].set_exception(std::make_exception_ptr(corodist::timeout_error("second")));
+  vs[0].set_exception(std::make_exception_ptr(corodist::store_error("first")));
+  BOOST_TEST(!done.is_ready()); // waits for every one
+  vs[2].set_value();
+  BOOST_CHECK_THROW(done.get(), corodist::store_error);
+  BOOST_TEST(corodist::when_all(std::vector<future<int>>{}).get().empty());
+}
+
+BOOST_AUTO_TEST_CASE(gate_counts_and_drains, *utf::timeout(30)) {
+  corodist::gate g("test gate");
+  auto a = g.enter();
+  auto b = g.enter();
+  BOOST_TEST(g.count() == 2u);
+  auto idle = g.wait_idle();
+  a.release();
+  BOOST_TEST(!idle.is_ready());
+  auto closing = g.close();
+  BOOST_CHECK_THROW(g.enter(), corodist::usage_error);
+  BOOST_TEST(!g.try_enter());
+  std::thread t([&] { b.release(); });
+  closing.get();
+  t.join();
+  BOOST_TEST(idle.is_ready());
+  BOOST_TEST(g.count() == 0u);
+  BOOST_TEST(g.close().is_ready()); // idempotent, and idle at once
+}
+
+BOOST_AUTO_TEST_CASE(run_on_inline_or_posted, *utf::timeout(30)) {
+  event_loop loop;
+  loop.start();
+  asio::thread_pool pool(1);
+  // From a plain thread: posted to the loop.
+  auto on_loop_f = corodist::run_on(loop.get_executor(), [&] { return loop.running_in_this_thread(); });
+  BOOST_TEST(on_loop_f.get());
+  // From the loop: inline (ready before run_on returns).
+  BOOST_TEST(on_loop(loop, [&] {
+    return corodist::run_on(loop.get_executor(), [] { return 7; }).is_ready();
+  }));
+  // A coroutine on the loop offloads to the pool and resumes on the loop.
+  std::promise<std::pair<int, bool>> done;
+  asio::co_spawn(
+      loop.get_executor(),
+      [&]() -> asio::awaitable<void> {
+        int v = co_await corodist::run_on(pool.get_executor(), [] { return 41 + 1; }).async_get();
+        done.set_value({v, loop.running_in_this_thread()});
+      },
+      asio::detached);
+  auto r = done.get_future();
+  BOOST_REQUIRE(r.wait_for(5s) == std::future_status::ready);
+  BOOST_TEST(r.get().first == 42);
+  auto thrown = corodist::run_on(pool.get_executor(), []() -> int { throw corodist::store_error("x"); });
+  BOOST_CHECK_THROW(thrown.get(), corodist::store_error);
+  pool.join();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -34,7 +34,7 @@ BOOST_AUTO_TEST_CASE(coroutine_awaits_job_and_resumes_on_its_loop, *utf::timeout
           std::this_thread::sleep_for(20ms); // a blocking call
           return 42;
         });
-        int v = co_await std::move(f);
+        int v = co_await f.async_get();
         co_return std::tuple{where, loop.running_in_this_thread(), v};
       }());
   BOOST_TEST(value == 42);

@@ -14,6 +14,7 @@
 #include <asio/connect.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
@@ -447,6 +448,51 @@ BOOST_AUTO_TEST_CASE(peer_death_fails_pending_requests_within_100ms, *utf::timeo
   BOOST_CHECK(worst < 100ms);
 }
 
+// Resident memory of this process, in bytes.
+std::size_t resident_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  std::size_t pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// A header that declares a large frame reserves nothing up front: memory
+// follows the bytes that arrive (before, each connection held its whole
+// declared payload, zero-filled). A frame that stops arriving is closed at
+// frame_timeout; a real large frame still goes through on the same server.
+BOOST_AUTO_TEST_CASE(declared_frame_sizes_reserve_nothing_and_stalled_frames_close, *utf::timeout(60)) {
+  net::connection_options opts;
+  opts.max_frame_size = std::size_t{512} << 20;
+  opts.frame_timeout = 300ms;
+  test_server srv(opts);
+  asio::io_context ctx;
+  constexpr int hostile = 8;
+  const std::size_t before = resident_bytes();
+  std::vector<tcp::socket> socks;
+  for (int i = 0; i < hostile; ++i) {
+    auto s = raw_client(ctx, srv.endpoint);
+    auto h = net::encode(net::frame_header{std::uint32_t{256} << 20, kind_echo, 0, 1}); // 256 MiB declared
+    asio::write(s, asio::buffer(h));
+    auto start = make_payload(100'000, 3); // and 100 kB of it sent
+    asio::write(s, asio::buffer(start));
+    socks.push_back(std::move(s));
+  }
+  // A legitimate 16 MiB echo on the same server is served meanwhile (so the
+  // hostile bytes have been read by then: the server's loop is one thread).
+  bool ok = run_coro(ctx, [&]() -> asio::awaitable<bool> {
+    auto c = co_await connect_to(srv.endpoint, opts);
+    co_return co_await echo_ok(c, 16 << 20, 4);
+  }());
+  BOOST_TEST(ok);
+  const std::size_t after = resident_bytes();
+  const double grown_mib = (static_cast<double>(after) - static_cast<double>(before)) / (1 << 20);
+  BOOST_TEST_MESSAGE(hostile << " connections that declared 256 MiB frames: resident memory grew " << grown_mib
+                             << " MiB (with a 16 MiB echo in and out)");
+  BOOST_TEST(grown_mib < 128.0); // was hostile x 256 MiB = 2 GiB
+  for (auto& s : socks)
+    BOOST_TEST(closed_by_peer(s));
+}
+
 BOOST_AUTO_TEST_CASE(lone_frame_above_output_cap_is_sent, *utf::timeout(60)) {
   // The cap detects a peer that does not read: a single frame larger than it,
   // with nothing else queued, is not that, on either side.
@@ -491,6 +537,114 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
   }());
   peer.join();
   BOOST_TEST((ec == net::errc::output_overflow || ec == net::errc::connection_closed));
+}
+
+// Asio 1.22 leaves the cancel SQE's user_data as the slot's previous owner's;
+// once the ring's slots have all been used, a cancel (here: the hello deadline of
+// silent sockets) completed into an unrelated live operation (a busy
+// connection's read saw EOF, the pending accept got fd 0). Both backends must
+// keep the busy connection and the accept intact.
+BOOST_AUTO_TEST_CASE(timeouts_after_ring_wraparound_leave_live_operations_alone, *utf::timeout(120)) {
+  net::connection_options opts;
+  opts.handshake_timeout = 150ms;
+  test_server srv(opts);
+  asio::io_context ctx;
+  constexpr int warmup = 50'000;  // > 2 x 16,384 ring slots on the server
+  constexpr int silent_count = 50;
+  int failures = 0;
+  int during = 0;
+  std::vector<tcp::socket> silent;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto busy = co_await connect_to(srv.endpoint);
+    // Past the wrap-around.
+    int next = 0;
+    auto pump = [&](int until) -> asio::awaitable<void> {
+      while (next < until) {
+        const int i = next++;
+        auto payload = make_payload(16, static_cast<unsigned>(i));
+        auto r = co_await busy->request(kind_echo, payload);
+        if (r.ec || r.msg.payload != payload) {
+          if (failures++ == 0)
+            BOOST_TEST_MESSAGE("first failure: " << r.ec.message() << " at request " << i);
+        }
+      }
+    };
+    {
+      using namespace asio::experimental::awaitable_operators;
+      co_await (pump(warmup) && pump(warmup) && pump(warmup) && pump(warmup)); // four in flight
+    }
+    BOOST_REQUIRE_EQUAL(failures, 0);
+    // Sockets that never say hello: the server cancels their reads at the deadline
+    // while the busy connection keeps its read posted.
+    for (int i = 0; i < silent_count; ++i) {
+      tcp::socket s(ctx);
+      s.connect(srv.endpoint);
+      silent.push_back(std::move(s));
+    }
+    const auto until = std::chrono::steady_clock::now() + opts.handshake_timeout * 4;
+    while (failures == 0 && std::chrono::steady_clock::now() < until) {
+      if (!co_await echo_ok(busy, 16, static_cast<unsigned>(during)))
+        ++failures;
+      ++during;
+    }
+    BOOST_TEST(busy->is_open());
+    // The accept posted meanwhile still works.
+    auto fresh = co_await connect_to(srv.endpoint);
+    BOOST_TEST(co_await echo_ok(fresh, 32, 5));
+    BOOST_TEST(co_await echo_ok(busy, 32, 6));
+  }(), 100s);
+  BOOST_TEST(failures == 0);
+  BOOST_TEST_MESSAGE(during << " requests while " << silent_count << " hellos timed out");
+  for (auto& s : silent)
+    BOOST_TEST(closed_by_peer(s));
+}
+
+// Connections sharing an output_budget: when their queued output together
+// passes its cap, a connection holding a quarter of it is dropped.
+BOOST_AUTO_TEST_CASE(shared_output_budget_drops_the_peer_that_holds_it, *utf::timeout(60)) {
+  asio::io_context ctx;
+  std::vector<std::unique_ptr<tcp::acceptor>> accs;
+  std::vector<std::thread> peers;
+  std::promise<void> done;
+  std::shared_future<void> release = done.get_future().share();
+  for (int i = 0; i < 2; ++i) {
+    accs.push_back(std::make_unique<tcp::acceptor>(ctx, tcp::endpoint{asio::ip::make_address("127.0.0.1"), 0}));
+    peers.emplace_back([&, i] { // answers the hello, then never reads
+      tcp::socket s(ctx);
+      accs[static_cast<std::size_t>(i)]->accept(s);
+      std::array<std::byte, net::hello_size> h;
+      asio::read(s, asio::buffer(h));
+      auto mine = net::encode(net::hello{});
+      asio::write(s, asio::buffer(mine));
+      release.wait(); // holds the socket, unread, until the test is done
+    });
+  }
+  net::connection_options opts;
+  opts.shared_output = std::make_shared<net::output_budget>(16 << 20);
+  auto [first, second] = run_coro(ctx, [&]() -> asio::awaitable<std::pair<std::error_code, std::error_code>> {
+    auto a = co_await connect_to(accs[0]->local_endpoint(), opts);
+    auto b = co_await connect_to(accs[1]->local_endpoint(), opts);
+    auto chunk = std::make_shared<net::bytes>(1 << 20);
+    std::error_code ea, eb;
+    for (int i = 0; i < 200 && !ea; ++i) { // bounded: at most 200 MiB offered
+      ea = a->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
+      if (i % 8 == 7) {
+        asio::steady_timer t(ctx, 1ms);
+        co_await t.async_wait(asio::use_awaitable);
+      }
+    }
+    eb = b->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
+    BOOST_TEST(opts.shared_output->used() < std::size_t{20} << 20);
+    a->close();
+    b->close();
+    co_return std::pair{ea, eb};
+  }());
+  done.set_value();
+  for (auto& t : peers)
+    t.join();
+  BOOST_TEST((first == net::errc::output_overflow), first.message());
+  BOOST_TEST(!second); // the other connection, which holds little, is not touched
+  BOOST_TEST(opts.shared_output->used() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -14,6 +14,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -55,6 +57,56 @@ inline rpc::agent_options worker_options(int rank, int world, std::shared_ptr<st
   return o;
 }
 
+/// What the sleeping test functions report: how many calls have entered and
+/// left them, for tests that must wait until a call is running (or done) on
+/// its callee -- an event, not a guess at how long that takes.
+class call_log {
+public:
+  /// A call entered / left a sleeping function.
+  void enter() { bump(entries_); }
+  void leave() { bump(exits_); }
+  /// Calls that entered / left so far (tests wait for their own on top of these).
+  int entries() {
+    std::lock_guard lk(m_);
+    return entries_;
+  }
+  int exits() {
+    std::lock_guard lk(m_);
+    return exits_;
+  }
+  /// Waits until `total` calls have entered (false after `limit`).
+  bool wait_entries(int total, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    return wait(entries_, total, limit);
+  }
+  /// Waits until `total` calls have left (false after `limit`).
+  bool wait_exits(int total, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+    return wait(exits_, total, limit);
+  }
+
+private:
+  void bump(int& counter) {
+    {
+      std::lock_guard lk(m_);
+      ++counter;
+    }
+    cv_.notify_all();
+  }
+  bool wait(int& counter, int total, std::chrono::milliseconds limit) {
+    std::unique_lock lk(m_);
+    return cv_.wait_for(lk, limit, [&] { return counter >= total; });
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  int entries_ = 0;
+  int exits_ = 0;
+};
+
+/// The log of one process's sleeping test functions.
+inline call_log& sleeps() {
+  static call_log log;
+  return log;
+}
+
 /// Registers the functions every test worker offers.
 inline void register_standard(rpc::agent& a, const std::string& name) {
   a.register_function("add", [](int x, int y) { return x + y; });
@@ -69,11 +121,18 @@ inline void register_standard(rpc::agent& a, const std::string& name) {
     p.label += "!";
     return p;
   });
+  // The work of a function that takes `ms` (a stand-in for real work).
   a.register_function("sleep_ms", [](int ms) {
+    sleeps().enter();
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    sleeps().leave();
     return ms;
   });
   a.register_function("co_sleep_ms", [](int ms) -> asio::awaitable<int> {
+    sleeps().enter();
+    struct on_exit {
+      ~on_exit() { sleeps().leave(); }
+    } leaving;
     asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(ms));
     co_await t.async_wait(asio::use_awaitable);
     co_return ms;

@@ -5,6 +5,7 @@
 #include <corodist/core/error.hpp>
 #include <corodist/store/sync_store.hpp>
 
+#include "store/kv_state.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/coro_test.hpp"
 
@@ -288,3 +289,47 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(blocking_facade_refuses_the_loop_thread, Impl, imp
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The server's state machine directly: removing waiters costs what each owner
+// holds. 240,000 waits on one key from 60 owners, then every owner drops: the
+// per-key list used to be a vector searched per removal (quadratic: a 10 s
+// freeze at this size), now each removal is a set erase. The key then still
+// completes a fresh wait, and nothing is left held.
+BOOST_AUTO_TEST_CASE(dropping_many_waiters_on_one_key, *utf::timeout(60)) {
+  asio::io_context ctx;
+  auto state = std::make_shared<cs::detail::kv_state>(ctx.get_executor());
+  constexpr int owners = 60, per_owner = 4096;
+  int completed = 0;
+  for (int o = 1; o <= owners; ++o)
+    for (int i = 0; i < per_owner; ++i)
+      state->wait({"k"}, 0ms, static_cast<cs::detail::kv_state::owner_id>(o),
+                  [&](std::vector<std::string>&&, std::vector<std::string>&&) { ++completed; });
+  BOOST_TEST(state->pending_waits(1) == std::size_t(per_owner));
+  BOOST_TEST(state->wait_bytes() > 0u);
+  for (int o = 1; o <= owners; ++o)
+    state->drop_owner(static_cast<cs::detail::kv_state::owner_id>(o));
+  BOOST_TEST(state->wait_bytes() == 0u);
+  BOOST_TEST(completed == 0); // dropped, not completed
+  std::vector<std::string> got;
+  state->wait({"k", "j"}, 0ms, 99, [&](std::vector<std::string>&& keys, std::vector<std::string>&& missing) {
+    got = keys;
+    BOOST_TEST(missing.empty());
+  });
+  state->set("j", "1");
+  state->set("k", "2");
+  BOOST_TEST((got == std::vector<std::string>{"k", "j"}));
+  BOOST_TEST(state->wait_bytes() == 0u);
+}
+
+// Pushes complete one waiter each, oldest first, however many wait.
+BOOST_AUTO_TEST_CASE(queue_push_wakes_waiters_in_order, *utf::timeout(30)) {
+  asio::io_context ctx;
+  auto state = std::make_shared<cs::detail::kv_state>(ctx.get_executor());
+  std::vector<int> order;
+  for (int i = 0; i < 5; ++i)
+    state->wait({"q"}, 0ms, 1, [&, i](std::vector<std::string>&&, std::vector<std::string>&&) { order.push_back(i); });
+  state->queue_push("q", "a");
+  state->queue_push("q", "b");
+  BOOST_TEST((order == std::vector<int>{0, 1}));
+  BOOST_TEST(state->pending_waits(1) == 3u);
+}

@@ -3,6 +3,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/net/frame.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>
@@ -247,6 +248,173 @@ BOOST_AUTO_TEST_CASE(authentication_accepted_and_refused, *utf::timeout(60)) {
   auto raw = raw_client(ctx, port);
   BOOST_TEST(closed_by_peer(raw));
   BOOST_TEST(cs::sync_store(good).get("k") == "v");
+}
+
+// Pending waits are bounded in bytes per connection and for the server: a wait
+// over a bound fails with a store_error naming the limit, the others stay
+// pending, and what they held is released when their client goes.
+// Authentication is mutual: a client that holds a token refuses a server that
+// does not authenticate, and a server that replays another server's
+// authentication (its nonce and proof) to a client is refused by the client,
+// whose own nonce the replayed proof does not cover.
+BOOST_AUTO_TEST_CASE(authentication_is_mutual, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  auto open_server = start_server(server_loop, std::string(""));
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), client_opts(open_server->local_endpoint().port(), "s3cret"));
+    BOOST_FAIL("a client with a token talked to a server that does not authenticate");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("does not authenticate") != std::string::npos, e.what());
+  }
+  auto real = start_server(server_loop, std::string("s3cret"));
+  // The relay: takes the real server's answer to a hello of its own, and hands
+  // it to the client as if it were its own.
+  asio::io_context ctx;
+  tcp::acceptor relay(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  std::thread relay_thread([&] {
+    tcp::socket up(ctx);
+    up.connect({asio::ip::make_address("127.0.0.1"), real->local_endpoint().port()});
+    net::hello mine;
+    mine.flags = net::hello_flags::auth;
+    mine.extension_len = 32;
+    std::array<std::byte, 32> my_nonce{};
+    auto hb = net::encode(mine);
+    asio::write(up, asio::buffer(hb));
+    asio::write(up, asio::buffer(my_nonce));
+    std::array<std::byte, net::hello_size + 64> answer;
+    asio::read(up, asio::buffer(answer)); // the real server's hello, nonce and proof
+    tcp::socket victim(ctx);
+    relay.accept(victim);
+    std::array<std::byte, net::hello_size + 32> client_hello;
+    asio::read(victim, asio::buffer(client_hello));
+    asio::write(victim, asio::buffer(answer)); // replayed
+    std::array<std::byte, 32> proof;
+    std::error_code ec;
+    asio::read(victim, asio::buffer(proof), ec);
+    BOOST_TEST(ec, "the client answered a replayed proof");
+  });
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), client_opts(relay.local_endpoint().port(), "s3cret"));
+    BOOST_FAIL("the client accepted a replayed proof");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("authentication failed") != std::string::npos, e.what());
+  }
+  relay_thread.join();
+}
+
+BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  so.max_wait_bytes_per_connection = 2 << 20;
+  so.max_wait_bytes = 3 << 20;
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  auto a = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  auto b = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  // 100 keys of 4 KiB each: ~0.8 MiB counted per wait (each key is held twice).
+  auto keys = [](const std::string& tag) {
+    std::vector<std::string> k;
+    for (int i = 0; i < 100; ++i)
+      k.push_back(tag + std::to_string(i) + std::string(4096, 'k'));
+    return k;
+  };
+  auto start_wait = [&](std::shared_ptr<cs::tcp_store> s, std::string tag) {
+    return asio::co_spawn(loop.get_executor(), s->wait(keys(tag), 30s), asio::use_future);
+  };
+  auto held = [&] { return on_loop(server_loop, [&] { return server->pending_wait_bytes(); }); };
+  auto a1 = start_wait(a, "a1-");
+  auto a2 = start_wait(a, "a2-");
+  auto a3 = start_wait(a, "a3-"); // over the connection's 2 MiB
+  try {
+    a3.get();
+    BOOST_FAIL("a third wait was accepted");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("over the limit") != std::string::npos, e.what());
+  }
+  const auto two = held();
+  BOOST_TEST(two > std::size_t{1} << 20);
+  auto b1 = start_wait(b, "b1-");
+  auto b2 = start_wait(b, "b2-"); // b's first fits; this one passes the server's 3 MiB
+  try {
+    b2.get();
+    BOOST_FAIL("the server's bound was not applied");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("server") != std::string::npos, e.what());
+  }
+  // The waits that fit are still pending, and complete normally.
+  corodist::run_blocking(loop.get_executor(), a->set("unrelated", "x"));
+  BOOST_TEST((a1.wait_for(0s) == std::future_status::timeout));
+  for (auto& k : keys("b1-"))
+    corodist::run_blocking(loop.get_executor(), b->set(k, "v"));
+  b1.get();
+  // A client that goes takes its waits' memory with it.
+  a->close();
+  b->close();
+  BOOST_TEST(corodist::test::eventually([&] { return held() == 0; }));
+  BOOST_CHECK_THROW(a1.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(a2.get(), corodist::connection_error);
+}
+
+// max_connections: connections over the limit are closed at once, the ones in
+// place keep working, and room made by a client leaving is used again.
+BOOST_AUTO_TEST_CASE(connection_limit_refuses_at_once, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  so.max_connections = 4;
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  std::vector<std::shared_ptr<cs::tcp_store>> clients;
+  for (int i = 0; i < 4; ++i)
+    clients.push_back(cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port)));
+  asio::io_context ctx;
+  for (int i = 0; i < 3; ++i) {
+    tcp::socket extra(ctx);
+    extra.connect({asio::ip::make_address("127.0.0.1"), port});
+    BOOST_TEST(closed_by_peer(extra));
+  }
+  cs::sync_store(clients[0]).set("k", "v");
+  BOOST_TEST(cs::sync_store(clients[3]).get("k") == "v");
+  clients[0]->close();
+  BOOST_TEST(corodist::test::eventually(
+      [&] { return on_loop(server_loop, [&] { return server->connection_count(); }) == 3; }));
+  auto again = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  BOOST_TEST(cs::sync_store(again).get("k") == "v");
+}
+
+// Silent connections (PyTorch 1.13's second one) are kept only up to
+// max_silent_connections; further ones are closed, the data is untouched.
+BOOST_AUTO_TEST_CASE(silent_connections_are_capped, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  so.handshake_timeout = 100ms;
+  so.max_silent_connections = 3;
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  asio::io_context ctx;
+  std::vector<tcp::socket> silent;
+  for (int i = 0; i < 5; ++i) {
+    silent.emplace_back(ctx);
+    silent.back().connect({asio::ip::make_address("127.0.0.1"), port});
+  }
+  int closed = 0;
+  for (auto& s : silent)
+    closed += closed_by_peer(s, 1s);
+  BOOST_TEST(closed == 2);
+  BOOST_TEST(on_loop(server_loop, [&] { return server->connection_count(); }) == 3u);
+  auto c = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  cs::sync_store(c).set("k", "v");
+  BOOST_TEST(cs::sync_store(c).get("k") == "v");
 }
 
 BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {

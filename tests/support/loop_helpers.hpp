@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <future>
+#include <thread>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -33,10 +34,23 @@ auto on_loop(event_loop& loop, F f) {
   return fut.get();
 }
 
-/// True when the peer has closed `s` (EOF or reset) within 3 s.
-inline bool closed_by_peer(asio::ip::tcp::socket& s) {
+/// Polls `pred` (every millisecond) until it holds or `limit` passes; returns
+/// whether it held. For state another thread changes with no event to wait on.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+/// True when the peer has closed `s` (EOF or reset) within `limit`.
+inline bool closed_by_peer(asio::ip::tcp::socket& s, std::chrono::milliseconds limit = std::chrono::seconds(3)) {
   char buf[256];
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  auto deadline = std::chrono::steady_clock::now() + limit;
   while (std::chrono::steady_clock::now() < deadline) {
     pollfd p{s.native_handle(), POLLIN, 0};
     if (::poll(&p, 1, 100) <= 0)

@@ -3,8 +3,11 @@
 // captured, reads its output line by line or to the end, and kills and reaps
 // it at scope exit if it is still running. Every wait has a deadline.
 
-#include "support/child_process.hpp"
+#include "subprocess.hpp"
 
+#include <boost/test/unit_test.hpp>
+
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <optional>
@@ -12,29 +15,40 @@
 #include <vector>
 
 #include <poll.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace corodist::test {
 
-/// A child_process that execs a program, with its output on a pipe.
+/// A program started as a child process (tools/subprocess.hpp, the code
+/// corodist-run uses), with its output on a pipe.
 class program {
 public:
-  /// Starts `argv[0]` (looked up in PATH) with `argv`.
-  explicit program(const std::vector<std::string>& argv)
-      : child_([this, argv] {
-          ::dup2(pipe_.write_end(), 1);
-          ::dup2(pipe_.write_end(), 2);
-          pipe_.close_read();
-          pipe_.close_write();
-          std::vector<char*> args;
-          for (auto& a : argv)
-            args.push_back(const_cast<char*>(a.c_str()));
-          args.push_back(nullptr);
-          ::execvp(args[0], args.data());
-          return 127;
-        }) {
+  /// Starts `argv[0]` (looked up in PATH) with `argv`; stdout and stderr go
+  /// to the same pipe. Fails the test if it cannot be executed.
+  explicit program(const std::vector<std::string>& argv) {
+    tools::spawn_options o;
+    o.argv = argv;
+    o.stdout_fd = pipe_.write_end();
+    o.stderr_fd = pipe_.write_end();
+    try {
+      pid_ = tools::spawn(o);
+    } catch (const std::exception& e) {
+      BOOST_FAIL(e.what());
+    }
     pipe_.close_write();
   }
+  ~program() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      reap();
+    }
+  }
+  program(const program&) = delete;
+  program& operator=(const program&) = delete;
+
+  /// The process id.
+  pid_t pid() const noexcept { return pid_; }
 
   /// The next line of output (without the newline), or nullopt at end of
   /// output or after `timeout`.
@@ -61,9 +75,10 @@ public:
     output_ += buf_;
     buf_.clear();
     if (std::chrono::steady_clock::now() >= deadline)
-      ::kill(child_.pid(), SIGKILL);
-    int rc = child_.wait();
-    return rc >= 128 ? -1 : rc;
+      ::kill(pid_, SIGKILL);
+    int status = reap();
+    pid_ = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
   /// Everything read so far.
@@ -89,8 +104,16 @@ private:
     }
   }
 
-  pipe_pair pipe_; // before child_: the child uses it, and it closes after the child is reaped
-  child_process child_;
+  int reap() {
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0)
+      if (errno != EINTR)
+        return -1;
+    return status;
+  }
+
+  tools::pipe_fds pipe_; // closes after the child is reaped
+  pid_t pid_ = -1;
   std::string buf_;
   std::string output_;
 };

@@ -56,6 +56,7 @@ public:
 
   /// Returns the io_context (owned or borrowed).
   asio::io_context& context() noexcept { return *ctx_; }
+  const asio::io_context& context() const noexcept { return *ctx_; }
 
   /// Returns the context's executor.
   executor_type get_executor() noexcept { return ctx_->get_executor(); }
@@ -81,6 +82,9 @@ private:
 namespace detail {
 /// True if the calling thread is running the context of any live event_loop.
 bool on_loop_thread() noexcept;
+/// Throws usage_error naming `what` if `ctx` belongs to a live event_loop that
+/// is not running (owned and not started, or stopped); otherwise returns.
+void require_running(const asio::execution_context& ctx, const char* what);
 } // namespace detail
 
 } // namespace corodist

@@ -1,32 +1,20 @@
 #pragma once
 /// \file
 /// corodist::future<T> / corodist::promise<T>: a thread-safe one-shot result
-/// that works both in coroutines (`co_await std::move(f)`) and in plain
-/// threads (`f.get()`).
+/// for coroutines (`co_await f.async_get()`) and plain threads (`f.get()`).
 
+#include <corodist/core/detail/future_state.hpp>
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/core/error.hpp>
 
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
-#include <asio/awaitable.hpp>
-#include <asio/error.hpp>
-#include <asio/execution/outstanding_work.hpp>
-#include <asio/post.hpp>
-#include <asio/prefer.hpp>
 #include <asio/use_awaitable.hpp>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <exception>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <type_traits>
 #include <utility>
-#include <variant>
 
 namespace corodist {
 
@@ -34,149 +22,16 @@ template <typename T>
 class future;
 template <typename T>
 class promise;
+template <typename T>
+class shared_future;
 
 namespace detail {
 
-bool on_loop_thread() noexcept; // defined in event_loop.cpp
-
-[[noreturn]] void throw_blocking_on_loop(const char* what);
-
-/// The state a promise and its future share. Thread-safe.
-template <typename T>
-class future_state {
-public:
-  using stored_type = std::conditional_t<std::is_void_v<T>, std::monostate, T>;
-
-  template <typename... A>
-  void set_value(A&&... a) {
-    std::unique_lock lk(mutex_);
-    check_unset();
-    value_.emplace(std::forward<A>(a)...);
-    finish(lk);
-  }
-
-  void set_exception(std::exception_ptr e) {
-    std::unique_lock lk(mutex_);
-    check_unset();
-    error_ = std::move(e);
-    finish(lk);
-  }
-
-  bool ready() const {
-    std::lock_guard lk(mutex_);
-    return ready_;
-  }
-
-  void wait() {
-    std::unique_lock lk(mutex_);
-    cv_.wait(lk, [&] { return ready_; });
-  }
-
-  template <typename Clock, typename Duration>
-  bool wait_until(const std::chrono::time_point<Clock, Duration>& tp) {
-    std::unique_lock lk(mutex_);
-    return cv_.wait_until(lk, tp, [&] { return ready_; });
-  }
-
-  /// Moves the value out (rethrows a stored exception). Precondition: ready.
-  stored_type take() {
-    std::lock_guard lk(mutex_);
-    if (error_)
-      std::rethrow_exception(error_);
-    if (!value_)
-      throw usage_error("corodist::future: the value was already retrieved");
-    stored_type v = std::move(*value_);
-    value_.reset();
-    return v;
-  }
-
-  /// Registers the single continuation, run once when ready: at once (on this
-  /// thread) if already ready, else on the thread that completes the promise.
-  void on_ready(unique_function<void()> f) {
-    std::unique_lock lk(mutex_);
-    if (continuation_ || continuation_taken_)
-      throw usage_error("corodist::future: already awaited or continued (one consumer only)");
-    if (ready_) {
-      continuation_taken_ = true;
-      lk.unlock();
-      f();
-      return;
-    }
-    continuation_ = std::move(f);
-  }
-
-  /// Drops a registered, not yet run continuation (cancellation).
-  void drop_continuation() {
-    unique_function<void()> dropped;
-    std::lock_guard lk(mutex_);
-    if (!ready_) {
-      dropped = std::move(continuation_);
-      continuation_ = {};
-    }
-  }
-
-private:
-  void check_unset() {
-    if (ready_)
-      throw usage_error("corodist::promise: value already set");
-  }
-
-  void finish(std::unique_lock<std::mutex>& lk) {
-    ready_ = true;
-    auto cont = std::move(continuation_);
-    continuation_ = {};
-    if (cont)
-      continuation_taken_ = true;
-    lk.unlock();
-    cv_.notify_all();
-    if (cont)
-      cont();
-  }
-
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
-  bool ready_ = false;
-  bool continuation_taken_ = false;
-  std::optional<stored_type> value_;
-  std::exception_ptr error_;
-  unique_function<void()> continuation_;
-};
-
-/// Asio initiation for future::async_wait: completes with an error_code
-/// (operation_aborted on cancellation) on the handler's associated executor.
-template <typename T>
-struct initiate_future_wait {
-  template <typename Handler>
-  void operator()(Handler&& handler, std::shared_ptr<future_state<T>> st) const {
-    using handler_t = std::decay_t<Handler>;
-    auto ex = asio::get_associated_executor(handler);
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    using work_t = std::decay_t<decltype(asio::prefer(ex, asio::execution::outstanding_work.tracked))>;
-    struct op {
-      op(handler_t&& h, work_t w) : handler(std::move(h)), work(std::move(w)) {}
-      handler_t handler;
-      work_t work;
-      std::atomic<bool> done{false};
-    };
-    auto o = std::make_shared<op>(std::forward<Handler>(handler),
-                                  asio::prefer(ex, asio::execution::outstanding_work.tracked));
-    auto complete = [o, slot](std::error_code ec) mutable {
-      if (o->done.exchange(true))
-        return;
-      auto w = std::move(o->work);
-      asio::post(w, [o, ec, slot]() mutable {
-        if (slot.is_connected())
-          slot.clear();
-        std::move(o->handler)(ec);
-      });
-    };
-    if (slot.is_connected()) {
-      slot.assign([st, complete](asio::cancellation_type) mutable {
-        st->drop_continuation();
-        complete(asio::error::operation_aborted);
-      });
-    }
-    st->on_ready([complete]() mutable { complete({}); });
+/// Access to a future's state for core/'s own combinators (when_all).
+struct future_access {
+  template <typename T>
+  static const std::shared_ptr<future_state<T>>& state(const future<T>& f) noexcept {
+    return f.state_;
   }
 };
 
@@ -190,36 +45,37 @@ struct continuation_result<F, void> {
   using type = std::invoke_result_t<F>;
 };
 
+/// The completion signature of async_get: the exception, then the value.
 template <typename T>
-asio::awaitable<T> await_future(std::shared_ptr<future_state<T>> st) {
-  if (!st)
-    throw usage_error("corodist::future: awaiting an invalid future");
-  if (!st->ready())
-    co_await asio::async_initiate<decltype(asio::use_awaitable), void(std::error_code)>(
-        initiate_future_wait<T>{}, asio::use_awaitable, st);
-  if constexpr (std::is_void_v<T>)
-    st->take();
-  else
-    co_return st->take();
-}
+struct get_signature {
+  using type = void(std::exception_ptr, T);
+};
+template <>
+struct get_signature<void> {
+  using type = void(std::exception_ptr);
+};
 
 } // namespace detail
 
-/// The consumer side of a one-shot result.
+/// The consumer side of a one-shot result. It has one consumer: `get()`,
+/// `async_get()` and `then()` each take the value.
 ///
-/// * `co_await std::move(f)` in an `asio::awaitable` coroutine on any
-///   executor: suspends without blocking a thread and resumes on that
-///   coroutine's executor; rethrows the stored exception. The future *is* an
-///   `asio::awaitable<T>`, so it composes with Asio's awaitable operators
-///   (`co_await (std::move(f) || timer.async_wait(use_awaitable))`).
-/// * `get()` / `wait()` / `wait_for()` from plain threads. On an event-loop
+/// * In a coroutine: `T v = co_await f.async_get();` suspends without blocking
+///   a thread and resumes on the awaiting coroutine's executor, rethrowing a
+///   stored exception. `async_get(token)` takes any Asio completion token
+///   (`asio::use_awaitable` by default; `asio::use_future`, a callback,
+///   `as_tuple`). Cancelling the wait through the token's slot does not touch
+///   the result. To race it against a timer, race `async_wait()` (which never
+///   throws): Asio 1.22's `||` drops an exception thrown by a branch.
+/// * From plain threads: `get()` / `wait()` / `wait_for()`. On an event-loop
 ///   thread they throw `usage_error` while the value is not ready, because
 ///   blocking there would deadlock the loop.
-/// * `then(fn)`: a continuation returning a new future.
+/// * `then(fn)`: a continuation returning a new future; `share()`: a
+///   shared_future for many consumers.
 ///
-/// A future has one consumer: awaiting, `then` and `get` each take the value.
+/// A future allocates nothing beyond its shared state until it is awaited.
 template <typename T>
-class future : public asio::awaitable<T> {
+class future {
 public:
   /// An invalid future (`valid() == false`).
   future() = default;
@@ -265,14 +121,58 @@ public:
     return state_->wait_until(std::chrono::steady_clock::now() + d);
   }
 
-  /// Asio asynchronous wait for readiness with any completion token; the
-  /// handler gets an error_code (operation_aborted if cancelled through its
-  /// cancellation slot) and runs on its associated executor. Then call get().
-  template <typename CompletionToken>
-  auto async_wait(CompletionToken&& token) {
+  /// Asynchronously takes the result: completes with `(exception_ptr, T)` (for
+  /// void: `(exception_ptr)`) on the token's associated executor once ready.
+  /// With `asio::use_awaitable` (the default) `co_await` returns the value or
+  /// throws. Cancellation through the token's slot completes the wait with an
+  /// `operation_aborted` system_error and leaves the result in place.
+  template <typename CompletionToken = asio::use_awaitable_t<>>
+  auto async_get(CompletionToken&& token = {}) {
+    check_valid();
+    return asio::async_initiate<CompletionToken, typename detail::get_signature<T>::type>(
+        [](auto handler, std::shared_ptr<detail::future_state<T>> st) {
+          using handler_t = decltype(handler);
+          detail::complete_when_ready<T>(
+              st, std::move(handler),
+              [](detail::future_state<T>& s, handler_t&& h) {
+                if (auto e = s.exception()) {
+                  if constexpr (std::is_void_v<T>)
+                    std::move(h)(e);
+                  else
+                    std::move(h)(e, T{});
+                  return;
+                }
+                if constexpr (std::is_void_v<T>) {
+                  s.take();
+                  std::move(h)(std::exception_ptr());
+                } else {
+                  std::move(h)(std::exception_ptr(), s.take());
+                }
+              },
+              [](handler_t&& h) {
+                if constexpr (std::is_void_v<T>)
+                  std::move(h)(detail::cancelled_wait());
+                else
+                  std::move(h)(detail::cancelled_wait(), T{});
+              });
+        },
+        token, state_);
+  }
+
+  /// Asynchronously waits for readiness without taking the result: completes
+  /// with an error_code (operation_aborted if cancelled through the token's
+  /// slot) on the token's associated executor. Then call get().
+  template <typename CompletionToken = asio::use_awaitable_t<>>
+  auto async_wait(CompletionToken&& token = {}) {
     check_valid();
     return asio::async_initiate<CompletionToken, void(std::error_code)>(
-        detail::initiate_future_wait<T>{}, token, state_);
+        [](auto handler, std::shared_ptr<detail::future_state<T>> st) {
+          using handler_t = decltype(handler);
+          detail::complete_when_ready<T>(
+              st, std::move(handler), [](detail::future_state<T>&, handler_t&& h) { std::move(h)(std::error_code()); },
+              [](handler_t&& h) { std::move(h)(std::error_code(asio::error::operation_aborted)); });
+        },
+        token, state_);
   }
 
   /// Runs `fn(value)` (or `fn()` for void) once the value is ready, on the
@@ -311,10 +211,13 @@ public:
     return next;
   }
 
+  /// Turns this future into a shared_future (this one becomes invalid).
+  shared_future<T> share() noexcept { return shared_future<T>(std::move(state_)); }
+
 private:
   friend class promise<T>;
-  explicit future(std::shared_ptr<detail::future_state<T>> st)
-      : asio::awaitable<T>(detail::await_future<T>(st)), state_(std::move(st)) {}
+  friend struct detail::future_access;
+  explicit future(std::shared_ptr<detail::future_state<T>> st) : state_(std::move(st)) {}
 
   void check_valid() const {
     if (!state_)
@@ -347,20 +250,24 @@ public:
     return future<T>(state_);
   }
 
-  /// Stores the value and wakes the consumer. Throws `usage_error` if already set.
+  /// Stores the value and wakes the consumers. Throws `usage_error` if already set.
   template <typename... A>
   void set_value(A&&... a) {
     state_->set_value(std::forward<A>(a)...);
   }
 
-  /// Stores an exception for the consumer to rethrow.
+  /// Stores an exception for the consumers to rethrow.
   void set_exception(std::exception_ptr e) { state_->set_exception(std::move(e)); }
+
+  /// True once a value or exception has been stored.
+  bool is_set() const { return state_ && state_->ready(); }
 
 private:
   void abandon() noexcept {
     if (state_ && !state_->ready()) {
       try {
-        state_->set_exception(std::make_exception_ptr(error("corodist::promise destroyed without a value (broken promise)")));
+        state_->set_exception(
+            std::make_exception_ptr(error("corodist::promise destroyed without a value (broken promise)")));
       } catch (...) {
       }
     }
@@ -394,3 +301,5 @@ future<T> make_exceptional_future(std::exception_ptr e) {
 }
 
 } // namespace corodist
+
+#include <corodist/core/shared_future.hpp>

@@ -37,8 +37,9 @@ struct worker_thread_options {
 
 /// Threads that run posted blocking functions (a Gloo call, a file read)
 /// outside any event loop. `submit` returns a `corodist::future`: a coroutine
-/// `co_await`s it and resumes on its own executor, a plain thread calls
-/// `get()`. The threads are not event-loop threads, so blocking facades
+/// awaits it (`co_await f.async_get()`) and resumes on its own executor, a
+/// plain thread calls `get()`. (`run_on` runs a function on an executor that
+/// exists; this owns its threads, for work that blocks them.) The threads are not event-loop threads, so blocking facades
 /// (`sync_store`, `future::get`) work inside jobs. Thread-safe.
 class worker_thread {
 public:

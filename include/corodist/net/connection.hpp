@@ -4,8 +4,10 @@
 
 #include <corodist/core/detail/io_registration.hpp>
 #include <corodist/core/detail/unique_function.hpp>
+#include <corodist/net/buffer.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/net/frame.hpp>
+#include <corodist/net/output_budget.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
@@ -28,8 +30,6 @@ namespace corodist::net {
 
 using namespace std::chrono_literals;
 
-/// Owned bytes of a frame payload.
-using bytes = std::vector<std::byte>;
 
 /// A payload segment that lives elsewhere and is written with scatter/gather,
 /// never copied: `owner` keeps `data` alive until the frame has been written.
@@ -45,6 +45,7 @@ struct connection_options {
   static constexpr std::size_t default_max_buffered_output = std::size_t{2} << 30;     // 2 GiB
   static constexpr std::chrono::milliseconds default_request_timeout = 60s;
   static constexpr std::chrono::milliseconds default_handshake_timeout = 10s;
+  static constexpr std::chrono::milliseconds default_frame_timeout = 30s;
 
   /// Largest payload accepted from the peer (and sent to it).
   std::size_t max_frame_size = default_max_frame_size;
@@ -57,25 +58,16 @@ struct connection_options {
   std::chrono::milliseconds request_timeout = default_request_timeout;
   /// Deadline of TCP connect plus the hello exchange.
   std::chrono::milliseconds handshake_timeout = default_handshake_timeout;
+  /// An incomplete incoming frame that receives no byte for this long closes the
+  /// connection (errc::frame_stalled); zero means never.
+  std::chrono::milliseconds frame_timeout = default_frame_timeout;
+  /// A cap shared with other connections on their queued output together (see
+  /// output_budget); null: none.
+  std::shared_ptr<output_budget> shared_output;
   /// Shared secret. Server: if set, clients must prove they hold it
   /// (challenge-response, HMAC-SHA-256); client: the token to prove with.
   std::string auth_token;
 };
-
-/// Default cap of the process-wide cache of large receive buffers (see
-/// set_buffer_cache_limit).
-inline constexpr std::size_t default_buffer_cache_bytes = std::size_t{512} << 20; // 512 MiB
-
-/// Caps the process-wide cache in which payload buffers of 1 MiB and more are
-/// kept for reuse (a recycled buffer is already mapped: no page fault per page).
-/// At most 4 buffers and `max_bytes` in all are kept; 0 turns recycling off.
-/// Cached buffers above a lowered cap are freed at once. The cap starts at
-/// default_buffer_cache_bytes, or at `CORODIST_BUFFER_CACHE_MIB` MiB when that
-/// variable holds a number. Thread-safe; never throws.
-void set_buffer_cache_limit(std::size_t max_bytes) noexcept;
-
-/// The cache's current cap in bytes (see set_buffer_cache_limit). Thread-safe.
-[[nodiscard]] std::size_t buffer_cache_limit() noexcept;
 
 /// A received frame.
 struct message {
@@ -195,7 +187,12 @@ private:
   void start_write();
   asio::awaitable<void> read_loop();
   std::size_t parse(const std::byte* data, std::size_t n);
-  void on_read_error(std::error_code ec);
+  /// Reads part (all = false: what is there) or all of `b` of an incomplete frame, under the stall watch.
+  asio::awaitable<std::pair<std::error_code, std::size_t>> read_frame_bytes(asio::mutable_buffer b, bool all);
+  void arm_stall_watch();
+  void on_stall_watch();
+  asio::awaitable<void> read_large_frame(frame_header h);
+  void on_read_error(std::error_code ec, std::size_t frame_bytes);
   void dispatch(message&& m);
   void complete(std::uint64_t id, response r);
   void arm_timer(std::chrono::steady_clock::time_point deadline);
@@ -205,6 +202,11 @@ private:
   connection_options opts_;
   asio::ip::tcp::endpoint remote_;
   std::unique_ptr<asio::steady_timer> timer_; // request deadlines; made on first use
+  std::unique_ptr<asio::steady_timer> stall_timer_; // frame_timeout watchdog; made on first use
+  std::chrono::steady_clock::time_point progress_at_; // last byte of an incomplete frame
+  bool in_frame_ = false;           // a read of an incomplete frame is pending
+  bool stall_watch_armed_ = false;
+  bool stalled_ = false;
   std::optional<std::chrono::steady_clock::time_point> timer_deadline_;
   request_handler on_request_;
   close_handler on_close_;
@@ -213,7 +215,7 @@ private:
   batch queued_;  // frames waiting for the next write
   batch writing_batch_; // frames of the write in flight
   std::vector<asio::const_buffer> iov_;
-  std::size_t queued_bytes_ = 0; // bytes in queued_
+  std::size_t queued_bytes_ = 0; // bytes in queued_ (also counted in opts_.shared_output)
   bytes carry_;                  // the start of an incomplete incoming frame
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light
   bytes big_;                       // 64 KiB read target while reads keep filling head_

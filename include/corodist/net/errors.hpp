@@ -23,6 +23,8 @@ enum class errc {
   bad_hello,            ///< malformed hello (e.g. oversized extension)
   auth_required,        ///< the server requires a token and none is configured
   auth_failed,          ///< the token was refused (or the peer's answer was wrong)
+  frame_stalled,        ///< no byte of an incomplete frame arrived within frame_timeout
+  auth_not_offered,     ///< this side holds a token but the server does not authenticate
 };
 
 /// The category of `errc` ("corodist.net").

@@ -15,7 +15,7 @@ namespace corodist::net {
 /// "CDST" read as a little-endian u32: the first four bytes of a native connection.
 inline constexpr std::uint32_t protocol_magic = 0x54534443;
 /// The version this build speaks.
-inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::uint16_t protocol_version = 2;
 /// Size of the hello and of a frame header, in bytes.
 inline constexpr std::size_t hello_size = 16;
 inline constexpr std::size_t header_size = 16;
@@ -29,9 +29,12 @@ inline constexpr std::uint16_t one_way = 1u << 2;  ///< no response expected
 
 /// Hello flags.
 namespace hello_flags {
-/// Client: it holds an auth token. Server: authentication is required; the
-/// extension block is a 32-byte challenge, answered by the client with
-/// HMAC-SHA-256(key = SHA-256(token), challenge) and acknowledged by one byte 0x01.
+/// Authentication (mutual). Client: it holds a token; its extension block is a
+/// 32-byte nonce. Server: it requires a token; its extension block is its own
+/// 32-byte nonce followed by its proof, HMAC-SHA-256(key = SHA-256(token),
+/// "corodist-auth-v2 server" || client nonce || server nonce). The client then
+/// sends its proof (the same with "corodist-auth-v2 client"), acknowledged by
+/// one byte 0x01. A client with a token refuses a server without this flag.
 inline constexpr std::uint16_t auth = 1u << 0;
 } // namespace hello_flags
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <chrono>
 #include <system_error>
 
 namespace corodist::net {
@@ -20,12 +21,18 @@ namespace corodist::net {
 struct foreign_protocol {
   /// Whether this protocol takes a connection whose first byte is `first`.
   std::function<bool(std::uint8_t first)> accepts;
-  /// Takes over a claimed socket; nothing has been read from it yet.
-  std::function<void(asio::ip::tcp::socket)> take;
+  /// Takes over a claimed socket; nothing has been read from it yet. `silent`:
+  /// it sent nothing within the handshake timeout (see take_silent).
+  std::function<void(asio::ip::tcp::socket, bool silent)> take;
   /// Also take connections that send nothing within the handshake timeout
   /// (they are kept open with TCP keep-alive on); if false they are closed.
   bool take_silent = false;
 };
+
+/// `requested`, or when it is 0, the process's open-file limit (RLIMIT_NOFILE,
+/// soft) less 64 descriptors of headroom: the default connection limit of the
+/// servers built on listener.
+std::size_t connection_limit(std::size_t requested) noexcept;
 
 /// Accepts connections on an endpoint (port 0: the kernel picks; read it back
 /// with `local_endpoint()`), runs the server side of the hello on each, and
@@ -51,6 +58,15 @@ public:
   /// one; a byte neither accepts is logged and the socket closed. Call before start().
   void set_foreign_protocol(foreign_protocol p) { foreign_ = std::move(p); }
 
+  /// Admits at most `max` connections: `established()` (the owner's count of
+  /// connections it holds) plus those still in their handshake here. A
+  /// connection over the limit is closed at once, with one warning per episode
+  /// of refusals. Call before start().
+  void set_connection_limit(std::size_t max, std::function<std::size_t()> established) {
+    max_connections_ = max;
+    established_ = std::move(established);
+  }
+
   /// Starts the accept loop. Call once, on the loop.
   void start();
 
@@ -62,14 +78,21 @@ public:
 
 private:
   asio::awaitable<void> accept_loop();
-  asio::awaitable<void> handshake(asio::ip::tcp::socket socket);
+  asio::awaitable<void> greet(asio::ip::tcp::socket socket);
+  asio::awaitable<void> handshake(asio::ip::tcp::socket socket, std::chrono::steady_clock::time_point deadline);
   asio::awaitable<void> sniff(asio::ip::tcp::socket socket);
+  /// Whether a connection just accepted may proceed (the connection limit).
+  bool admit(const asio::ip::tcp::socket& socket);
 
   asio::ip::tcp::acceptor acceptor_;
   connection_options opts_;
   accept_handler on_accept_;
   std::optional<foreign_protocol> foreign_;
   asio::ip::tcp::endpoint local_;
+  std::size_t max_connections_ = 0; // 0: no limit
+  std::function<std::size_t()> established_;
+  std::size_t handshaking_ = 0;     // accepted, hello not yet done
+  bool refusing_ = false;           // in an episode of refusals (one warning each)
   corodist::detail::io_registration registration_; // closes the acceptor at context shutdown; last: goes first
 };
 

@@ -7,15 +7,16 @@
 #include <corodist/core/future.hpp>
 #include <corodist/rpc/agent_options.hpp>
 #include <corodist/rpc/attachment.hpp>
+#include <corodist/rpc/call_context.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 #include <corodist/rpc/errors.hpp>
+#include <corodist/rpc/message_port.hpp>
 #include <corodist/rpc/worker_info.hpp>
 
 #include <asio/awaitable.hpp>
 #include <asio/ip/tcp.hpp>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,7 +27,7 @@
 namespace corodist::rpc {
 
 namespace detail {
-class agent_impl;
+class agent_core;
 /// What a call's completion receives: an error, or the reply payload.
 struct reply {
   std::exception_ptr error;
@@ -40,16 +41,21 @@ using reply_handler = corodist::detail::unique_function<void(reply&&)>;
 ///
 /// * `register_function` before `start()`; plain callables run on the
 ///   agent's worker pool (they may block), callables returning
-///   `asio::awaitable<R>` run on the loop (they must not block).
+///   `asio::awaitable<R>` run on the loop (they must not block). A first
+///   parameter `const rpc::call_context&` receives the caller and its deadline.
 /// * `rpc_async` / `rpc_sync` / `call` from any thread or coroutine once
 ///   started. Arguments and results are msgpack-encoded (user structs via
 ///   msgpack adaptors, e.g. `MSGPACK_DEFINE`); `rpc::attachment` values travel
 ///   as zero-copy attachments.
+/// * The caller's deadline travels with the call: the callee does not start a
+///   call whose deadline has passed, and cancels a coroutine function at it.
 /// * Failures: `timeout_error`, `connection_error` (peer unreachable or died
 ///   with the call pending), `remote_error` (the function threw; carries the
 ///   worker, type and message), its subclasses `unknown_function_error` and
-///   `bad_arguments_error`, `usage_error` (unknown worker, agent not running).
-///   Calls are never retried.
+///   `bad_arguments_error`, `bad_result_error` (the result does not decode to
+///   R), `usage_error` (unknown worker, agent not running). Calls are never
+///   retried.
+/// * `port()`: the message port layers above rpc/ build on (rref/).
 ///
 /// Destroying an agent without shutdown() is safe (it is an immediate
 /// shutdown); it waits for running plain functions to return.
@@ -64,11 +70,12 @@ public:
   agent& operator=(const agent&) = delete;
 
   /// Registers `f` under `name`; the parameter types (decayed) are what the
-  /// arguments decode to, and each must be default-constructible. Call before
-  /// start(); throws `usage_error` afterwards or for a duplicate name.
+  /// arguments decode to, and each must be default-constructible and own its
+  /// data (a `std::string_view` or `std::span` parameter does not compile).
+  /// Call before start(); throws `usage_error` afterwards or for a duplicate name.
   template <typename F>
   void register_function(std::string name, F f) {
-    add_handler(std::move(name), detail::make_handler(std::move(f)));
+    add_function(std::move(name), detail::make_handler(std::move(f)));
   }
 
   /// Starts: listens, publishes this worker in the store (a duplicate name or
@@ -77,15 +84,19 @@ public:
   /// Runs on the loop; await from any coroutine.
   [[nodiscard]] asio::awaitable<void> async_start();
 
-  /// Blocking start() for plain threads; throws `usage_error` on a loop thread.
+  /// Blocking start() for plain threads; throws `usage_error` on a loop thread
+  /// or when the loop is not running.
   void start();
 
-  /// Graceful shutdown: stops when no call is in flight on any worker (every
-  /// worker must call it; store barriers, each bounded by shutdown_timeout),
-  /// then closes every connection. Later calls throw `usage_error`.
+  /// Graceful shutdown: runs the upper layers' shutdown steps, then stops when
+  /// no call is in flight on any worker (every worker must call it; store
+  /// barriers, each bounded by shutdown_timeout), then closes every
+  /// connection. Later calls throw `usage_error`. A second shutdown() while
+  /// one runs shares its outcome.
   [[nodiscard]] asio::awaitable<void> async_shutdown();
   /// `graceful == false`: immediate — closes at once; pending calls fail with
-  /// `connection_error` (here and at the peers).
+  /// `connection_error` (here and at the peers); running coroutine functions
+  /// are cancelled.
   [[nodiscard]] asio::awaitable<void> async_shutdown(bool graceful);
 
   /// Blocking shutdown for plain threads; throws `usage_error` on a loop thread.
@@ -108,46 +119,46 @@ public:
   /// `usage_error` on a loop thread (use `call`).
   template <typename R, typename... A>
   R rpc_sync(worker_ref to, std::string_view fn, A&&... args) {
-    refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
-    auto f = rpc_async_impl<R>(std::nullopt, to, fn, args...);
-    spin_until_ready([&f] { return f.is_ready(); });
-    return f.get();
+    return rpc_sync_impl<R>(std::nullopt, to, fn, args...);
   }
 
   /// As above with a per-call deadline.
   template <typename R, typename... A>
   R rpc_sync(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
-    refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
-    auto f = rpc_async_impl<R>(timeout.value, to, fn, args...);
-    spin_until_ready([&f] { return f.is_ready(); });
-    return f.get();
+    return rpc_sync_impl<R>(timeout.value, to, fn, args...);
   }
 
   /// The call for coroutines: sends at once, `co_await` for the result.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(worker_ref to, std::string_view fn, A&&... args) {
-    return asio::awaitable<R>(rpc_async_impl<R>(std::nullopt, to, fn, args...));
+    return rpc_async_impl<R>(std::nullopt, to, fn, args...).async_get();
   }
 
   /// As above with a per-call deadline.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
-    return asio::awaitable<R>(rpc_async_impl<R>(timeout.value, to, fn, args...));
+    return rpc_async_impl<R>(timeout.value, to, fn, args...).async_get();
   }
 
-  /// This worker. Valid after start().
+  /// This worker. Throws `usage_error` before start(). Any thread.
   const worker_info& self() const;
-  /// A worker by name or rank; throws `usage_error` if there is none. Valid
-  /// (and thread-safe) after start().
+  /// A worker by name or rank; throws `usage_error` if there is none or before
+  /// start(). Any thread.
   const worker_info& get_worker_info(worker_ref w) const;
-  /// Every worker, by rank. Valid after start().
+  /// Every worker, by rank. Throws `usage_error` before start(). Any thread.
   const std::vector<worker_info>& get_worker_infos() const;
 
   /// The address this agent listens on (after start()).
   asio::ip::tcp::endpoint local_endpoint() const;
 
-  /// Connections this agent dialled that are open (call on the loop; tests).
-  std::size_t open_channels() const;
+  /// Peers this agent has dialled and holds an open connection to (call on
+  /// the loop; tests and diagnostics).
+  std::size_t connected_peers() const;
+
+  /// The agent's message port: handlers for upper layers' message kinds,
+  /// requests and notifications to workers, shutdown steps. Valid for the
+  /// agent's lifetime.
+  message_port& port() noexcept;
 
 private:
   template <typename R, typename... A>
@@ -155,32 +166,53 @@ private:
                            const A&... args) {
     promise<R> p;
     auto f = p.get_future();
-    detail::encoded call;
+    payload call;
+    int rank = -1;
+    std::chrono::milliseconds t{0};
     try {
-      call = detail::encode_call(fn, args...);
+      rank = rank_of(to);
+      t = timeout.value_or(default_timeout());
+      detail::encoder e(&port(), self_rank(), rank);
+      call = detail::encode_call(e, fn, static_cast<std::uint64_t>(std::max<std::int64_t>(t.count(), 0)), args...);
     } catch (...) {
       p.set_exception(std::current_exception());
       return f;
     }
-    start_call(to, fn, std::move(call), timeout, [p = std::move(p)](detail::reply&& r) mutable {
-      complete<R>(p, std::move(r));
-    });
+    // The completion runs inside the agent's machinery, which keeps the port alive.
+    send_call(rank, fn, std::move(call), t,
+              [port = &port(), p = std::move(p), rank, fn = std::string(fn)](detail::reply&& r) mutable {
+                complete<R>(*port, p, std::move(r), rank, fn);
+              });
     return f;
   }
 
+  template <typename R, typename... A>
+  R rpc_sync_impl(std::optional<std::chrono::milliseconds> timeout, worker_ref to, std::string_view fn,
+                  const A&... args) {
+    refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
+    auto f = rpc_async_impl<R>(timeout, to, fn, args...);
+    spin_until_ready([&f] { return f.is_ready(); });
+    return f.get();
+  }
+
   template <typename R>
-  static void complete(promise<R>& p, detail::reply&& r) {
+  static void complete(message_port& port, promise<R>& p, detail::reply&& r, int rank, const std::string& fn) {
     if (r.error) {
       p.set_exception(std::move(r.error));
       return;
     }
     try {
+      codec_context ctx;
+      port.decode_context(rank, ctx);
+      auto parsed = detail::parse_payload(std::move(r.payload), ctx);
       if constexpr (std::is_void_v<R>) {
-        detail::decode_result<void>(std::move(r.payload), "rpc");
         p.set_value();
       } else {
-        p.set_value(detail::decode_result<R>(std::move(r.payload), "rpc"));
+        codec_scope scope(ctx);
+        p.set_value(detail::decode_result<R>(parsed.body.get()));
       }
+    } catch (const detail::result_type_error& e) {
+      p.set_exception(std::make_exception_ptr(bad_result_error(fn, port.worker(rank).name, e.what())));
     } catch (...) {
       p.set_exception(std::current_exception());
     }
@@ -190,12 +222,15 @@ private:
   void spin_until_ready(const std::function<bool()>& ready) const;
   /// Throws usage_error on an event-loop thread (rpc_sync would deadlock it).
   static void refuse_on_loop_thread();
-  void add_handler(std::string name, detail::handler h);
-  void start_call(worker_ref to, std::string_view fn, detail::encoded call,
-                  std::optional<std::chrono::milliseconds> timeout, detail::reply_handler done);
+  void add_function(std::string name, detail::handler h);
+  int rank_of(worker_ref to) const;
+  int self_rank() const;
+  std::chrono::milliseconds default_timeout() const noexcept;
+  void send_call(int rank, std::string_view fn, payload call, std::chrono::milliseconds timeout,
+                 detail::reply_handler done);
 
   event_loop& loop_;
-  std::shared_ptr<detail::agent_impl> impl_;
+  std::shared_ptr<detail::agent_core> impl_;
 };
 
 } // namespace corodist::rpc

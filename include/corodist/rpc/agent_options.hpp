@@ -26,6 +26,8 @@ struct agent_options {
   static constexpr std::chrono::milliseconds default_shutdown_timeout = 300s;
   static constexpr std::size_t default_worker_threads = 4;
   static constexpr std::size_t default_max_message_size = std::size_t{1} << 30; // 1 GiB
+  static constexpr std::size_t default_max_buffered_output_per_peer = std::size_t{256} << 20;
+  static constexpr std::size_t default_max_buffered_output = std::size_t{1} << 30;
   static constexpr const char* default_key_prefix = "corodist/rpc/";
 
   /// This worker's name; unique in the job (a duplicate fails start()).
@@ -49,6 +51,17 @@ struct agent_options {
   std::size_t worker_threads = default_worker_threads;
   /// Largest call or reply (msgpack body plus attachments), both directions.
   std::size_t max_message_size = default_max_message_size;
+  /// Output queued for one connection, beyond which its peer is taken for one
+  /// that does not read and is dropped with a warning naming it (its calls
+  /// fail with connection_error). A single message larger than this is still
+  /// sent; raise it for bursts of very large messages to one peer.
+  std::size_t max_buffered_output_per_peer = default_max_buffered_output_per_peer;
+  /// Output queued for all connections of the agent together; over it, the
+  /// connection that holds a quarter of it or more is dropped.
+  std::size_t max_buffered_output = default_max_buffered_output;
+  /// Connections accepted at once; more are refused. 0: the process's
+  /// open-file limit less 64.
+  std::size_t max_connections = 0;
   /// Address to listen on (port 0: the kernel picks) and to publish to peers.
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;

@@ -28,4 +28,12 @@ public:
       : remote_error(std::move(worker), "bad_arguments", std::move(message)) {}
 };
 
+/// A call's result does not decode to the type the caller asked for. Raised
+/// on the caller; names the function, the worker and what arrived instead.
+class bad_result_error : public error {
+public:
+  bad_result_error(const std::string& fn, const std::string& worker, const std::string& why)
+      : error("rpc '" + fn + "' on worker '" + worker + "': " + why) {}
+};
+
 } // namespace corodist::rpc

@@ -31,7 +31,10 @@ struct rendezvous_result {
 /// Joins the job described by `url` and returns once all `world_size` ranks
 /// have arrived:
 /// * `env://` — MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE from the environment
-///   (`?rank=&world_size=&master_addr=&master_port=` override them);
+///   (`?rank=&world_size=&master_addr=&master_port=` override them); under
+///   Slurm's srun, when RANK and WORLD_SIZE are both absent, SLURM_PROCID and
+///   SLURM_NTASKS, and when MASTER_ADDR is absent, the first host of
+///   SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST); MASTER_PORT is required;
 /// * `tcp://HOST:PORT?rank=R&world_size=W` (IPv6 as `[::1]`);
 /// * `file:///PATH?rank=R&world_size=W` — a file_store on a shared file.
 /// For env:// and tcp://, rank 0 hosts the store_server on HOST:PORT (bound to
@@ -45,6 +48,13 @@ struct rendezvous_result {
 [[nodiscard]] inline asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url) {
   return async_rendezvous(std::move(ex), std::move(url), rendezvous_options{});
 }
+
+/// This process's rank among those on its machine: LOCAL_RANK (set by
+/// corodist-run and torchrun), else SLURM_LOCALID when RANK/WORLD_SIZE are
+/// absent and Slurm's are present; nullopt when neither applies. Throws
+/// `store_error` when the value is not a non-negative integer or a Slurm
+/// node list is malformed. Reads the environment; any thread.
+std::optional<int> local_rank_from_env();
 
 /// Blocking rendezvous on a running `loop` (from a plain thread).
 rendezvous_result rendezvous(event_loop& loop, std::string_view url, rendezvous_options opts = {});

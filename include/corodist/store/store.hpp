@@ -157,8 +157,11 @@ protected:
   virtual asio::awaitable<void> do_barrier(std::string name, std::int64_t world_size, std::chrono::milliseconds timeout);
 
   /// Runs `op` on `get_executor()`, resuming the caller on its own executor.
+  /// The store stays alive until `op` ends, even if the caller drops its last
+  /// reference meanwhile (when it is owned by a shared_ptr).
   template <typename T>
   asio::awaitable<T> on_executor(asio::awaitable<T> op) {
+    const auto keep_alive = weak_from_this().lock();
     auto mine = get_executor();
     if ((co_await asio::this_coro::executor) == mine)
       co_return co_await std::move(op);

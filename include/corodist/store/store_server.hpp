@@ -27,7 +27,10 @@ struct server_options {
   static constexpr std::size_t default_max_value_size = std::size_t{64} << 20;
   static constexpr std::size_t default_max_keys_per_request = 65536;
   static constexpr std::size_t default_max_pending_waits = 4096;
+  static constexpr std::size_t default_max_wait_bytes_per_connection = std::size_t{16} << 20;
+  static constexpr std::size_t default_max_wait_bytes = std::size_t{256} << 20;
   static constexpr std::size_t default_max_buffered_output = std::size_t{256} << 20;
+  static constexpr std::size_t default_max_silent_connections = 1024;
 
   /// Address to bind: only this interface (default loopback); "0.0.0.0" or "::" for all.
   std::string host = "127.0.0.1";
@@ -41,8 +44,21 @@ struct server_options {
   std::size_t max_keys_per_request = default_max_keys_per_request;
   /// Waiting operations (get/wait/multi_get) one connection may have pending.
   std::size_t max_pending_waits = default_max_pending_waits;
+  /// Memory the pending waits of one connection may hold (their keys, counted
+  /// with the server's index of them); a wait over it fails with store_error.
+  std::size_t max_wait_bytes_per_connection = default_max_wait_bytes_per_connection;
+  /// Memory the pending waits of all connections together may hold.
+  std::size_t max_wait_bytes = default_max_wait_bytes;
   /// Unsent output per connection before a client that does not read is dropped.
   std::size_t max_buffered_output = default_max_buffered_output;
+  /// Connections served at once (handshakes included); more are refused at
+  /// once, with one warning per episode. 0: the process's open-file limit
+  /// (RLIMIT_NOFILE) less 64 descriptors of headroom.
+  std::size_t max_connections = 0;
+  /// PyTorch clients open a second connection that never sends a byte (1.13);
+  /// at most this many silent connections are kept, further ones are closed
+  /// with a warning. Only with torch_protocol.
+  std::size_t max_silent_connections = default_max_silent_connections;
   /// Deadline of each client's hello (and authentication).
   std::chrono::milliseconds handshake_timeout = net::connection_options::default_handshake_timeout;
   /// Also serve PyTorch TCPStore clients (the 1.13 and the 2.x protocol) on
@@ -78,6 +94,9 @@ public:
 
   /// Number of keys stored (call on the executor).
   std::size_t key_count() const noexcept;
+
+  /// Bytes held by pending waits, as counted against the wait limits (call on the executor).
+  std::size_t pending_wait_bytes() const noexcept;
 
 private:
   struct impl;

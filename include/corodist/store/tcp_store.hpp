@@ -66,6 +66,10 @@ public:
   /// The server's address.
   asio::ip::tcp::endpoint remote_endpoint() const noexcept { return remote_; }
 
+  /// Closes the connection: operations in flight and later ones throw
+  /// `connection_error`. Idempotent; thread-safe (posts to the executor).
+  void close();
+
   /// Keeps `owned` alive as long as this store (rank 0 holds its server this way).
   void hold(std::shared_ptr<void> owned) { held_.push_back(std::move(owned)); }
 

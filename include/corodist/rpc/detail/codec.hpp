@@ -1,31 +1,29 @@
 #pragma once
 /// \file
-/// Private to the RPC layer (included by agent.hpp): the payload codec shared
-/// by calls and replies, msgpack adaptors for attachments, and the type
-/// erasure that turns a registered callable into a handler. Kept to what
-/// templates need; everything else lives in src/rpc/.
+/// The templates of the RPC codec that calls and registrations instantiate in
+/// user code: packing arguments and results, decoding results, turning a
+/// registered callable into a handler, and the msgpack adaptors of
+/// rpc::attachment. Everything that need not be a template lives in src/rpc/.
 ///
-/// Payload of a call or reply frame (little-endian):
-///   u32 body_len | u32 attachment_count | body (msgpack) |
-///   u64 attachment_len x attachment_count | attachment bytes, in order
-/// Attachments are written as extra segments (scatter/gather), never copied.
+/// Call body: `[function name, [args...], timeout_ms]` (0: no deadline).
+/// An attachment inside a body is msgpack ext type 0x41 whose 4 bytes are a
+/// little-endian index into the payload's attachment table.
 
-#include <corodist/core/detail/unique_function.hpp>
 #include <corodist/core/error.hpp>
-#include <corodist/net/connection.hpp>
+#include <corodist/net/frame.hpp>
 #include <corodist/rpc/attachment.hpp>
+#include <corodist/rpc/call_context.hpp>
+#include <corodist/rpc/codec_context.hpp>
+#include <corodist/rpc/payload.hpp>
 
 #include <asio/awaitable.hpp>
 
 #include <msgpack.hpp>
 
 #include <cstdint>
-#include <cstring>
-#include <exception>
 #include <functional>
 #include <memory>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -39,30 +37,13 @@ namespace corodist::rpc::detail {
 /// msgpack ext type that marks an attachment reference (body: u32 index).
 inline constexpr std::int8_t attachment_ext_type = 0x41;
 
-/// An encoded call or reply: the frame payload's owned part and its attachments.
-struct encoded {
-  net::bytes body;
-  std::vector<net::segment> attachments;
-};
-
-/// Attachments collected while packing on this thread (null outside an encoder).
-struct encode_context {
-  std::vector<net::segment> segments;
-};
-encode_context*& current_encode() noexcept;
-
-/// Attachments of the payload being decoded on this thread (null outside a decode_scope).
-struct decode_context {
-  std::shared_ptr<const void> owner;
-  std::vector<std::span<const std::byte>> attachments;
-};
-const decode_context*& current_decode() noexcept;
-
-/// Packs one payload: a msgpack stream writer that collects attachments.
+/// Packs one payload: a msgpack stream writer whose codec_context (current
+/// while it lives) collects the attachments and upper layers' records.
 class encoder {
 public:
-  encoder();
-  ~encoder();
+  /// `port`, `self`, `peer`: what the codec_context tells adaptors.
+  encoder(message_port* port = nullptr, int self = -1, int peer = -1);
+  ~encoder() = default;
   encoder(const encoder&) = delete;
   encoder& operator=(const encoder&) = delete;
 
@@ -73,37 +54,30 @@ public:
   }
   /// The packer to write the body with.
   msgpack::packer<encoder>& packer() noexcept { return packer_; }
-  /// Completes the payload (length prefix, attachment table).
-  encoded finish();
+  /// Completes the payload (prefix, attachment table). Throws usage_error if
+  /// the body passes 4 GiB.
+  payload finish();
 
 private:
   net::bytes out_;
-  encode_context ctx_;
-  encode_context* prev_;
+  codec_context ctx_;
+  codec_scope scope_;
   msgpack::packer<encoder> packer_;
 };
 
-/// A received payload, parsed: the msgpack body (referencing the payload,
-/// which `owner` keeps alive) and the attachment views.
+/// A received payload, parsed: the msgpack body (referencing the payload, which
+/// the context's `in_owner` keeps alive); the attachments went to the context.
 struct parsed_payload {
   msgpack::object_handle body;
-  decode_context attachments;
+  std::shared_ptr<const void> owner;
 };
 
-/// Parses a payload. Throws `protocol_error` if it is malformed.
-parsed_payload parse_payload(net::bytes&& payload);
-
-/// Installs `ctx` as this thread's decode context for its lifetime.
-class decode_scope {
-public:
-  explicit decode_scope(const decode_context* ctx) noexcept : prev_(current_decode()) { current_decode() = ctx; }
-  ~decode_scope() { current_decode() = prev_; }
-  decode_scope(const decode_scope&) = delete;
-  decode_scope& operator=(const decode_scope&) = delete;
-
-private:
-  const decode_context* prev_;
-};
+/// Parses a payload into `ctx` (in_owner, in_attachments) and the body. Bounded
+/// in time and memory by the payload: lengths are checked against it, and the
+/// body may decode into at most max(4 x its size, 16 MiB) of msgpack objects
+/// (counted before any is made). Throws protocol_error saying what is wrong.
+/// The fuzzing entry point of the RPC decoder.
+parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx);
 
 /// The demangled name of a type (for error messages).
 std::string demangle(const char* mangled);
@@ -113,6 +87,12 @@ std::string type_name(msgpack::type::object_type t);
 
 /// Thrown while decoding arguments; becomes a bad_arguments reply.
 class argument_error : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Thrown when a result does not decode to the caller's type.
+class result_type_error : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };
@@ -129,42 +109,36 @@ void pack_arg(msgpack::packer<encoder>& pk, const T& v) {
   }
 }
 
-/// Encodes a call body: [function name, [args...]].
+/// Encodes a call body `[fn, [args...], timeout_ms]` with `e`.
 template <typename... A>
-encoded encode_call(std::string_view fn, const A&... args) {
-  encoder e;
+payload encode_call(encoder& e, std::string_view fn, std::uint64_t timeout_ms, const A&... args) {
   auto& pk = e.packer();
-  pk.pack_array(2);
-  pk.pack_str(static_cast<std::uint32_t>(fn.size()));
-  pk.pack_str_body(fn.data(), static_cast<std::uint32_t>(fn.size()));
+  pk.pack_array(3);
+  pack_arg(pk, fn);
   pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
   (pack_arg(pk, args), ...);
+  pk.pack(timeout_ms);
   return e.finish();
 }
 
-/// Encodes a result value (nil for void).
+/// Encodes a result value (nil for void) with `e`.
 template <typename T>
-encoded encode_value(const T& v) {
-  encoder e;
+payload encode_value(encoder& e, const T& v) {
   pack_arg(e.packer(), v);
   return e.finish();
 }
-encoded encode_nil();
+payload encode_nil(encoder& e);
 
-/// Decodes a reply payload into R. Throws `protocol_error` naming `what` if
-/// the result does not decode to R.
+/// Converts a decoded result body to R. Throws result_type_error saying what
+/// was received instead.
 template <typename R>
-R decode_result(net::bytes&& payload, const std::string& what) {
-  auto p = parse_payload(std::move(payload));
-  if constexpr (std::is_void_v<R>) {
-    return;
-  } else {
-    decode_scope scope(&p.attachments);
+R decode_result(const msgpack::object& o) {
+  if constexpr (!std::is_void_v<R>) {
     try {
-      return p.body.get().as<R>();
+      return o.as<R>();
     } catch (const std::exception& e) {
-      throw protocol_error(what + ": the result does not decode to " + demangle(typeid(R).name()) + " (" + e.what() +
-                           ")");
+      throw result_type_error("the result (msgpack " + type_name(o.type) + ") does not decode to " +
+                              demangle(typeid(R).name()) + " (" + e.what() + ")");
     }
   }
 }
@@ -176,7 +150,7 @@ struct callable_traits : callable_traits<decltype(&T::operator())> {};
 template <typename R, typename... A>
 struct callable_traits<R (*)(A...)> {
   using result = R;
-  using args = std::tuple<std::decay_t<A>...>;
+  using params = std::tuple<std::decay_t<A>...>;
 };
 template <typename R, typename... A>
 struct callable_traits<R (*)(A...) noexcept> : callable_traits<R (*)(A...)> {};
@@ -194,6 +168,7 @@ struct callable_traits<R (C::*)(A...) const noexcept> : callable_traits<R (*)(A.
 template <typename T>
 struct awaitable_value {
   static constexpr bool is_awaitable = false;
+  using type = T;
 };
 template <typename T, typename E>
 struct awaitable_value<asio::awaitable<T, E>> {
@@ -201,8 +176,44 @@ struct awaitable_value<asio::awaitable<T, E>> {
   using type = T;
 };
 
-/// Decodes the arguments array `o` into `Tuple` (decayed parameter types).
-/// Throws argument_error naming the argument that does not fit.
+/// True for types that only view memory they do not own: a received value of
+/// such a type would point into a buffer that is gone when the function runs
+/// (or into freed memory when a result is sent).
+template <typename T>
+struct is_non_owning : std::bool_constant<std::is_pointer_v<T>> {};
+template <typename C, typename Tr>
+struct is_non_owning<std::basic_string_view<C, Tr>> : std::true_type {};
+template <typename T, std::size_t N>
+struct is_non_owning<std::span<T, N>> : std::true_type {};
+template <typename T>
+struct is_non_owning<std::reference_wrapper<T>> : std::true_type {};
+template <typename T, typename A>
+struct is_non_owning<std::vector<T, A>> : is_non_owning<T> {};
+template <typename T>
+struct is_non_owning<std::optional<T>> : is_non_owning<T> {};
+template <typename A, typename B>
+struct is_non_owning<std::pair<A, B>> : std::bool_constant<is_non_owning<A>::value || is_non_owning<B>::value> {};
+template <typename... T>
+struct is_non_owning<std::tuple<T...>> : std::bool_constant<(is_non_owning<T>::value || ...)> {};
+
+/// Whether the first parameter is the injected call_context.
+template <typename Params>
+struct takes_call_context : std::false_type {};
+template <typename... Rest>
+struct takes_call_context<std::tuple<call_context, Rest...>> : std::true_type {};
+
+/// The parameters that come from the wire (without an injected call_context).
+template <typename Params>
+struct wire_params {
+  using type = Params;
+};
+template <typename... Rest>
+struct wire_params<std::tuple<call_context, Rest...>> {
+  using type = std::tuple<Rest...>;
+};
+
+/// Decodes the arguments array `o` into `Tuple`. Throws argument_error naming
+/// the argument that does not fit.
 template <typename Tuple, std::size_t... I>
 Tuple decode_args(const msgpack::object& o, std::index_sequence<I...>) {
   constexpr std::size_t n = sizeof...(I);
@@ -225,47 +236,66 @@ Tuple decode_args(const msgpack::object& o, std::index_sequence<I...>) {
   return t;
 }
 
-/// A registered function, type-erased. `bind` decodes the arguments (on the
-/// loop, throwing argument_error) and returns the work: for a plain function
-/// `plain` is set (run on the pool; returns the encoded result), for a
-/// coroutine function `coro` (run on the loop).
+/// A registered function, type-erased. `bind` decodes the arguments (throwing
+/// argument_error) and returns the work: for a plain function `plain` (run on
+/// the pool; returns the encoded result), for a coroutine function `coro` (run
+/// on the loop). `encode` makes the encoder for the result.
 struct bound_call {
-  corodist::detail::unique_function<encoded()> plain;
-  asio::awaitable<encoded> coro;
+  corodist::detail::unique_function<payload()> plain;
+  asio::awaitable<payload> coro;
 };
-using handler = std::function<bound_call(const msgpack::object& args)>;
+using result_encoder = std::function<std::unique_ptr<encoder>()>;
+using handler = std::function<bound_call(const msgpack::object& args, call_context ctx, result_encoder enc)>;
 
 template <typename F, typename Tuple>
-asio::awaitable<encoded> run_coroutine_function(F f, Tuple args) {
+asio::awaitable<payload> run_coroutine_function(std::shared_ptr<F> f, Tuple args, result_encoder enc) {
   using T = typename awaitable_value<typename callable_traits<F>::result>::type;
   if constexpr (std::is_void_v<T>) {
-    co_await std::apply(f, std::move(args));
-    co_return encode_nil();
+    co_await std::apply(*f, std::move(args));
+    co_return encode_nil(*enc());
   } else {
-    auto v = co_await std::apply(f, std::move(args));
-    co_return encode_value(v);
+    auto v = co_await std::apply(*f, std::move(args));
+    co_return encode_value(*enc(), v);
   }
 }
 
-/// Builds the handler of callable `f`.
+/// Builds the handler of callable `f` (shared by every call: a mutable
+/// functor keeps its state; plain functions may run concurrently on the pool).
 template <typename F>
 handler make_handler(F f) {
   using traits = callable_traits<F>;
-  using args_t = typename traits::args;
-  using result_t = typename traits::result;
-  constexpr auto seq = std::make_index_sequence<std::tuple_size_v<args_t>>{};
-  return [f = std::move(f)](const msgpack::object& o) -> bound_call {
-    args_t args = decode_args<args_t>(o, seq);
+  using params_t = typename traits::params;
+  using result_t = typename awaitable_value<typename traits::result>::type;
+  using args_t = typename wire_params<params_t>::type;
+  constexpr bool with_context = takes_call_context<params_t>::value;
+  static_assert(!is_non_owning<args_t>::value,
+                "rpc::register_function: a parameter type only views memory (std::string_view, std::span, a "
+                "pointer, or a container of them) -- its bytes would be gone when the function runs. Use an "
+                "owning type: std::string for text, std::vector<T> or rpc::attachment for bytes.");
+  static_assert(!is_non_owning<result_t>::value,
+                "rpc::register_function: the result type only views memory (std::string_view, std::span, a "
+                "pointer) -- it would point into freed memory when sent. Return std::string, std::vector<T> or "
+                "rpc::attachment.");
+  auto shared = std::make_shared<F>(std::move(f));
+  return [shared](const msgpack::object& o, call_context ctx, result_encoder enc) -> bound_call {
+    constexpr auto seq = std::make_index_sequence<std::tuple_size_v<args_t>>{};
+    auto args = [&] {
+      if constexpr (with_context)
+        return std::tuple_cat(std::make_tuple(std::move(ctx)), decode_args<args_t>(o, seq));
+      else
+        return decode_args<args_t>(o, seq);
+    }();
     bound_call b;
-    if constexpr (awaitable_value<result_t>::is_awaitable) {
-      b.coro = run_coroutine_function<F, args_t>(f, std::move(args));
+    if constexpr (awaitable_value<typename traits::result>::is_awaitable) {
+      b.coro = run_coroutine_function<F, decltype(args)>(shared, std::move(args), std::move(enc));
     } else {
-      b.plain = [f, args = std::move(args)]() mutable -> encoded {
+      b.plain = [shared, args = std::move(args), enc = std::move(enc)]() mutable -> payload {
         if constexpr (std::is_void_v<result_t>) {
-          std::apply(f, std::move(args));
-          return encode_nil();
+          std::apply(*shared, std::move(args));
+          return encode_nil(*enc());
         } else {
-          return encode_value(std::apply(f, std::move(args)));
+          auto e = enc();
+          return encode_value(*e, std::apply(*shared, std::move(args)));
         }
       };
     }
@@ -285,16 +315,15 @@ MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
   struct pack<corodist::rpc::attachment> {
     template <typename Stream>
     msgpack::packer<Stream>& operator()(msgpack::packer<Stream>& o, const corodist::rpc::attachment& a) const {
-      auto* ctx = corodist::rpc::detail::current_encode();
-      if (!ctx)
-        throw corodist::usage_error("rpc::attachment can only be packed as part of an RPC call or result");
-      const auto idx = static_cast<std::uint32_t>(ctx->segments.size());
-      ctx->segments.push_back(corodist::net::segment{a.owner(), asio::const_buffer(a.data(), a.size())});
-      char b[4];
-      for (int i = 0; i < 4; ++i)
-        b[i] = static_cast<char>((idx >> (8 * i)) & 0xff);
+      auto* ctx = corodist::rpc::codec_context::current();
+      if (!ctx || ctx->direction != corodist::rpc::codec_context::mode::encode)
+        throw corodist::usage_error("rpc::attachment can only be packed as part of an RPC message");
+      const auto idx = static_cast<std::uint32_t>(ctx->out_attachments.size());
+      ctx->out_attachments.push_back(corodist::net::segment{a.owner(), asio::const_buffer(a.data(), a.size())});
+      std::byte b[4];
+      corodist::net::detail::store_le(b, idx);
       o.pack_ext(4, corodist::rpc::detail::attachment_ext_type);
-      o.pack_ext_body(b, 4);
+      o.pack_ext_body(reinterpret_cast<const char*>(b), 4);
       return o;
     }
   };
@@ -305,15 +334,14 @@ MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
       if (o.type != msgpack::type::EXT || o.via.ext.type() != corodist::rpc::detail::attachment_ext_type ||
           o.via.ext.size != 4)
         throw msgpack::type_error();
-      const auto* ctx = corodist::rpc::detail::current_decode();
-      if (!ctx)
+      const auto* ctx = corodist::rpc::codec_context::current();
+      if (!ctx || ctx->direction != corodist::rpc::codec_context::mode::decode)
         throw msgpack::type_error();
-      std::uint32_t idx = 0;
-      for (int i = 0; i < 4; ++i)
-        idx |= static_cast<std::uint32_t>(static_cast<unsigned char>(o.via.ext.data()[i])) << (8 * i);
-      if (idx >= ctx->attachments.size())
+      const auto idx =
+          corodist::net::detail::load_le<std::uint32_t>(reinterpret_cast<const std::byte*>(o.via.ext.data()));
+      if (idx >= ctx->in_attachments.size())
         throw msgpack::type_error();
-      v = corodist::rpc::attachment(ctx->owner, ctx->attachments[idx]);
+      v = corodist::rpc::attachment(ctx->in_owner, ctx->in_attachments[idx]);
       return o;
     }
   };

@@ -1,0 +1,41 @@
+#pragma once
+/// \file
+/// corodist::rpc::call_context: what a registered function may know of the call it serves.
+
+#include <corodist/rpc/worker_info.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace corodist::rpc {
+
+/// Given to a registered function whose first parameter is `const
+/// rpc::call_context&` (or `rpc::call_context`); it is not an argument on the
+/// wire. Says who called and until when the caller waits: a plain function
+/// that runs long can check `expired()` and give up; a coroutine function is
+/// cancelled at the deadline anyway (its pending operation ends with
+/// `operation_aborted`).
+class call_context {
+public:
+  using clock = std::chrono::steady_clock;
+
+  call_context() = default;
+  call_context(int caller_rank, std::string caller_name, clock::time_point deadline)
+      : caller_rank_(caller_rank), caller_name_(std::move(caller_name)), deadline_(deadline) {}
+
+  /// The caller's rank (-1 when the connection did not say: a foreign client).
+  int caller_rank() const noexcept { return caller_rank_; }
+  /// The caller's worker name ("" when unknown).
+  const std::string& caller() const noexcept { return caller_name_; }
+  /// When the caller stops waiting (time_point::max(): never).
+  clock::time_point deadline() const noexcept { return deadline_; }
+  /// True once the deadline has passed: the result would be dropped.
+  bool expired() const noexcept { return clock::now() >= deadline_; }
+
+private:
+  int caller_rank_ = -1;
+  std::string caller_name_;
+  clock::time_point deadline_ = clock::time_point::max();
+};
+
+} // namespace corodist::rpc

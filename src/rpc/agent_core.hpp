@@ -1,0 +1,92 @@
+#pragma once
+// The state of one RPC agent (private): its parts -- the worker registry, the
+// channels to peers, the dispatcher -- and the message port they make up.
+// Started in agent_core.cpp, outgoing calls in outgoing_calls.cpp, graceful
+// shutdown in shutdown.cpp; rpc::agent (agent.cpp) is the public facade.
+
+#include <corodist/core/future.hpp>
+#include <corodist/core/gate.hpp>
+#include <corodist/net/listener.hpp>
+#include <corodist/rpc/agent.hpp>
+#include <corodist/rpc/agent_options.hpp>
+#include <corodist/rpc/message_port.hpp>
+
+#include "rpc/channels.hpp"
+#include "rpc/dispatcher.hpp"
+#include "rpc/worker_registry.hpp"
+
+#include <asio/any_io_executor.hpp>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace corodist::rpc::detail {
+
+enum class agent_state : int { created, starting, running, stopped };
+
+class agent_core final : public message_port, public std::enable_shared_from_this<agent_core> {
+public:
+  agent_core(asio::any_io_executor ex, agent_options opts);
+  ~agent_core() override;
+
+  // ---- lifecycle (agent_core.cpp, shutdown.cpp) ----
+  asio::awaitable<void> start();
+  /// Graceful (join protocol, bounded by shutdown_timeout) or immediate. A
+  /// second call while one runs waits for the first's outcome.
+  asio::awaitable<void> shutdown(bool graceful);
+  /// Closes everything at once (loop only).
+  void close_all();
+
+  // ---- outgoing calls (outgoing_calls.cpp) ----
+  /// Sends an encoded call to `to` (any thread); `done` runs once, on the loop
+  /// or on the pool for a large reply.
+  void start_call(worker_ref to, std::string_view fn, payload call, std::chrono::milliseconds timeout,
+                  reply_handler done);
+  /// Sends a request of any kind to rank `to` (any thread): counted as a call
+  /// in flight until `done` ran. `what` names it in errors.
+  void start_message(int to, message_kind kind, payload p, std::chrono::milliseconds timeout, reply_handler done,
+                     std::string what = {});
+  /// The deadline of a call with no explicit one.
+  std::chrono::milliseconds default_timeout() const noexcept { return opts_.rpc_timeout; }
+
+  // ---- message_port ----
+  const worker_info& self() const override { return registry_.self(); }
+  int world_size() const override { return opts_.world_size; }
+  const worker_info& worker(worker_ref w) const override { return registry_.lookup(w); }
+  asio::any_io_executor get_executor() override { return ex_; }
+  void set_handler(message_kind kind, handler h) override;
+  future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout) override;
+  void notify(int to, message_kind kind, payload p) override;
+  future<payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
+                            call_context ctx) override;
+  void add_shutdown_step(std::string name, shutdown_step step) override;
+  void decode_context(int from, codec_context& ctx) override;
+
+  // (any thread)
+  const asio::any_io_executor ex_;
+  agent_options opts_;
+  std::atomic<agent_state> state_{agent_state::created};
+  worker_registry registry_;
+  std::shared_ptr<dispatcher> dispatcher_;
+  gate outgoing_{"rpc: the agent"};    // calls issued, not yet completed
+  std::atomic<std::uint64_t> calls_sent_{0};
+
+  // (loop only)
+  std::shared_ptr<store::store> store_;
+  std::shared_ptr<net::listener> listener_;
+  std::shared_ptr<channels> channels_;
+  asio::ip::tcp::endpoint local_;
+  std::vector<std::pair<std::string, shutdown_step>> shutdown_steps_;
+  std::optional<shared_future<void>> shutting_down_; // the shutdown in progress, if any
+
+private:
+  void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done);
+  asio::awaitable<void> run_shutdown(bool graceful);
+  asio::awaitable<void> join();
+  asio::awaitable<void> wait_idle(std::chrono::milliseconds timeout);
+};
+
+} // namespace corodist::rpc::detail

@@ -1,0 +1,244 @@
+#include "rpc/channels.hpp"
+
+#include "core/log.hpp"
+#include "net/endpoint_text.hpp"
+#include "rpc/protocol.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/ip/address.hpp>
+
+#include <algorithm>
+
+namespace corodist::rpc::detail {
+
+namespace {
+using clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds left_until(clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+}
+} // namespace
+
+channels::channels(asio::any_io_executor ex, const worker_registry& registry, net::connection_options options,
+                   message_fn on_message)
+    : ex_(std::move(ex)), registry_(registry), options_(std::move(options)), on_message_(std::move(on_message)) {}
+
+void channels::request(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout, response_fn done) {
+  waiting w{kind, std::move(p), timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max(), timeout,
+            std::move(done)};
+  if (closed_) {
+    w.done(net::response{net::errc::connection_closed, {}});
+    return;
+  }
+  auto& pr = peers_[rank];
+  if (pr.conn && pr.conn->is_open()) {
+    send(pr.conn, std::move(w));
+    return;
+  }
+  pr.queue.push_back(std::move(w));
+  arm_queue_timer(rank);
+  if (!pr.dialing) {
+    pr.dialing = true;
+    asio::co_spawn(ex_, dial(rank), asio::detached);
+  }
+}
+
+void channels::notify(int rank, message_kind kind, payload p) {
+  if (closed_)
+    return;
+  auto& pr = peers_[rank];
+  if (pr.conn && pr.conn->is_open()) {
+    send(pr.conn, waiting{kind, std::move(p), clock::time_point::max(), {}, {}});
+    return;
+  }
+  pr.queue.push_back(waiting{kind, std::move(p), clock::time_point::max(), {}, {}});
+  if (!pr.dialing) {
+    pr.dialing = true;
+    asio::co_spawn(ex_, dial(rank), asio::detached);
+  }
+}
+
+void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
+  if (!w.done) { // a notification: handed over once queued on the connection
+    if (auto ec = conn->send(w.kind, std::move(w.body.body), std::move(w.body.attachments)))
+      CORODIST_LOG_DEBUG("rpc: notification of kind {:#x} to {} not sent: {}", w.kind,
+                         net::detail::endpoint_text(conn->remote_endpoint()), ec.message());
+    return;
+  }
+  std::chrono::milliseconds left{0}; // none
+  if (w.deadline != clock::time_point::max()) {
+    left = left_until(w.deadline);
+    if (left.count() <= 0) {
+      w.done(net::response{net::errc::request_timeout, {}});
+      return;
+    }
+  }
+  asio::co_spawn(
+      ex_,
+      [conn, w = std::move(w), left]() mutable -> asio::awaitable<void> {
+        auto records = std::move(w.body.records); // upper layers' records live until the reply
+        auto r = co_await conn->request(w.kind, std::move(w.body.body), std::move(w.body.attachments), left);
+        w.done(std::move(r));
+      },
+      asio::detached);
+}
+
+asio::awaitable<void> channels::dial(int rank) {
+  auto self = shared_from_this();
+  const auto& w = registry_.lookup(rank);
+  std::error_code ec;
+  auto addr = asio::ip::make_address(w.host, ec);
+  std::shared_ptr<net::connection> conn;
+  if (!ec) {
+    auto opts = options_;
+    // The dial may take no longer than the nearest deadline of what waits for it.
+    for (auto& q : peers_[rank].queue)
+      if (q.deadline != clock::time_point::max())
+        opts.handshake_timeout = std::min(opts.handshake_timeout, left_until(q.deadline));
+    opts.handshake_timeout = std::max(opts.handshake_timeout, std::chrono::milliseconds(1));
+    CORODIST_LOG_DEBUG("rpc: dialling worker '{}' (rank {}) at {}:{}", w.name, rank, w.host, w.port);
+    auto [cec, c] = co_await net::connection::connect(ex_, asio::ip::tcp::endpoint(addr, w.port), opts);
+    ec = cec;
+    conn = std::move(c);
+  }
+  auto& pr = peers_[rank];
+  pr.dialing = false;
+  auto queue = std::move(pr.queue);
+  pr.queue.clear();
+  if (!ec && closed_) {
+    conn->close();
+    ec = net::errc::connection_closed;
+  }
+  if (ec) {
+    CORODIST_LOG_DEBUG("rpc: cannot connect to worker '{}' at {}:{}: {}", w.name, w.host, w.port, ec.message());
+    for (auto& q : queue)
+      if (q.done) {
+        const bool late = q.deadline != clock::time_point::max() && left_until(q.deadline).count() <= 0;
+        q.done(net::response{late ? std::error_code(net::errc::request_timeout) : ec, {}});
+      }
+    co_return;
+  }
+  // Who we are: the first frame on the connection.
+  net::bytes me(4);
+  net::detail::store_le(me.data(), static_cast<std::int32_t>(registry_.self().rank));
+  conn->send(kind_identify, std::move(me));
+  conn->start(
+      [](const std::shared_ptr<net::connection>& c, net::message&& m) {
+        // Nothing is served on a connection this worker dialled.
+        if (!(m.header.flags & net::frame_flags::one_way))
+          c->respond_error(m.header.request_id, m.header.kind, "rpc: requests go on the connection the sender dialled");
+      },
+      [wk = weak_from_this(), rank, raw = conn.get()](std::error_code) {
+        if (auto s = wk.lock()) {
+          auto it = s->peers_.find(rank);
+          if (it != s->peers_.end() && it->second.conn.get() == raw)
+            it->second.conn.reset();
+        }
+      });
+  pr.conn = conn;
+  CORODIST_LOG_DEBUG("rpc: connected to worker '{}' (rank {})", w.name, rank);
+  for (auto& q : queue)
+    send(conn, std::move(q));
+}
+
+void channels::arm_queue_timer(int rank) {
+  auto& pr = peers_[rank];
+  auto earliest = clock::time_point::max();
+  for (auto& q : pr.queue)
+    if (q.done)
+      earliest = std::min(earliest, q.deadline);
+  if (earliest == clock::time_point::max())
+    return;
+  if (!pr.timer)
+    pr.timer = std::make_unique<asio::steady_timer>(ex_);
+  else if (pr.timer->expiry() <= earliest && pr.timer->expiry() > clock::now())
+    return; // already due no later
+  pr.timer->expires_at(earliest);
+  pr.timer->async_wait([w = weak_from_this(), rank](std::error_code ec) {
+    if (ec)
+      return;
+    if (auto self = w.lock())
+      self->expire_queued(rank);
+  });
+}
+
+// A request still queued behind its peer's dial at its deadline fails now, on
+// its own timer, whatever the dial does.
+void channels::expire_queued(int rank) {
+  auto& pr = peers_[rank];
+  const auto now = clock::now();
+  std::vector<response_fn> expired;
+  for (auto it = pr.queue.begin(); it != pr.queue.end();) {
+    if (it->done && it->deadline <= now) {
+      expired.push_back(std::move(it->done));
+      it = pr.queue.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  arm_queue_timer(rank);
+  for (auto& d : expired)
+    d(net::response{net::errc::request_timeout, {}});
+}
+
+void channels::adopt(std::shared_ptr<net::connection> conn) {
+  if (closed_) {
+    conn->close();
+    return;
+  }
+  auto* raw = conn.get();
+  incoming_[raw] = accepted_conn{conn, -1};
+  conn->start(
+      [w = weak_from_this(), raw](const std::shared_ptr<net::connection>& c, net::message&& m) {
+        if (auto self = w.lock())
+          self->on_incoming(raw, c, std::move(m));
+      },
+      [w = weak_from_this(), raw](std::error_code) {
+        if (auto self = w.lock())
+          self->incoming_.erase(raw);
+      });
+}
+
+void channels::on_incoming(net::connection* raw, const std::shared_ptr<net::connection>& conn, net::message&& m) {
+  auto it = incoming_.find(raw);
+  if (it == incoming_.end())
+    return;
+  if (m.header.kind == kind_identify) {
+    if (m.payload.size() == 4)
+      it->second.rank = net::detail::load_le<std::int32_t>(m.payload.data());
+    return;
+  }
+  on_message_(it->second.rank, conn, std::move(m));
+}
+
+void channels::close_all() {
+  closed_ = true;
+  std::vector<response_fn> failed;
+  for (auto& [rank, pr] : peers_) {
+    if (pr.timer)
+      pr.timer->cancel();
+    for (auto& q : pr.queue)
+      if (q.done)
+        failed.push_back(std::move(q.done));
+    pr.queue.clear();
+    if (auto c = std::move(pr.conn))
+      c->close();
+  }
+  auto incoming = std::move(incoming_);
+  incoming_.clear();
+  for (auto& [raw, a] : incoming)
+    if (auto c = a.conn.lock())
+      c->close();
+  for (auto& d : failed)
+    d(net::response{net::errc::connection_closed, {}});
+}
+
+std::size_t channels::dialled_peers() const {
+  std::size_t n = 0;
+  for (auto& [rank, pr] : peers_)
+    n += pr.conn && pr.conn->is_open();
+  return n;
+}
+
+} // namespace corodist::rpc::detail

@@ -1,0 +1,96 @@
+#pragma once
+// The connections to peers (private). A logical channel between two workers is
+// one TCP connection per direction: each worker sends its requests and
+// notifications only on the connection it dialled (so two workers dialling each
+// other at once both succeed), and serves what arrives on connections it
+// accepted. A dialled connection's first frame says who dialled it.
+
+#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/net/connection.hpp>
+#include <corodist/rpc/message_port.hpp>
+
+#include "rpc/worker_registry.hpp"
+
+#include <asio/any_io_executor.hpp>
+#include <asio/steady_timer.hpp>
+
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace corodist::rpc::detail {
+
+/// Loop-affine: every member runs on the agent's loop.
+class channels : public std::enable_shared_from_this<channels> {
+public:
+  /// Receives each request or notification that arrives, with the sender's
+  /// rank (-1 if its connection did not identify itself).
+  using message_fn = std::function<void(int from, const std::shared_ptr<net::connection>&, net::message&&)>;
+  /// Completes a request: the response, or an error in it.
+  using response_fn = corodist::detail::unique_function<void(net::response&&)>;
+
+  channels(asio::any_io_executor ex, const worker_registry& registry, net::connection_options options,
+           message_fn on_message);
+
+  /// Sends a request to worker `rank`, dialling it first if no connection is
+  /// open (calls queue behind one dial). `timeout` (zero: none) bounds the dial
+  /// and the wait for the response together; a request still queued at its
+  /// deadline fails with request_timeout. `done` runs on the loop, once.
+  void request(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout, response_fn done);
+
+  /// Sends a one-way message to worker `rank` (dialling as request() does).
+  /// Returns false if it cannot be queued (closed).
+  void notify(int rank, message_kind kind, payload p);
+
+  /// Takes an accepted connection: serves what arrives on it.
+  void adopt(std::shared_ptr<net::connection> conn);
+
+  /// Closes every connection and fails what is queued (connection_closed);
+  /// later requests fail at once. Idempotent.
+  void close_all();
+
+  /// Peers this worker has an open connection to (tests, diagnostics).
+  std::size_t dialled_peers() const;
+  /// Connections accepted and open.
+  std::size_t accepted() const noexcept { return incoming_.size(); }
+
+private:
+  // A message waiting for its peer's connection.
+  struct waiting {
+    message_kind kind = 0;
+    payload body;
+    std::chrono::steady_clock::time_point deadline; // max(): none
+    std::chrono::milliseconds timeout{0};
+    response_fn done; // null: a notification
+  };
+  struct peer {
+    std::shared_ptr<net::connection> conn;
+    bool dialing = false;
+    std::deque<waiting> queue;
+    std::unique_ptr<asio::steady_timer> timer; // the earliest deadline in the queue
+  };
+  struct accepted_conn {
+    std::weak_ptr<net::connection> conn;
+    int rank = -1;
+  };
+
+  void send(const std::shared_ptr<net::connection>& conn, waiting&& w);
+  asio::awaitable<void> dial(int rank);
+  void arm_queue_timer(int rank);
+  void expire_queued(int rank);
+  void on_incoming(net::connection* raw, const std::shared_ptr<net::connection>& conn, net::message&& m);
+
+  asio::any_io_executor ex_;
+  const worker_registry& registry_;
+  net::connection_options options_;
+  message_fn on_message_;
+  std::unordered_map<int, peer> peers_;
+  std::unordered_map<net::connection*, accepted_conn> incoming_;
+  bool closed_ = false;
+};
+
+} // namespace corodist::rpc::detail

@@ -1,0 +1,335 @@
+#include "rpc/dispatcher.hpp"
+
+#include <corodist/core/error.hpp>
+#include <corodist/rpc/errors.hpp>
+
+#include "core/deadline.hpp"
+#include "core/log.hpp"
+#include "net/endpoint_text.hpp"
+#include "rpc/call_format.hpp"
+#include "rpc/error_reply.hpp"
+#include "rpc/protocol.hpp"
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
+#include <asio/post.hpp>
+
+#include <thread>
+
+namespace corodist::rpc::detail {
+
+namespace {
+using clock = std::chrono::steady_clock;
+
+// A failure the dispatcher itself finds, with the code it travels as.
+struct call_failure : std::runtime_error {
+  call_failure(failure c, const std::string& what) : std::runtime_error(what), code(c) {}
+  failure code;
+};
+
+std::exception_ptr fail_with(failure c, const std::string& what) {
+  return std::make_exception_ptr(call_failure(c, what));
+}
+
+// The error reply for `e`: the dispatcher's own failures keep their code.
+payload error_payload(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const call_failure& f) {
+    return encode_failure(f.code, f.code == failure::malformed ? "protocol_error" : "rpc", f.what());
+  } catch (...) {
+    return encode_exception(e);
+  }
+}
+
+// The exception a local caller (run_local) gets for `e`.
+std::exception_ptr local_exception(const std::exception_ptr& e, const std::string& worker) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const call_failure& f) {
+    switch (f.code) {
+    case failure::unknown_function: return std::make_exception_ptr(unknown_function_error(worker, f.what()));
+    case failure::bad_arguments: return std::make_exception_ptr(bad_arguments_error(worker, f.what()));
+    case failure::deadline: return std::make_exception_ptr(timeout_error(std::string("rpc: ") + f.what()));
+    case failure::malformed: return std::make_exception_ptr(protocol_error(std::string("rpc: ") + f.what()));
+    default: return std::make_exception_ptr(remote_error(worker, "rpc", f.what()));
+    }
+  } catch (...) {
+    return e;
+  }
+}
+
+std::string deadline_text(clock::time_point arrived, clock::time_point deadline) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - arrived).count()) + " ms";
+}
+} // namespace
+
+dispatcher::dispatcher(dispatch_env env, std::size_t worker_threads)
+    : env_(std::move(env)), pool_(std::make_unique<asio::thread_pool>(std::max<std::size_t>(worker_threads, 1))) {}
+
+dispatcher::~dispatcher() {
+  if (!pool_)
+    return;
+  pool_->stop();
+  if (pool_->get_executor().running_in_this_thread() || corodist::detail::on_loop_thread()) {
+    // Destroyed by one of its own tasks (a pool cannot join itself), or on an
+    // event loop that a running plain function may be waiting for: join elsewhere.
+    std::thread([pool = std::move(pool_)] { pool->join(); }).detach();
+  } else {
+    pool_->join();
+  }
+}
+
+void dispatcher::add_function(std::string name, handler h) {
+  if (!functions_.emplace(name, std::move(h)).second)
+    throw usage_error("rpc: function '" + name + "' is already registered");
+}
+
+void dispatcher::set_handler(message_kind kind, message_port::handler h) {
+  if (kind >= rpc_kinds_begin && kind < rpc_kinds_end)
+    throw usage_error("rpc: message kind " + std::to_string(kind) + " belongs to rpc itself");
+  if (!handlers_.emplace(kind, std::move(h)).second)
+    throw usage_error("rpc: message kind " + std::to_string(kind) + " already has a handler");
+}
+
+std::function<std::unique_ptr<encoder>()> dispatcher::result_encoder(int to) {
+  return [port = env_.port, self = env_.self_rank, to] { return std::make_unique<encoder>(port, self, to); };
+}
+
+void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& conn, net::message&& m) {
+  ++received_;
+  const bool one_way = (m.header.flags & net::frame_flags::one_way) != 0;
+  const auto id = m.header.request_id;
+  if (m.header.kind == kind_call) {
+    if (!one_way)
+      serve_call(from, conn, id, std::move(m.payload), clock::now());
+    return;
+  }
+  auto it = handlers_.find(m.header.kind);
+  if (it == handlers_.end()) {
+    if (!one_way) {
+      auto p = encode_failure(failure::malformed, "protocol_error",
+                              "worker '" + env_.worker_name + "' has no handler for message kind " +
+                                  std::to_string(m.header.kind));
+      conn->respond(id, kind_error_reply, std::move(p.body), std::move(p.attachments));
+    }
+    return;
+  }
+  responder r;
+  if (!one_way) {
+    std::weak_ptr<net::connection> wc = conn;
+    auto loop = env_.loop;
+    r = responder(
+        [wc, id, loop](payload p) {
+          asio::dispatch(loop, [wc, id, p = std::move(p)]() mutable {
+            if (auto c = wc.lock())
+              c->respond(id, kind_reply, std::move(p.body), std::move(p.attachments));
+          });
+        },
+        [wc, id, loop](std::exception_ptr e) {
+          asio::dispatch(loop, [wc, id, p = error_payload(e)]() mutable {
+            if (auto c = wc.lock())
+              c->respond(id, kind_error_reply, std::move(p.body), std::move(p.attachments));
+          });
+        });
+  }
+  it->second(inbound_message{from, m.header.kind, one_way, std::move(m.payload)}, std::move(r));
+}
+
+void dispatcher::serve_call(int from, std::weak_ptr<net::connection> conn, std::uint64_t id, net::bytes&& frame,
+                            clock::time_point arrived) {
+  // Replies leave from the loop, whichever thread produced them.
+  auto reply = [loop = env_.loop, conn, id, max = env_.max_message_size](payload&& p, std::exception_ptr e) mutable {
+    if (!e && p.size() > max)
+      e = std::make_exception_ptr(usage_error("the result's " + std::to_string(p.size()) +
+                                              " bytes exceed max_message_size " + std::to_string(max)));
+    asio::dispatch(loop, [conn, id, p = std::move(p), e]() mutable {
+      auto c = conn.lock();
+      if (!c || !c->is_open())
+        return; // the caller is gone (it sees connection_error)
+      if (e) {
+        auto ep = error_payload(e);
+        c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
+      } else if (auto ec = c->respond(id, kind_reply, std::move(p.body), std::move(p.attachments)); ec && c->is_open()) {
+        auto ep = encode_failure(failure::exception, "corodist::usage_error", "cannot send the result: " + ec.message());
+        c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
+      }
+    });
+  };
+  if (!serving_.try_enter()) {
+    reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
+    return;
+  }
+  start_call(from, std::move(frame), arrived,
+             [this, self = shared_from_this(), reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
+               reply(std::move(p), std::move(e));
+               serving_.leave();
+             });
+}
+
+void dispatcher::start_call(int from, net::bytes&& frame, clock::time_point arrived, reply_fn reply) {
+  // Parse, find the function, check the deadline, decode the arguments: on the
+  // loop for small messages, on the pool for large ones (no single message may
+  // hold the loop for long).
+  auto bind = [this, self = shared_from_this(), from, arrived](net::bytes&& frame, reply_fn& reply) -> bool {
+    std::string name;
+    try {
+      codec_context ctx;
+      if (env_.port)
+        env_.port->decode_context(from, ctx);
+      auto p = parse_payload(std::move(frame), ctx);
+      const auto call = view_call(p.body.get());
+      name.assign(call.name);
+      const auto timeout_ms = call.timeout_ms;
+      // 0, or past a year (which would overflow the clock's arithmetic): no deadline.
+      constexpr std::uint64_t year_ms = 365ull * 24 * 3600 * 1000;
+      const auto deadline = timeout_ms == 0 || timeout_ms > year_ms
+                                ? clock::time_point::max()
+                                : arrived + std::chrono::milliseconds(timeout_ms);
+      auto it = functions_.find(name);
+      if (it == functions_.end())
+        throw call_failure(failure::unknown_function,
+                           "no function '" + name + "' is registered on worker '" + env_.worker_name + "'");
+      if (clock::now() >= deadline)
+        throw call_failure(failure::deadline, "'" + name + "' was not started: its caller's deadline (" +
+                                                  deadline_text(arrived, deadline) + ") had passed");
+      call_context cc(from, env_.name_of ? env_.name_of(from) : std::string(), deadline);
+      bound_call b;
+      {
+        codec_scope scope(ctx);
+        try {
+          b = it->second(*call.args, cc, result_encoder(from));
+        } catch (const std::exception& e) {
+          throw call_failure(failure::bad_arguments, "function '" + name + "': " + e.what());
+        }
+      }
+      run_bound(std::move(name), std::move(b), std::move(cc), std::move(reply));
+    } catch (const call_failure& f) {
+      if (f.code == failure::malformed)
+        CORODIST_LOG_WARN("rpc: malformed call from rank {}: {}", from, f.what());
+      reply({}, std::current_exception());
+    } catch (const protocol_error& e) {
+      CORODIST_LOG_WARN("rpc: malformed call from rank {}: {}", from, e.what());
+      reply({}, fail_with(failure::malformed, e.what()));
+    } catch (...) {
+      reply({}, std::current_exception());
+    }
+    return true;
+  };
+  if (frame.size() >= env_.offload_size && !stopped_) {
+    asio::post(*pool_, [bind = std::move(bind), frame = std::move(frame), reply = std::move(reply)]() mutable {
+      bind(std::move(frame), reply);
+    });
+    return;
+  }
+  bind(std::move(frame), reply);
+}
+
+void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply) {
+  if (b.plain) {
+    if (stopped_ || !pool_) {
+      reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
+      return;
+    }
+    asio::post(*pool_, [this, self = shared_from_this(), fn = std::move(fn), work = std::move(b.plain),
+                        ctx = std::move(ctx), reply = std::move(reply)]() mutable {
+      if (stopped_) {
+        work = {};
+        reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
+        return;
+      }
+      if (ctx.expired()) { // waited in the pool's queue past its caller's deadline
+        work = {};
+        reply({}, fail_with(failure::deadline, "'" + fn + "' was not started: its caller's deadline had passed"));
+        return;
+      }
+      payload out;
+      std::exception_ptr err;
+      try {
+        out = work();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      work = {}; // the function's arguments go here, off the loop
+      reply(std::move(out), std::move(err));
+    });
+    return;
+  }
+  // A coroutine function: on the loop, cancelled at its caller's deadline or when the agent stops.
+  auto run = [this, self = shared_from_this(), fn = std::move(fn), coro = std::move(b.coro), ctx = std::move(ctx),
+              reply = std::move(reply)]() mutable {
+    if (stopped_) {
+      reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
+      return;
+    }
+    auto sig = running_coroutines_.emplace(running_coroutines_.end());
+    auto guarded = [](asio::awaitable<payload> c, clock::time_point deadline,
+                      std::string fn) -> asio::awaitable<payload> {
+      if (deadline == clock::time_point::max())
+        co_return co_await std::move(c);
+      auto r = co_await corodist::detail::within(std::move(c), deadline - clock::now());
+      if (!r)
+        throw call_failure(failure::deadline, "'" + fn + "' was cancelled at its caller's deadline");
+      co_return std::move(*r);
+    };
+    asio::co_spawn(env_.loop, guarded(std::move(coro), ctx.deadline(), fn),
+                   asio::bind_cancellation_slot(
+                       sig->slot(), [this, self, sig, reply = std::move(reply)](std::exception_ptr e, payload p) mutable {
+                         running_coroutines_.erase(sig);
+                         reply(std::move(p), std::move(e));
+                       }));
+  };
+  asio::dispatch(env_.loop, std::move(run));
+}
+
+future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object& args,
+                                      std::shared_ptr<const void> keep, call_context ctx) {
+  promise<payload> p;
+  auto f = p.get_future();
+  auto reply = [p = std::move(p), keep, worker = env_.worker_name](payload&& out, std::exception_ptr e) mutable {
+    keep.reset();
+    if (e)
+      p.set_exception(local_exception(e, worker));
+    else
+      p.set_value(std::move(out));
+  };
+  try {
+    auto it = functions_.find(std::string(fn));
+    if (it == functions_.end())
+      throw call_failure(failure::unknown_function,
+                         "no function '" + std::string(fn) + "' is registered on worker '" + env_.worker_name + "'");
+    if (!serving_.try_enter())
+      throw call_failure(failure::exception, "worker '" + env_.worker_name + "' is shutting down");
+    bound_call b;
+    try {
+      b = it->second(args, ctx, result_encoder(ctx.caller_rank()));
+    } catch (const std::exception& e) {
+      serving_.leave();
+      throw call_failure(failure::bad_arguments, "function '" + std::string(fn) + "': " + e.what());
+    }
+    run_bound(std::string(fn), std::move(b), std::move(ctx),
+              [this, self = shared_from_this(), reply = std::move(reply)](payload&& out, std::exception_ptr e) mutable {
+                reply(std::move(out), std::move(e));
+                serving_.leave();
+              });
+  } catch (...) {
+    reply({}, std::current_exception());
+  }
+  return f;
+}
+
+void dispatcher::stop() {
+  stopped_ = true;
+  for (auto& s : running_coroutines_)
+    s.emit(asio::cancellation_type::terminal);
+}
+
+void dispatcher::join_pool() {
+  if (pool_) {
+    pool_->stop();
+    pool_->join();
+  }
+}
+
+} // namespace corodist::rpc::detail

@@ -1,0 +1,95 @@
+#pragma once
+// What arrives, and who serves it (private): messages routed by kind to their
+// handler -- rpc's own call handler or an upper layer's -- and the registered
+// functions, run on the worker pool (plain) or on the loop (coroutines) within
+// the caller's deadline.
+
+#include <corodist/core/future.hpp>
+#include <corodist/core/gate.hpp>
+#include <corodist/net/connection.hpp>
+#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/message_port.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/thread_pool.hpp>
+
+#include <chrono>
+#include <functional>
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+namespace corodist::rpc::detail {
+
+/// What the dispatcher needs from its agent.
+struct dispatch_env {
+  asio::any_io_executor loop;
+  message_port* port = nullptr;
+  std::string worker_name;
+  /// This worker's rank (calls may arrive before its own start() has seen every worker).
+  int self_rank = -1;
+  /// Largest result sent back.
+  std::size_t max_message_size = 0;
+  /// Payloads at least this large are parsed and bound off the loop.
+  std::size_t offload_size = 0;
+  /// The caller's name for a rank (-1, unknown: "").
+  std::function<std::string(int)> name_of;
+};
+
+/// Loop-affine, except run_local() and the pool's tasks.
+class dispatcher : public std::enable_shared_from_this<dispatcher> {
+public:
+  dispatcher(dispatch_env env, std::size_t worker_threads);
+  ~dispatcher();
+
+  /// This worker's rank, once a rendezvous has given it (before the listener starts).
+  void set_self_rank(int rank) noexcept { env_.self_rank = rank; }
+  /// Registers a function (before start).
+  void add_function(std::string name, handler h);
+  /// Registers an upper layer's handler for `kind` (before start).
+  void set_handler(message_kind kind, message_port::handler h);
+
+  /// Serves one message that arrived from worker `from` (-1: unknown) on `conn`.
+  void on_message(int from, const std::shared_ptr<net::connection>& conn, net::message&& m);
+
+  /// Runs function `fn` here on `args` (alive through `keep`); any thread.
+  future<payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
+                            call_context ctx);
+
+  /// Calls being served (incoming and run_local), for shutdown.
+  gate& serving() noexcept { return serving_; }
+  /// Messages received so far (for the join protocol).
+  std::uint64_t received() const noexcept { return received_.load(); }
+
+  /// Cancels the coroutine functions still running; calls not yet started
+  /// (queued for the pool) are answered "shutting down" instead of run; a
+  /// running plain function finishes. Loop only.
+  void stop();
+  /// Stops and joins the pool (not on the loop; not from a pool thread).
+  void join_pool();
+  /// The pool, for work that must leave the loop.
+  asio::thread_pool::executor_type pool_executor() { return pool_->get_executor(); }
+
+private:
+  using reply_fn = corodist::detail::unique_function<void(payload&&, std::exception_ptr)>;
+
+  void serve_call(int from, std::weak_ptr<net::connection> conn, std::uint64_t id, net::bytes&& frame,
+                  std::chrono::steady_clock::time_point arrived);
+  // Parses a call and starts it; `reply` gets the encoded result or the error payload.
+  void start_call(int from, net::bytes&& frame, std::chrono::steady_clock::time_point arrived, reply_fn reply);
+  void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply);
+  std::function<std::unique_ptr<encoder>()> result_encoder(int to);
+
+  dispatch_env env_;
+  std::unique_ptr<asio::thread_pool> pool_;
+  std::unordered_map<std::string, handler> functions_;                   // immutable once started
+  std::unordered_map<message_kind, message_port::handler> handlers_;     // immutable once started
+  gate serving_{"rpc: the worker"};
+  std::atomic<std::uint64_t> received_{0};
+  std::list<asio::cancellation_signal> running_coroutines_; // loop only
+  std::atomic<bool> stopped_{false};
+};
+
+} // namespace corodist::rpc::detail

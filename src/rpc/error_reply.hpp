@@ -1,0 +1,33 @@
+#pragma once
+// Error replies: how a failure on the callee travels back and what the caller
+// then throws (private).
+
+#include <corodist/rpc/payload.hpp>
+
+#include <exception>
+#include <string>
+#include <string_view>
+
+namespace corodist::rpc::detail {
+
+/// Codes of an error reply.
+enum class failure : int {
+  exception = 0,        ///< the function (or handler) threw: remote_error with its type
+  unknown_function = 1, ///< unknown_function_error
+  bad_arguments = 2,    ///< bad_arguments_error
+  malformed = 3,        ///< the callee could not parse the message: protocol_error
+  deadline = 4,         ///< the call's deadline passed on the callee: timeout_error
+};
+
+/// Encodes an error reply `[code, type, message]`.
+payload encode_failure(failure code, std::string_view type, std::string_view message);
+
+/// Encodes the error reply for exception `e` (a handler's or function's): its
+/// demangled dynamic type and what() as a `failure::exception`.
+payload encode_exception(const std::exception_ptr& e);
+
+/// The exception an error reply from `worker` stands for (protocol_error if the
+/// reply itself is malformed).
+std::exception_ptr decode_failure(const std::string& worker, net::bytes&& payload);
+
+} // namespace corodist::rpc::detail

@@ -1,0 +1,94 @@
+// Outgoing calls and requests of rpc::agent: from any thread to the channel of
+// their peer, and the response turned into a result or an exception.
+#include "rpc/agent_core.hpp"
+
+#include <corodist/core/error.hpp>
+
+#include "rpc/error_reply.hpp"
+#include "rpc/protocol.hpp"
+
+#include <asio/dispatch.hpp>
+#include <asio/post.hpp>
+
+namespace corodist::rpc::detail {
+
+namespace {
+// Replies at least this large are handed to their caller from the worker pool,
+// where decoding them does not hold the loop.
+constexpr std::size_t offload_size = 64 * 1024;
+} // namespace
+
+void agent_core::start_call(worker_ref to, std::string_view fn, payload call, std::chrono::milliseconds timeout,
+                            reply_handler done) {
+  int rank = -1;
+  try {
+    rank = registry_.lookup(to).rank;
+  } catch (...) {
+    const auto st = state_.load();
+    done(reply{st == agent_state::running ? std::current_exception()
+                                          : std::make_exception_ptr(usage_error(
+                                                st == agent_state::stopped ? "rpc: agent '" + opts_.name + "' is shut down"
+                                                                           : "rpc: agent '" + opts_.name +
+                                                                                 "' is not started")),
+               {}});
+    return;
+  }
+  start_message(rank, kind_call, std::move(call), timeout, std::move(done), "rpc '" + std::string(fn) + "'");
+}
+
+void agent_core::start_message(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout,
+                               reply_handler done, std::string what) {
+  if (what.empty())
+    what = "request of kind " + std::to_string(kind);
+  try {
+    const auto st = state_.load();
+    if (st != agent_state::running)
+      throw usage_error(st == agent_state::stopped ? "rpc: agent '" + opts_.name + "' is shut down"
+                                                   : "rpc: agent '" + opts_.name + "' is not started");
+    if (p.size() > opts_.max_message_size)
+      throw usage_error(what + ": the message's " + std::to_string(p.size()) + " bytes exceed max_message_size " +
+                        std::to_string(opts_.max_message_size));
+    if (!outgoing_.try_enter())
+      throw usage_error("rpc: agent '" + opts_.name + "' is shut down");
+  } catch (...) {
+    done(reply{std::current_exception(), {}});
+    return;
+  }
+  ++calls_sent_;
+  asio::dispatch(ex_, [self = shared_from_this(), rank, kind, p = std::move(p), timeout, done = std::move(done),
+                       what = std::move(what)]() mutable {
+    self->channels_->request(rank, kind, std::move(p), timeout,
+                             [self, rank, timeout, what = std::move(what), done = std::move(done)](net::response&& r) mutable {
+                               if (r.ec == net::errc::request_timeout) // say how long the deadline was
+                                 what += " (deadline " + std::to_string(timeout.count()) + " ms)";
+                               self->finish_message(rank, what, std::move(r), done);
+                             });
+  });
+}
+
+void agent_core::finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done) {
+  const auto& worker = registry_.lookup(rank).name;
+  reply out;
+  if (r.ec) {
+    try {
+      net::throw_net_error(r.ec, what + " on worker '" + worker + "'");
+    } catch (...) {
+      out.error = std::current_exception();
+    }
+  } else if (r.msg.header.kind == kind_error_reply) {
+    out.error = decode_failure(worker, std::move(r.msg.payload));
+  } else {
+    out.payload = std::move(r.msg.payload);
+  }
+  const bool large = out.payload.size() >= offload_size;
+  auto deliver = [self = shared_from_this(), out = std::move(out), done = std::move(done)]() mutable {
+    done(std::move(out));
+    self->outgoing_.leave(); // after the reply: wait_idle sees the caller's continuation done
+  };
+  if (large)
+    asio::post(dispatcher_->pool_executor(), std::move(deliver));
+  else
+    deliver();
+}
+
+} // namespace corodist::rpc::detail

@@ -1,0 +1,33 @@
+#pragma once
+// Where a launched rank learns its place (private): the variables corodist-run
+// and torchrun set, else those srun sets (SLURM_PROCID, SLURM_NTASKS,
+// SLURM_LOCALID, the first host of the step's or job's node list).
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace corodist::store::detail {
+
+/// The launcher's settings as read from the environment; empty when absent.
+struct launch_env {
+  std::optional<std::string> rank;        ///< RANK, else SLURM_PROCID
+  std::optional<std::string> world_size;  ///< WORLD_SIZE, else SLURM_NTASKS
+  std::optional<std::string> local_rank;  ///< LOCAL_RANK, else SLURM_LOCALID
+  std::optional<std::string> master_addr; ///< MASTER_ADDR, else the first Slurm host
+  std::optional<std::string> master_port; ///< MASTER_PORT (no Slurm fallback)
+  bool slurm = false;                     ///< rank and world size came from Slurm
+};
+
+/// Reads the environment now. RANK/WORLD_SIZE fall back to Slurm's only when
+/// both are absent (a half-set pair is reported as missing, not mixed).
+/// Throws store_error when a Slurm node list is malformed.
+launch_env read_launch_env();
+
+/// The first host of a Slurm host list: "node[01-04,07],gpu5" -> "node01",
+/// "rack[2-3]-n[8,9]" -> "rack2-n8". Validates the whole list (balanced,
+/// unnested brackets; numeric items "N" or "LO-HI" with LO <= HI; no empty
+/// names) and throws store_error naming the list and the fault.
+std::string slurm_first_host(std::string_view nodelist);
+
+} // namespace corodist::store::detail

@@ -1,0 +1,509 @@
+// corodist-run, the real binary, starting real rank processes
+// (corodist-test-rank): environment, output prefixes, failure and signal
+// handling, multi-node rank arithmetic with a real env:// rendezvous; and the
+// Slurm fallback of env:// rendezvous with the variables set by hand.
+#define BOOST_TEST_MODULE tools
+#include <boost/test/unit_test.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/rendezvous.hpp>
+#include <corodist/store/sync_store.hpp>
+
+#include "store/launch_env.hpp"
+#include "subprocess.hpp"
+#include "support/child_process.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace cs = corodist::store;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+const std::string launcher_path = CORODIST_RUN_PATH;
+const std::string rank_path = CORODIST_TEST_RANK_PATH;
+
+/// corodist-run started with `args`, its stdout and stderr read separately.
+class launched {
+public:
+  explicit launched(std::vector<std::string> args) {
+    corodist::tools::spawn_options o;
+    o.argv = {launcher_path};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.stdout_fd = out_.write_end();
+    o.stderr_fd = err_.write_end();
+    pid_ = corodist::tools::spawn(o);
+    out_.close_write();
+    err_.close_write();
+    started_ = clock_type::now();
+  }
+  ~launched() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGKILL);
+      int st;
+      ::waitpid(pid_, &st, 0);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+
+  /// Reads until `count` complete stdout lines contain `text`; false at the deadline or end of output.
+  bool wait_for_lines(const std::string& text, int count, std::chrono::milliseconds timeout = 20s) {
+    auto deadline = clock_type::now() + timeout;
+    for (;;) {
+      int seen = 0;
+      for (auto& l : lines(out_text_))
+        seen += l.find(text) != std::string::npos;
+      if (seen >= count)
+        return true;
+      if (!read_some(deadline))
+        return false;
+    }
+  }
+
+  /// Reads all output and reaps the launcher (SIGKILL after `timeout`, failing
+  /// the test); returns its waitpid status.
+  int finish(std::chrono::milliseconds timeout = 20s) {
+    auto deadline = clock_type::now() + timeout;
+    while (read_some(deadline)) {
+    }
+    if (clock_type::now() >= deadline) {
+      ::kill(pid_, SIGKILL);
+      BOOST_ERROR("corodist-run did not finish within " << timeout.count() << " ms");
+    }
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    pid_ = -1;
+    ended_ = clock_type::now();
+    BOOST_TEST_MESSAGE("stdout:\n" << out_text_ << "stderr:\n" << err_text_);
+    return st;
+  }
+
+  const std::string& out() const { return out_text_; }
+  const std::string& err() const { return err_text_; }
+  std::chrono::duration<double> run_time() const { return ended_ - started_; }
+
+  static std::vector<std::string> lines(const std::string& text) {
+    std::vector<std::string> v;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      auto nl = text.find('\n', pos);
+      if (nl == std::string::npos)
+        break; // only complete lines
+      v.push_back(text.substr(pos, nl - pos));
+      pos = nl + 1;
+    }
+    return v;
+  }
+
+private:
+  // Reads from whichever stream has data; false once both ended or at the deadline.
+  bool read_some(clock_type::time_point deadline) {
+    for (;;) {
+      std::vector<pollfd> fds;
+      if (out_.read_end() >= 0)
+        fds.push_back({out_.read_end(), POLLIN, 0});
+      if (err_.read_end() >= 0)
+        fds.push_back({err_.read_end(), POLLIN, 0});
+      if (fds.empty())
+        return false;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+      if (left <= 0)
+        return false;
+      if (::poll(fds.data(), fds.size(), static_cast<int>(left)) <= 0)
+        continue;
+      for (auto& p : fds) {
+        if (p.revents == 0)
+          continue;
+        char buf[4096];
+        auto n = ::read(p.fd, buf, sizeof buf);
+        bool is_out = p.fd == out_.read_end();
+        if (n <= 0) {
+          is_out ? out_.close_read() : err_.close_read();
+        } else {
+          (is_out ? out_text_ : err_text_).append(buf, static_cast<std::size_t>(n));
+        }
+      }
+      return true;
+    }
+  }
+
+  corodist::tools::pipe_fds out_, err_;
+  pid_t pid_ = -1;
+  std::string out_text_, err_text_;
+  clock_type::time_point started_, ended_;
+};
+
+std::uint16_t free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  BOOST_REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  BOOST_REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+/// "[R] rest" lines of `text` as (R, rest); lines without a prefix fail the test.
+std::vector<std::pair<int, std::string>> prefixed(const std::string& text) {
+  std::vector<std::pair<int, std::string>> v;
+  for (auto& l : launched::lines(text)) {
+    int rank = -1, used = 0;
+    if (std::sscanf(l.c_str(), "[%d] %n", &rank, &used) == 1 && used > 0 && rank >= 0)
+      v.emplace_back(rank, l.substr(static_cast<std::size_t>(used)));
+    else
+      BOOST_ERROR("line without a rank prefix: '" << l << "'");
+  }
+  return v;
+}
+
+/// A FIFO in a fresh temporary directory, removed at scope exit.
+struct temp_fifo {
+  temp_fifo() {
+    char tmpl[] = "/tmp/corodist_run_XXXXXX";
+    BOOST_REQUIRE(::mkdtemp(tmpl) != nullptr);
+    dir = tmpl;
+    path = dir + "/fifo";
+    BOOST_REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  }
+  ~temp_fifo() {
+    ::unlink(path.c_str());
+    ::rmdir(dir.c_str());
+  }
+  std::string dir, path;
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(launcher)
+
+BOOST_AUTO_TEST_CASE(every_rank_gets_its_environment, *utf::timeout(60)) {
+  launched l({"--nproc", "3", "--", rank_path, "env"});
+  int st = l.finish();
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  std::set<int> ranks;
+  std::set<int> ports;
+  for (auto& [r, rest] : prefixed(l.out())) {
+    int rank = -1, world = -1, local = -1, local_world = -1, port = -1;
+    char addr[64] = {};
+    BOOST_REQUIRE(std::sscanf(rest.c_str(), "R=%d W=%d L=%d LW=%d A=%63s P=%d", &rank, &world, &local, &local_world,
+                              addr, &port) == 6);
+    BOOST_TEST(rank == r);
+    BOOST_TEST(world == 3);
+    BOOST_TEST(local == r); // one node: local rank = rank
+    BOOST_TEST(local_world == 3);
+    BOOST_TEST(std::string(addr) == "127.0.0.1");
+    ports.insert(port);
+    ranks.insert(r);
+  }
+  BOOST_TEST((ranks == std::set<int>{0, 1, 2}));
+  BOOST_REQUIRE(ports.size() == 1u); // one master port for all
+  BOOST_TEST(*ports.begin() > 0);
+}
+
+BOOST_AUTO_TEST_CASE(given_master_address_and_port_are_passed_on, *utf::timeout(60)) {
+  launched l({"--nproc", "2", "--master-addr", "localhost", "--master-port", "29999", "--", rank_path, "env"});
+  BOOST_TEST(WEXITSTATUS(l.finish()) == 0);
+  auto rows = prefixed(l.out());
+  BOOST_REQUIRE(rows.size() == 2u);
+  for (auto& [r, rest] : rows)
+    BOOST_TEST(rest.find("A=localhost P=29999") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(output_lines_carry_the_rank, *utf::timeout(60)) {
+  launched l({"--nproc", "2", "--", rank_path, "output"});
+  BOOST_TEST(WEXITSTATUS(l.finish()) == 0);
+  std::multiset<std::pair<int, std::string>> out, err;
+  for (auto& p : prefixed(l.out()))
+    out.insert(p);
+  for (auto& p : prefixed(l.err()))
+    err.insert(p);
+  // stdout stays stdout, stderr stays stderr; the last line without a newline is flushed at exit.
+  BOOST_TEST((out == std::multiset<std::pair<int, std::string>>{{0, "out 1"}, {0, "tail"}, {1, "out 1"}, {1, "tail"}}));
+  BOOST_TEST((err == std::multiset<std::pair<int, std::string>>{{0, "err 1"}, {1, "err 1"}}));
+  // Each rank's lines keep their order.
+  for (int r : {0, 1})
+    BOOST_TEST(l.out().find("[" + std::to_string(r) + "] out 1") < l.out().find("[" + std::to_string(r) + "] tail"));
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_rank_stops_the_group_promptly, *utf::timeout(60)) {
+  // Rank 0 waits (up to 60 s) for a signal; rank 1 exits with status 7 at once.
+  launched l({"--nproc", "2", "--", rank_path, "wait-signal", "exit:7"});
+  int st = l.finish();
+  BOOST_TEST(WIFEXITED(st));
+  BOOST_TEST(WEXITSTATUS(st) == 7);
+  BOOST_TEST(l.err().find("rank 1 (pid ") != std::string::npos);
+  BOOST_TEST(l.err().find("failed: exit status 7") != std::string::npos);
+  BOOST_TEST(l.run_time().count() < 15.0); // not rank 0's 60 s
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_killed_by_a_signal_is_named, *utf::timeout(60)) {
+  launched l({"--nproc", "3", "--", rank_path, "wait-signal", "wait-signal", "raise:11"});
+  int st = l.finish();
+  BOOST_TEST(WEXITSTATUS(st) == 128 + SIGSEGV);
+  BOOST_TEST(l.err().find("rank 2") != std::string::npos);
+  BOOST_TEST(l.err().find("killed by signal 11 (SIGSEGV)") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_signal_to_the_launcher_reaches_every_rank, *utf::timeout(60)) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    launched l({"--nproc", "3", "--", rank_path, "wait-signal"});
+    BOOST_REQUIRE(l.wait_for_lines("ready", 3));
+    ::kill(l.pid(), sig);
+    int st = l.finish();
+    BOOST_TEST(WEXITSTATUS(st) == 128 + sig);
+    const std::string got = std::string("got SIG") + ::sigabbrev_np(sig);
+    std::set<int> reached;
+    for (auto& [r, rest] : prefixed(l.out()))
+      if (rest == got)
+        reached.insert(r);
+    BOOST_TEST((reached == std::set<int>{0, 1, 2}), "ranks that saw " << got);
+    BOOST_TEST(l.err().find(std::string("stopped by SIG") + ::sigabbrev_np(sig)) != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_ignores_sigterm_is_killed_after_the_grace_period, *utf::timeout(60)) {
+  // Rank 0 ignores SIGTERM, then lets rank 1 fail (through the FIFO), so the
+  // teardown's SIGTERM finds it ignoring.
+  temp_fifo fifo;
+  launched l({"--nproc", "2", "--grace-period", "0.5", "--", rank_path, "ignore-term:" + fifo.path,
+              "fail-after:" + fifo.path + ":5"});
+  int st = l.finish();
+  BOOST_TEST(WEXITSTATUS(st) == 5);
+  BOOST_TEST(l.err().find("rank 0 (pid ") != std::string::npos);
+  BOOST_TEST(l.err().find("did not stop within 0.5 s: sending SIGKILL") != std::string::npos);
+  BOOST_TEST(l.err().find("rank 1 (pid ") != std::string::npos);
+  BOOST_TEST(l.err().find("failed: exit status 5") != std::string::npos);
+  BOOST_TEST(l.run_time().count() >= 0.5);
+  BOOST_TEST(l.run_time().count() < 15.0);
+}
+
+BOOST_AUTO_TEST_CASE(a_program_that_cannot_start_is_reported, *utf::timeout(60)) {
+  launched l({"--nproc", "2", "--", "/nonexistent/program"});
+  int st = l.finish();
+  BOOST_TEST(WEXITSTATUS(st) == 127);
+  BOOST_TEST(l.err().find("cannot execute '/nonexistent/program': No such file or directory") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(bad_arguments_are_refused, *utf::timeout(60)) {
+  for (std::vector<std::string> args : {std::vector<std::string>{"--nproc", "2", "--nnodes", "2", "--", "true"},
+                                        {"--nproc", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr",
+                                         "127.0.0.1", "--master-port", "1234", "--", "true"},
+                                        {"--nproc", "0", "--", "true"},
+                                        {"--nproc", "1"}}) {
+    launched l(args);
+    int st = l.finish();
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) != 0));
+    BOOST_TEST(l.out().find("[0]") == std::string::npos); // nothing started
+  }
+}
+
+BOOST_AUTO_TEST_CASE(multi_node_rank_arithmetic, *utf::timeout(60)) {
+  launched l({"--nnodes", "3", "--node-rank", "2", "--nproc", "2", "--master-addr", "10.0.0.1", "--master-port",
+              "29500", "--", rank_path, "env"});
+  BOOST_TEST(WEXITSTATUS(l.finish()) == 0);
+  std::map<int, std::string> rows;
+  for (auto& [r, rest] : prefixed(l.out()))
+    rows[r] = rest;
+  BOOST_REQUIRE(rows.size() == 2u);
+  BOOST_TEST(rows[4] == "R=4 W=6 L=0 LW=2 A=10.0.0.1 P=29500");
+  BOOST_TEST(rows[5] == "R=5 W=6 L=1 LW=2 A=10.0.0.1 P=29500");
+}
+
+BOOST_AUTO_TEST_CASE(two_nodes_meet_in_one_env_rendezvous, *utf::timeout(90)) {
+  // Two launchers as two "nodes" on loopback: ranks 0-1 and 2-3 of one job.
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<launched>> nodes;
+  for (int node : {1, 0})
+    nodes.push_back(std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc", "2", "--master-addr", "127.0.0.1",
+        "--master-port", port, "--", rank_path, "rendezvous"}));
+  std::map<int, std::string> rows;
+  for (auto& n : nodes) {
+    BOOST_TEST(WEXITSTATUS(n->finish(60s)) == 0);
+    for (auto& [r, rest] : prefixed(n->out()))
+      rows[r] = rest;
+  }
+  BOOST_TEST(rows[0] == "rank 0 of 4 local 0");
+  BOOST_TEST(rows[1] == "rank 1 of 4 local 1");
+  BOOST_TEST(rows[2] == "rank 2 of 4 local 0");
+  BOOST_TEST(rows[3] == "rank 3 of 4 local 1");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- Slurm ---------------------------------------------------------------
+
+namespace {
+
+constexpr const char* launch_vars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                                       "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_NODELIST",
+                                       "SLURM_STEP_NODELIST"};
+
+/// Clears the launcher and Slurm variables, sets `vars`, and restores everything at scope exit.
+class scoped_env {
+public:
+  explicit scoped_env(const std::map<std::string, std::string>& vars) {
+    for (const char* name : launch_vars) {
+      if (const char* v = std::getenv(name))
+        saved_[name] = v;
+      ::unsetenv(name);
+    }
+    for (auto& [k, v] : vars)
+      ::setenv(k.c_str(), v.c_str(), 1);
+  }
+  ~scoped_env() {
+    for (const char* name : launch_vars)
+      ::unsetenv(name);
+    for (auto& [k, v] : saved_)
+      ::setenv(k.c_str(), v.c_str(), 1);
+  }
+
+private:
+  std::map<std::string, std::string> saved_;
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(slurm)
+
+BOOST_AUTO_TEST_CASE(first_host_of_a_node_list) {
+  using cs::detail::slurm_first_host;
+  BOOST_TEST(slurm_first_host("node[01-04,07],gpu5") == "node01");
+  BOOST_TEST(slurm_first_host("gpu5,node[01-04]") == "gpu5");
+  BOOST_TEST(slurm_first_host("localhost") == "localhost");
+  BOOST_TEST(slurm_first_host("n[7,3-4]") == "n7");
+  BOOST_TEST(slurm_first_host("rack[2-3]-n[008-010],x") == "rack2-n008");
+  BOOST_TEST(slurm_first_host("node[1]") == "node1");
+  BOOST_TEST(slurm_first_host("[1-2]x") == "1x");
+  BOOST_TEST(slurm_first_host("a.example.org,b") == "a.example.org");
+}
+
+BOOST_AUTO_TEST_CASE(malformed_node_lists_are_refused) {
+  using cs::detail::slurm_first_host;
+  for (const char* bad : {"", "node[01-04", "node01]", "node[]", "node[a-b]", "node[4-1]", "node[1-]",
+                          "node[[1]]", ",node1", "node1,", "a,,b", "node[1,]"}) {
+    try {
+      (void)slurm_first_host(bad);
+      BOOST_ERROR("accepted '" << bad << "'");
+    } catch (const corodist::store_error& e) {
+      BOOST_TEST(std::string(e.what()).find("bad Slurm node list '" + std::string(bad) + "'") != std::string::npos);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(slurm_variables_stand_in_for_the_launcher) {
+  scoped_env env({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                  {"SLURM_JOB_NODELIST", "node[01-04,07],gpu5"}, {"MASTER_PORT", "29500"}});
+  auto e = cs::detail::read_launch_env();
+  BOOST_TEST(e.slurm);
+  BOOST_TEST(e.rank.value_or("") == "5");
+  BOOST_TEST(e.world_size.value_or("") == "8");
+  BOOST_TEST(e.local_rank.value_or("") == "1");
+  BOOST_TEST(e.master_addr.value_or("") == "node01");
+  BOOST_TEST(e.master_port.value_or("") == "29500");
+  BOOST_TEST(cs::local_rank_from_env().value_or(-1) == 1);
+}
+
+BOOST_AUTO_TEST_CASE(the_step_node_list_comes_before_the_job_list) {
+  scoped_env env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "node[01-04]"},
+                  {"SLURM_STEP_NODELIST", "node[03-04]"}});
+  BOOST_TEST(cs::detail::read_launch_env().master_addr.value_or("") == "node03");
+}
+
+BOOST_AUTO_TEST_CASE(launcher_variables_win_over_slurm) {
+  scoped_env env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "10.1.2.3"},
+                  {"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                  {"SLURM_JOB_NODELIST", "node01"}});
+  auto e = cs::detail::read_launch_env();
+  BOOST_TEST(!e.slurm);
+  BOOST_TEST(e.rank.value_or("") == "1");
+  BOOST_TEST(e.world_size.value_or("") == "2");
+  BOOST_TEST(e.master_addr.value_or("") == "10.1.2.3");
+  BOOST_TEST(cs::local_rank_from_env().value_or(-1) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(no_launcher_and_no_slurm, *utf::timeout(30)) {
+  scoped_env env({});
+  BOOST_TEST(!cs::local_rank_from_env().has_value());
+  corodist::event_loop loop;
+  loop.start();
+  try {
+    cs::rendezvous(loop, "env://");
+    BOOST_ERROR("rendezvous without any variables succeeded");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("missing rank (or $RANK, or under Slurm $SLURM_PROCID)") !=
+               std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(half_set_launcher_variables_are_not_mixed_with_slurm, *utf::timeout(30)) {
+  scoped_env env({{"RANK", "0"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                  {"MASTER_PORT", "1"}});
+  corodist::event_loop loop;
+  loop.start();
+  try {
+    cs::rendezvous(loop, "env://");
+    BOOST_ERROR("rendezvous with RANK but no WORLD_SIZE succeeded");
+  } catch (const corodist::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("missing world_size") != std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(missing_master_port_is_named, *utf::timeout(30)) {
+  scoped_env env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_NODELIST", "localhost"}});
+  corodist::event_loop loop;
+  loop.start();
+  BOOST_CHECK_EXCEPTION(cs::rendezvous(loop, "env://"), corodist::store_error, [](const corodist::store_error& e) {
+    return std::string(e.what()).find("missing master_port (or $MASTER_PORT)") != std::string::npos;
+  });
+}
+
+BOOST_AUTO_TEST_CASE(env_rendezvous_of_two_srun_tasks, *utf::timeout(90)) {
+  // Two processes with only what srun would set (plus MASTER_PORT): Slurm's
+  // first host, "localhost", hosts the store.
+  const auto port = std::to_string(free_port());
+  std::vector<std::unique_ptr<corodist::test::child_process>> tasks;
+  for (int r = 0; r < 2; ++r)
+    tasks.push_back(std::make_unique<corodist::test::child_process>([r, port] {
+      scoped_env env({{"SLURM_PROCID", std::to_string(r)}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", std::to_string(r)},
+                      {"SLURM_JOB_NODELIST", "localhost,node[2-3]"}, {"MASTER_PORT", port}});
+      corodist::event_loop loop;
+      loop.start();
+      cs::rendezvous_options o;
+      o.timeout = 20s;
+      o.auth_token = "";
+      auto [store, rank, world] = cs::rendezvous(loop, "env://", o);
+      cs::sync_store s(store);
+      if (rank == 0)
+        s.wait({"left/1"}, 20s); // hosts the store: leaves last
+      else
+        s.set("left/1", "1");
+      return rank == r && world == 2 && cs::local_rank_from_env() == r ? 0 : 3;
+    }));
+  for (auto& t : tasks)
+    BOOST_TEST(t->wait() == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
