@@ -6,6 +6,7 @@
 
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/core/future.hpp>
+#include <corodist/core/run_on.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -61,22 +62,9 @@ public:
   /// throws). Throws `usage_error` after `stop()`.
   template <typename F>
   auto submit(F fn) -> future<std::invoke_result_t<F&>> {
-    using R = std::invoke_result_t<F&>;
-    promise<R> p;
-    auto f = p.get_future();
-    post([p = std::move(p), fn = std::move(fn)]() mutable {
-      try {
-        if constexpr (std::is_void_v<R>) {
-          fn();
-          p.set_value();
-        } else {
-          p.set_value(fn());
-        }
-      } catch (...) {
-        p.set_exception(std::current_exception());
-      }
-    });
-    return f;
+    auto [job, f] = detail::packaged_job(std::move(fn));
+    post(std::move(job));
+    return std::move(f);
   }
 
   /// Refuses new jobs, lets the threads finish every queued job, and joins
