@@ -139,7 +139,8 @@ void context::report(record r) {
   // Headline figures of cases that are neither latency nor bandwidth go after the row.
   std::string notes;
   for (const auto& [key, value] : r.extra)
-    if (key == "rendezvous_s" || key == "bytes_per_conn" || key == "raw_fanin_ops_per_s" || key == "of_raw_fanin")
+    if (key == "rendezvous_s" || key == "bytes_per_conn" || key == "raw_fanin_ops_per_s" || key == "of_raw_fanin" ||
+        key == "busbw_gbps" || key == "check_pct" || key == "overhead_pct")
       notes += key.ends_with("ops_per_s") ? fmt::format("  {}={:.0f}", key, value)
                                           : fmt::format("  {}={:.4g}", key, value);
   // One row (and one JSON line) per peer; the case's own figures repeat.

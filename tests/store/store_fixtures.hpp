@@ -57,9 +57,11 @@ struct tcp_impl {
     server.reset();
     loop.stop();
   }
+  /// The server's port.
+  std::uint16_t port() const { return server->local_endpoint().port(); }
   std::shared_ptr<store::store> make() {
     store::tcp_store_options o;
-    o.port = server->local_endpoint().port();
+    o.port = port();
     o.auth_token = "";
     o.timeout = std::chrono::seconds(20);
     return store::tcp_store::connect_sync(loop.get_executor(), o);

@@ -14,17 +14,16 @@
 
 namespace corodist {
 
-/// Runs `fn()` on `ex` and returns a future of its result (or exception).
-/// When the calling thread already runs `ex`, `fn` runs at once, inline;
-/// otherwise it is posted. The future is awaited (`co_await f.async_get()`)
-/// from any executor and resumes there, so `run_on(pool, work)` is how a
-/// coroutine on a loop runs blocking work elsewhere and gets back to its loop.
-template <typename Executor, typename F>
-auto run_on(const Executor& ex, F fn) -> future<std::invoke_result_t<F&>> {
+namespace detail {
+
+/// `fn` as a job that runs it and stores its result (or exception) in a
+/// promise, and that promise's future: what run_on and worker_thread post.
+template <typename F>
+auto packaged_job(F fn) {
   using R = std::invoke_result_t<F&>;
   promise<R> p;
   auto f = p.get_future();
-  auto run = [p = std::move(p), fn = std::move(fn)]() mutable {
+  auto job = [p = std::move(p), fn = std::move(fn)]() mutable {
     try {
       if constexpr (std::is_void_v<R>) {
         fn();
@@ -36,8 +35,21 @@ auto run_on(const Executor& ex, F fn) -> future<std::invoke_result_t<F&>> {
       p.set_exception(std::current_exception());
     }
   };
+  return std::pair<decltype(job), future<R>>(std::move(job), std::move(f));
+}
+
+} // namespace detail
+
+/// Runs `fn()` on `ex` and returns a future of its result (or exception).
+/// When the calling thread already runs `ex`, `fn` runs at once, inline;
+/// otherwise it is posted. The future is awaited (`co_await f.async_get()`)
+/// from any executor and resumes there, so `run_on(pool, work)` is how a
+/// coroutine on a loop runs blocking work elsewhere and gets back to its loop.
+template <typename Executor, typename F>
+auto run_on(const Executor& ex, F fn) -> future<std::invoke_result_t<F&>> {
+  auto [run, f] = detail::packaged_job(std::move(fn));
   asio::dispatch(ex, std::move(run)); // inline when this thread runs `ex`, else queued
-  return f;
+  return std::move(f);
 }
 
 } // namespace corodist

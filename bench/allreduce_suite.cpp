@@ -1,0 +1,542 @@
+/// \file
+/// Suite `allreduce`: Gloo allreduce of float32 buffers, 4 KiB to 64 MiB, with
+/// 2 and 4 ranks as processes (forked from this one) over loopback. Each rank
+/// times, in turn on the same buffer,
+///   * ours: `co_await pg->allreduce(buf)` from a coroutine on an event loop,
+///     corodist::collective::gloo_group with its defaults (one communication
+///     thread; bcube up to 1 MiB, the ring above);
+///   * checked: the same with `check_calls = true` (the call-header check's share);
+///   * bare: `gloo::allreduce` with the same algorithm, called directly from
+///     the rank's plain thread on a Gloo context of its own (gloo::sum<float>,
+///     PyTorch's reduce function);
+///   * bare2: the same calls made by two plain threads in turn, handed over
+///     by the timing thread (how PyTorch drives Gloo: on one CPU-starved
+///     machine, one thread alone can stall Gloo's event loop for a tick);
+/// and rank 0 reports p50s; overhead_pct compares ours with the better bare one. PyTorch's gloo allreduce on the same sizes and
+/// ranks (bench/torch_allreduce_peer.py under Debian's python3-torch) runs
+/// alongside when it can be imported (else the peer is "not installed"):
+/// both jobs are started once and take turns, block by block on each size,
+/// so that both see the same machine (this VM's other tenants come and go).
+/// algbw = bytes / p50, busbw = algbw * 2(n-1)/n (nccl-tests' definitions).
+
+#include "harness.hpp"
+#include "peers.hpp"
+
+#include <corodist/collective/gloo_group.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
+
+#if CORODIST_BENCH_GLOO
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#endif
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dirent.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace corodist::bench {
+namespace {
+
+namespace cc = corodist::collective;
+using clock_type = std::chrono::steady_clock;
+
+struct size_case {
+  std::size_t bytes;
+  int iters; // per block
+};
+
+std::vector<size_case> cases(bool quick) {
+  if (quick)
+    return {{4 << 10, 30}, {256 << 10, 12}, {4 << 20, 4}, {64 << 20, 1}};
+  return {{4 << 10, 100}, {16 << 10, 100}, {64 << 10, 75}, {256 << 10, 38},
+          {1 << 20, 20},  {4 << 20, 8},    {16 << 20, 4},  {64 << 20, 2}};
+}
+
+constexpr int blocks = 8; // turns per size and job (a multiple of the 4 variants' rotation)
+constexpr int warmup = 3; // untimed calls the first time a job sees a size
+constexpr auto step_timeout = std::chrono::minutes(5);
+
+std::string size_name(std::size_t bytes) {
+  return bytes >= (1 << 20) ? fmt::format("{}MiB", bytes >> 20) : fmt::format("{}KiB", bytes >> 10);
+}
+
+// Debian's python3-torch runs only under /usr/bin/python3 (peers.cpp checks it).
+constexpr const char* python = "/usr/bin/python3";
+
+/// Rank 0's figures for one size:
+/// "RESULT <bytes> <p50_us> <p99_us> [<checked_p50_us> <bare_p50_us> <bare2_p50_us>]".
+struct result {
+  double p50_us = not_applicable;
+  double p99_us = not_applicable;
+  double checked_p50_us = not_applicable;
+  double bare_p50_us = not_applicable;
+  double bare2_p50_us = not_applicable;
+};
+
+bool parse_result(const std::string& line, std::map<std::size_t, result>& out) {
+  std::istringstream in(line);
+  std::string tag;
+  std::size_t bytes = 0;
+  result r;
+  if (!(in >> tag >> bytes >> r.p50_us >> r.p99_us) || tag != "RESULT")
+    return false;
+  if (!(in >> r.checked_p50_us >> r.bare_p50_us >> r.bare2_p50_us))
+    r.checked_p50_us = r.bare_p50_us = r.bare2_p50_us = not_applicable;
+  out[bytes] = r;
+  return true;
+}
+
+/// Reads lines from a descriptor, each within a deadline.
+class line_reader {
+public:
+  explicit line_reader(int fd) : fd_(fd) {}
+
+  /// The next line, or nullopt at end of file; throws after `timeout`.
+  std::optional<std::string> next(std::chrono::milliseconds timeout, const std::string& what) {
+    const auto deadline = clock_type::now() + timeout;
+    for (;;) {
+      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+        auto line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
+      if (left <= 0)
+        throw std::runtime_error("allreduce suite: no answer from " + what + " in time");
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(std::min<long>(left, 1000))) <= 0)
+        continue;
+      char chunk[4096];
+      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
+      if (n <= 0) {
+        if (buf_.empty())
+          return std::nullopt;
+        return std::exchange(buf_, {});
+      }
+      buf_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+private:
+  int fd_;
+  std::string buf_;
+};
+
+void write_line(int fd, const std::string& line) {
+  const std::string l = line + "\n";
+  if (::write(fd, l.data(), l.size()) != static_cast<ssize_t>(l.size()))
+    throw std::runtime_error("allreduce suite: a job's control pipe is closed");
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/// A job of rank processes driven over two pipes: "RUN <bytes> <iters>" runs
+/// one block (answered "DONE"), "QUIT" ends it (answered with RESULT lines).
+class job {
+public:
+  job(std::string name, std::vector<pid_t> pids, int control, int output)
+      : name_(std::move(name)), pids_(std::move(pids)), control_(control), output_(output), reader_(output) {}
+  job(const job&) = delete;
+  job& operator=(const job&) = delete;
+  ~job() {
+    if (!pids_.empty()) {
+      for (auto pid : pids_)
+        ::kill(pid, SIGKILL);
+      for (auto pid : pids_)
+        wait_child(pid);
+    }
+    ::close(control_);
+    ::close(output_);
+  }
+
+  /// Waits for the job's "READY".
+  void ready() { expect("READY", std::chrono::minutes(2)); }
+
+  /// Runs one block of `iters` allreduces of `bytes`.
+  void run(std::size_t bytes, int iters) {
+    write_line(control_, fmt::format("RUN {} {}", bytes, iters));
+    expect("DONE", step_timeout);
+  }
+
+  /// Ends the job; returns rank 0's results by size.
+  std::map<std::size_t, result> finish() {
+    write_line(control_, "QUIT");
+    std::map<std::size_t, result> out;
+    while (auto line = reader_.next(step_timeout, name_))
+      parse_result(*line, out);
+    int failed = 0;
+    for (auto pid : pids_)
+      failed += wait_child(pid) != 0;
+    pids_.clear();
+    if (failed)
+      throw std::runtime_error(fmt::format("allreduce suite: {} process(es) of {} failed", failed, name_));
+    return out;
+  }
+
+private:
+  void expect(const std::string& word, std::chrono::milliseconds timeout) {
+    for (;;) {
+      auto line = reader_.next(timeout, name_);
+      if (!line)
+        throw std::runtime_error("allreduce suite: " + name_ + " ended early");
+      if (*line == word)
+        return;
+    }
+  }
+
+  std::string name_;
+  std::vector<pid_t> pids_;
+  int control_;
+  int output_;
+  line_reader reader_;
+};
+
+#if CORODIST_BENCH_GLOO
+
+/// One rank of our job. Rank 0 reads commands from `control` and passes them
+/// on (an untimed broadcast), and writes answers to `output`.
+int rank_main(int rank, int n, const std::string& dir, int control, int output) {
+  event_loop loop;
+  loop.start();
+  cc::gloo_options o;
+  o.host = "127.0.0.1";
+  o.timeout = std::chrono::minutes(30); // includes the peer's turns
+  auto pg = cc::gloo_group::create_sync(
+      loop, fmt::format("file://{}/store?rank={}&world_size={}&timeout=300", dir, rank, n), o);
+  o.check_calls = true;
+  o.prefix = "checked";
+  auto checked = cc::gloo_group::create_sync(
+      loop, fmt::format("file://{}/store2?rank={}&world_size={}&timeout=300", dir, rank, n), o);
+
+  // The bare Gloo context: its own connections, rendezvous through Gloo's file store.
+  gloo::rendezvous::FileStore files(dir);
+  gloo::rendezvous::PrefixStore keys("bare", files);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto bare = std::make_shared<gloo::rendezvous::Context>(rank, n);
+  bare->setTimeout(std::chrono::minutes(30));
+  bare->connectFullMesh(keys, device);
+  std::uint32_t tag = 0;
+  auto bare_allreduce = [&](std::vector<float>& v) {
+    gloo::AllreduceOptions opts(bare);
+    opts.setOutput(v.data(), v.size());
+    opts.setAlgorithm(v.size() * sizeof(float) <= cc::gloo_options::default_bcube_max_bytes
+                          ? gloo::AllreduceOptions::Algorithm::BCUBE
+                          : gloo::AllreduceOptions::Algorithm::RING);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setTag(tag++);
+    gloo::allreduce(opts);
+  };
+
+  // bare2: two plain threads take the calls in turn (each waits for its turn).
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<float>* job_buffer = nullptr;
+  std::uint64_t issued = 0, taken = 0, finished = 0;
+  bool stopping = false;
+  std::vector<std::thread> pair;
+  for (int t = 0; t < 2; ++t)
+    pair.emplace_back([&] {
+      std::unique_lock lk(m);
+      for (;;) {
+        cv.wait(lk, [&] { return stopping || taken < issued; });
+        if (stopping)
+          return;
+        ++taken;
+        auto* v = job_buffer;
+        lk.unlock();
+        bare_allreduce(*v);
+        lk.lock();
+        ++finished;
+        cv.notify_all();
+      }
+    });
+  auto bare2_allreduce = [&](std::vector<float>& v) {
+    std::unique_lock lk(m);
+    job_buffer = &v;
+    const auto mine = ++issued;
+    cv.notify_all();
+    cv.wait(lk, [&] { return finished >= mine; });
+  };
+
+  struct per_size {
+    std::vector<float> v; // zeros stay zeros: no overflow, no denormals
+    latency_recorder ours, with_check, direct, direct2;
+    int blocks = 0;
+  };
+  std::map<std::size_t, per_size> sizes;
+  std::optional<line_reader> commands;
+  if (rank == 0) {
+    commands.emplace(control);
+    write_line(output, "READY");
+  }
+  auto ex = loop.get_executor();
+  for (;;) {
+    std::int64_t cmd[3] = {0, 0, 0}; // run?, bytes, iters
+    if (rank == 0) {
+      auto line = commands->next(std::chrono::hours(1), "the benchmark");
+      std::istringstream in(line.value_or("QUIT"));
+      std::string word;
+      in >> word;
+      if (word == "RUN" && (in >> cmd[1] >> cmd[2]))
+        cmd[0] = 1;
+    }
+    pg->broadcast(cc::tensor_view(cmd, 3, cc::dtype::int64), 0).get();
+    if (cmd[0] == 0)
+      break;
+    const auto bytes = static_cast<std::size_t>(cmd[1]);
+    const int iters = static_cast<int>(cmd[2]);
+    auto [it, fresh] = sizes.try_emplace(bytes);
+    auto& s = it->second;
+    if (fresh) {
+      s.v.assign(bytes / sizeof(float), 0.0f);
+      for (int i = 0; i < warmup; ++i) {
+        pg->allreduce(s.v).get();
+        checked->allreduce(s.v).get();
+        bare_allreduce(s.v);
+        bare2_allreduce(s.v);
+      }
+    }
+    auto timed = [&](cc::gloo_group& g, latency_recorder& rec, int n) {
+      run_blocking(ex, [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < n; ++i) {
+          const auto t0 = clock_type::now();
+          co_await g.allreduce(s.v);
+          rec.add(clock_type::now() - t0);
+        }
+      }());
+    };
+    auto timed_bare = [&](auto&& call, latency_recorder& rec, int n) {
+      for (int i = 0; i < n; ++i) {
+        const auto t0 = clock_type::now();
+        call(s.v);
+        rec.add(clock_type::now() - t0);
+      }
+    };
+    // One run of each variant per block, one after another, starting with a
+    // different one each block (the first after the peer's turn runs on a
+    // machine that is still settling).
+    const int first = s.blocks++ % 4;
+    for (int k = 0; k < 4; ++k) {
+      switch ((first + k) % 4) {
+      case 0: timed(*pg, s.ours, iters); break;
+      case 1: timed(*checked, s.with_check, iters); break;
+      case 2: timed_bare(bare_allreduce, s.direct, iters); break;
+      default: timed_bare(bare2_allreduce, s.direct2, iters); break;
+      }
+    }
+    if (rank == 0)
+      write_line(output, "DONE");
+  }
+  {
+    std::lock_guard lk(m);
+    stopping = true;
+  }
+  cv.notify_all();
+  for (auto& t : pair)
+    t.join();
+  if (rank == 0)
+    for (auto& [bytes, s] : sizes)
+      write_line(output, fmt::format("RESULT {} {} {} {} {} {}", bytes, s.ours.percentile(0.5),
+                                     s.ours.percentile(0.99), s.with_check.percentile(0.5), s.direct.percentile(0.5),
+                                     s.direct2.percentile(0.5)));
+  checked->barrier().get();
+  return 0;
+}
+
+/// Forks our `n` rank processes.
+std::unique_ptr<job> start_ours(int n, const std::string& dir) {
+  int control[2], output[2];
+  if (::pipe(control) != 0 || ::pipe(output) != 0)
+    throw std::runtime_error("allreduce suite: pipe failed");
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid < 0)
+      throw std::runtime_error("allreduce suite: fork failed");
+    if (pid == 0) {
+      ::close(control[1]);
+      ::close(output[0]);
+      int rc = 1;
+      try {
+        rc = rank_main(r, n, dir, control[0], output[1]);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "allreduce suite: rank %d: %s\n", r, e.what());
+      }
+      std::fflush(nullptr);
+      ::_exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  ::close(control[0]);
+  ::close(output[1]);
+  return std::make_unique<job>(fmt::format("corodist's {} ranks", n), std::move(pids), control[1], output[0]);
+}
+
+#endif
+
+/// Runs `argv` with its stdin and stdout on pipes.
+std::unique_ptr<job> spawn_job(const std::string& name, const std::vector<std::string>& argv) {
+  int in[2], out[2];
+  if (::pipe(in) != 0 || ::pipe(out) != 0)
+    throw std::runtime_error("allreduce suite: pipe failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  for (int fd : {in[0], in[1], out[0], out[1]})
+    posix_spawn_file_actions_addclose(&fa, fd);
+  std::vector<char*> args;
+  for (const auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(in[0]);
+  ::close(out[1]);
+  if (rc != 0) {
+    ::close(in[1]);
+    ::close(out[0]);
+    throw std::runtime_error("allreduce suite: cannot start " + argv[0]);
+  }
+  return std::make_unique<job>(name, std::vector<pid_t>{pid}, in[1], out[0]);
+}
+
+void remove_tree(const std::string& path) {
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        remove_tree(path + "/" + e->d_name);
+    ::closedir(d);
+    ::rmdir(path.c_str());
+  } else {
+    ::unlink(path.c_str());
+  }
+}
+
+void run_allreduce_suite(context& ctx) {
+#if CORODIST_BENCH_GLOO
+  const auto sizes = cases(ctx.quick);
+  // Why PyTorch is not a peer here; nullopt when it is.
+  std::optional<std::string> no_peer;
+  const auto script = bench_script("torch_allreduce_peer.py");
+  if (!ctx.peers)
+    no_peer = "skipped";
+  else if (auto why = torch_unavailable())
+    no_peer = *why;
+  else if (script.empty())
+    no_peer = "bench/torch_allreduce_peer.py not found";
+  for (int n : {2, 4}) {
+    char tmpl[] = "/tmp/corodist_allreduce_XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr)
+      throw std::runtime_error("allreduce suite: mkdtemp failed");
+    const std::string dir = tmpl;
+    std::map<std::size_t, result> ours, peer;
+    try {
+      if (ctx.status)
+        ctx.status->note(fmt::format("{} ranks{}", n, no_peer ? "" : " taking turns with PyTorch's"));
+      auto our_job = start_ours(n, dir);
+      std::unique_ptr<job> peer_job;
+      if (!no_peer)
+        peer_job = spawn_job(fmt::format("PyTorch's {} ranks", n),
+                             {python, script, "--ranks", std::to_string(n), "--warmup", std::to_string(warmup)});
+      our_job->ready();
+      if (peer_job)
+        peer_job->ready();
+      for (const auto& c : sizes) {
+        if (ctx.status)
+          ctx.status->note(fmt::format("{} ranks, {}", n, size_name(c.bytes)));
+        for (int b = 0; b < blocks; ++b) {
+          our_job->run(c.bytes, c.iters);
+          if (peer_job)
+            peer_job->run(c.bytes, c.iters);
+        }
+      }
+      ours = our_job->finish();
+      if (peer_job)
+        peer = peer_job->finish();
+    } catch (...) {
+      remove_tree(dir);
+      throw;
+    }
+    remove_tree(dir);
+    for (const auto& c : sizes) {
+      auto it = ours.find(c.bytes);
+      if (it == ours.end())
+        throw std::runtime_error("allreduce suite: no result for " + size_name(c.bytes));
+      const auto& r = it->second;
+      record rec;
+      rec.suite = "allreduce";
+      rec.name = fmt::format("gloo_r{}_{}", n, size_name(c.bytes));
+      rec.p50_us = r.p50_us;
+      rec.p99_us = r.p99_us;
+      const double algbw = static_cast<double>(c.bytes) / (r.p50_us * 1e-6) / 1e9;
+      rec.gbytes_per_s = algbw;
+      rec.extra = {{"ranks", n},
+                   {"bytes", static_cast<double>(c.bytes)},
+                   {"algbw_gbps", algbw},
+                   {"busbw_gbps", algbw * 2.0 * (n - 1) / n},
+                   {"bare_p50_us", r.bare_p50_us},
+                   {"bare2_p50_us", r.bare2_p50_us},
+                   {"overhead_pct", (r.p50_us / std::min(r.bare_p50_us, r.bare2_p50_us) - 1.0) * 100.0},
+                   {"checked_p50_us", r.checked_p50_us},
+                   {"check_pct", (r.checked_p50_us / r.p50_us - 1.0) * 100.0}};
+      if (auto p = peer.find(c.bytes); p != peer.end()) {
+        peer_result torch;
+        torch.name = "pytorch";
+        torch.p50_us = p->second.p50_us;
+        rec.peers = {torch};
+      } else {
+        rec.peers = {peer_result::missing("pytorch", no_peer.value_or("no result"))};
+      }
+      ctx.report(std::move(rec));
+    }
+  }
+#else
+  record rec;
+  rec.suite = "allreduce";
+  rec.name = "gloo (corodist-bench was built without Gloo)";
+  ctx.report(std::move(rec));
+#endif
+}
+
+const suite_registrar registrar("allreduce", &run_allreduce_suite, 50);
+
+} // namespace
+} // namespace corodist::bench

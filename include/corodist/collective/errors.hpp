@@ -1,0 +1,56 @@
+#pragma once
+/// \file
+/// Errors of collectives: each names the collective, the rank that reports it
+/// and the collective's sequence number in its group.
+
+#include <corodist/core/error.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace corodist::collective {
+
+/// Where a collective failed: its name, the reporting rank, its sequence
+/// number. A base of both collective errors (`catch (const collective_failure&)`
+/// sees either).
+class collective_failure {
+public:
+  /// `op`: the collective's name; `rank`: the reporting rank; `seq`: its number.
+  collective_failure(std::string op, int rank, std::uint64_t seq) : op_(std::move(op)), rank_(rank), seq_(seq) {}
+  virtual ~collective_failure() = default;
+
+  /// The collective's name ("allreduce", "broadcast", ..., or "create").
+  const std::string& op() const noexcept { return op_; }
+  /// The rank that reports the failure.
+  int rank() const noexcept { return rank_; }
+  /// The collective's sequence number in its group (0 for the first).
+  std::uint64_t seq() const noexcept { return seq_; }
+
+private:
+  std::string op_;
+  int rank_;
+  std::uint64_t seq_;
+};
+
+/// A collective failed: a peer died or closed its connection, the ranks
+/// called different collectives or different sizes / dtypes, or the group
+/// was aborted by an earlier failure. `what()` says which, naming the
+/// collective, this rank and the sequence number.
+class collective_error : public error, public collective_failure {
+public:
+  /// `message` is the whole text; `op`, `rank` and `seq` are also kept apart.
+  collective_error(const std::string& message, std::string op, int rank, std::uint64_t seq)
+      : error(message), collective_failure(std::move(op), rank, seq) {}
+};
+
+/// A collective did not finish before its deadline (a rank never joined it,
+/// or it was too slow). The group is aborted: later collectives fail with
+/// `collective_error`. Also a `corodist::timeout_error`.
+class collective_timeout_error : public timeout_error, public collective_failure {
+public:
+  /// `message` is the whole text; `op`, `rank` and `seq` are also kept apart.
+  collective_timeout_error(const std::string& message, std::string op, int rank, std::uint64_t seq)
+      : timeout_error(message), collective_failure(std::move(op), rank, seq) {}
+};
+
+} // namespace corodist::collective

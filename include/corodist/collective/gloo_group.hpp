@@ -1,0 +1,165 @@
+#pragma once
+/// \file
+/// corodist::collective::gloo_group: the Gloo backend (CPU buffers, TCP),
+/// rendezvous through a corodist store, optionally joining a PyTorch job.
+
+#include <corodist/collective/process_group.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/store.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace corodist::collective {
+
+/// How a gloo_group joins a process group that PyTorch 1.13 ranks create with
+/// `torch.distributed.init_process_group("gloo", ...)`: PyTorch's store keys,
+/// its barrier and sequence-number steps, and its tags. The store must be the
+/// job's (a `store::tcp_store` with `wire_protocol::pytorch_1_13` to PyTorch's
+/// TCPStore master, or to a `store_server`, which also serves PyTorch's clients).
+struct pytorch_options {
+  static constexpr const char* default_store_prefix = "default_pg";
+
+  /// PyTorch's group number: 0 for the default group (init_process_group),
+  /// 1, 2, ... for the groups made by `new_group` in creation order (every
+  /// rank of the job must then be in the group).
+  int group_index = 0;
+  /// The prefix PyTorch puts before every key of its groups: "default_pg"
+  /// when the PyTorch ranks passed `init_method` (a URL or env://), "" when
+  /// they passed `store=`.
+  std::string store_prefix = default_store_prefix;
+};
+
+/// Settings of a gloo_group. Defaults are the named constants.
+struct gloo_options {
+  static constexpr std::chrono::milliseconds default_timeout = std::chrono::minutes(30);
+  static constexpr const char* default_prefix = "corodist/pg";
+  static constexpr std::size_t default_bucket_bytes = std::size_t{32} << 20;
+  static constexpr std::size_t default_bcube_max_bytes = std::size_t{1} << 20;
+  static constexpr int default_threads = 2;
+
+  /// Key prefix of this group in the store ("<prefix>/..."): groups that share
+  /// a store need distinct prefixes (reusing one is detected and refused).
+  /// Ignored with `pytorch` (PyTorch's layout is used).
+  std::string prefix = default_prefix;
+  /// Deadline of creation, and default deadline per collective (as PyTorch's 30 min).
+  std::chrono::milliseconds timeout = default_timeout;
+  /// Address or host name the group's TCP device listens on, which peers
+  /// connect to. Empty: the interface named by `interface` or $GLOO_SOCKET_IFNAME,
+  /// else this machine's host name if it resolves to a local address, else 127.0.0.1.
+  std::string host;
+  /// Network interface to listen on (e.g. "eth0"), used when `host` is empty.
+  std::string interface;
+  /// Communication threads running Gloo calls. Collectives start in issue
+  /// order; consecutive ones go to different threads and may overlap. Two, as
+  /// PyTorch: with one, a collective that starts while Gloo still releases
+  /// the previous one's buffers can stall Gloo's event loop until the next
+  /// scheduler tick on a busy machine (bench/README.md).
+  int threads = default_threads;
+  /// A communication thread polls for the next collective this long before
+  /// sleeping (saves a thread wake-up between back-to-back collectives).
+  std::chrono::microseconds spin{0};
+  /// Before each collective the ranks exchange a small header (sequence
+  /// number, kind, dtype, sizes, reduction, root) and fail with a
+  /// `collective_error` naming both calls when they differ. Without it, calls
+  /// that differ between ranks are undefined: Gloo may return wrong data,
+  /// time out, or end the process (as in PyTorch without
+  /// TORCH_DISTRIBUTED_DEBUG=DETAIL). Off by default: it costs one small
+  /// message round per collective, up to 70 % of a small allreduce on
+  /// loopback (bench/README.md). Setting CORODIST_CHECK_COLLECTIVES=1 in the
+  /// environment turns it on for every group. Not available with `pytorch`
+  /// (PyTorch's ranks send no headers).
+  bool check_calls = false;
+  /// Allreduces of at most this many bytes use Gloo's bcube algorithm
+  /// (recursive halving/doubling: log2(size) exchanges each way, the fewest
+  /// messages and thread wake-ups); larger ones the ring (PyTorch's choice,
+  /// whose pipelined segments keep the links busy). 0: always the ring.
+  /// Ignored with `pytorch` (the ring, as PyTorch's ranks run).
+  std::size_t bcube_max_bytes = default_bcube_max_bytes;
+  /// Coalesced collectives pack buffers of one dtype into staging buffers of
+  /// at most this many bytes (a larger buffer goes alone, in place).
+  std::size_t bucket_bytes = default_bucket_bytes;
+  /// Join a PyTorch job's gloo process group (see pytorch_options).
+  std::optional<pytorch_options> pytorch;
+};
+
+/// A process group on Gloo's TCP transport, for buffers in host memory.
+///
+/// Threading: Gloo's calls block their thread, so every collective runs on
+/// the group's own communication thread(s); an event loop is never blocked.
+/// Completion resumes an awaiting coroutine on its own executor (a plain
+/// thread wakes from `work::get`). A watchdog thread enforces the deadlines:
+/// a collective still running at its deadline fails with
+/// `collective_timeout_error` and aborts the group (every connection is
+/// closed, so that peers fail promptly too); so does a failed peer
+/// connection (a rank killed), with `collective_error`.
+/// Rendezvous: each rank publishes its address under the group's prefix in
+/// the store (through an adapter of Gloo's rendezvous store) and connects to
+/// every other rank.
+class gloo_group final : public process_group {
+public:
+  /// True when this build has the Gloo backend (else `create` throws `usage_error`).
+  static bool built() noexcept;
+
+  /// Creates rank `rank` of a group of `size` ranks that meet in `store`;
+  /// returns once every rank has connected to every other. Throws `usage_error` for bad
+  /// arguments or a prefix already used on this store, `timeout_error` naming
+  /// the ranks that never arrived within `opts.timeout`, `collective_error`
+  /// if connecting fails. The group keeps `store` alive.
+  /// (Name the options first: `gloo_options o; ...; co_await create(s, r, n, o)`.
+  /// GCC 12 destroys a braced aggregate temporary inside `co_await` twice.)
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(std::shared_ptr<store::store> store,
+                                                                          int rank, int size, gloo_options opts);
+
+  /// As above with default options.
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(std::shared_ptr<store::store> store,
+                                                                          int rank, int size);
+
+  /// Rendezvous at `url` (`env://`, `tcp://HOST:PORT?rank=R&world_size=W`,
+  /// `file:///PATH?...`; see store::async_rendezvous) on `ex`, then `create`.
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(asio::any_io_executor ex, std::string url,
+                                                                          gloo_options opts);
+
+  /// As above with default options.
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(asio::any_io_executor ex, std::string url);
+
+  /// Blocking `create` for plain threads (throws `usage_error` on a loop thread).
+  static std::shared_ptr<gloo_group> create_sync(std::shared_ptr<store::store> store, int rank, int size,
+                                                 gloo_options opts = {});
+
+  /// Blocking rendezvous + `create` on the running `loop`, for plain threads.
+  static std::shared_ptr<gloo_group> create_sync(event_loop& loop, std::string_view url, gloo_options opts = {});
+
+  /// Aborts what is in flight (it fails with `collective_error`) and joins
+  /// the group's threads.
+  ~gloo_group() override;
+
+  std::string_view backend() const noexcept override { return "gloo"; }
+  std::uint64_t sequence_number() const noexcept override;
+  void abort(const std::string& reason) override;
+  bool aborted() const noexcept override;
+
+  /// The key prefix of the group in its store.
+  const std::string& prefix() const noexcept;
+
+  /// The address this rank's TCP device listens on.
+  std::string address() const;
+
+protected:
+  work submit(collective_call call) override;
+
+private:
+  struct impl;
+  gloo_group(int rank, int size, std::chrono::milliseconds timeout, std::unique_ptr<impl> i);
+
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace corodist::collective

@@ -1,0 +1,105 @@
+#pragma once
+/// \file
+/// corodist::collective::nccl_group: the NCCL backend (CUDA device buffers),
+/// its communicator found through a corodist store.
+
+#include <corodist/collective/process_group.hpp>
+#include <corodist/store/store.hpp>
+
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace corodist::collective {
+
+/// Settings of an nccl_group. Defaults are the named constants.
+struct nccl_options {
+  static constexpr std::chrono::milliseconds default_timeout = std::chrono::minutes(30);
+  static constexpr const char* default_prefix = "corodist/nccl";
+  static constexpr std::chrono::microseconds default_poll_interval{50};
+  static constexpr std::chrono::microseconds default_max_poll_interval{1000};
+
+  /// Key prefix of this group in the store (distinct per group sharing a store).
+  std::string prefix = default_prefix;
+  /// Deadline of creation, and default deadline per collective.
+  std::chrono::milliseconds timeout = default_timeout;
+  /// CUDA device of this rank; -1: `rank % device count`.
+  int device = -1;
+  /// Completion is polled on the loop's timer, first after this interval,
+  /// doubling up to `max_poll_interval` while a collective runs.
+  std::chrono::microseconds poll_interval = default_poll_interval;
+  std::chrono::microseconds max_poll_interval = default_max_poll_interval;
+};
+
+/// A process group on NCCL, for buffers in CUDA device memory
+/// (`device::cuda(i)`, the group's device).
+///
+/// Rendezvous: rank 0 creates the `ncclUniqueId` and publishes it in the
+/// store under the group's prefix; every rank creates a non-blocking
+/// communicator with it, polled on the loop until ready or the deadline.
+/// Collectives are enqueued on the group's own CUDA stream, after the work
+/// already queued on the device's legacy default stream (work on other
+/// streams must be synchronised by the caller), and return at once. An event
+/// recorded after each collective is polled on an Asio timer of the group's
+/// executor (no thread spins); a completed work resumes its awaiting
+/// coroutine on that coroutine's executor. The same poll is the watchdog: an
+/// asynchronous NCCL error, or a collective past its deadline, aborts the
+/// communicator (`ncclCommAbort`) and fails every pending collective
+/// (`collective_timeout_error` for the late one, `collective_error` for the others).
+/// Calls are not compared between ranks (no header exchange).
+class nccl_group final : public process_group {
+public:
+  /// True when this build has the NCCL backend (else `create` throws `usage_error`).
+  static bool built() noexcept;
+
+  /// "" when NCCL can run here (built, and a CUDA device is usable), else
+  /// the reason, e.g. "no CUDA device: CUDA driver version is insufficient ...".
+  static std::string unavailable_reason();
+
+  /// Creates rank `rank` of `size` ranks meeting in `store`, polling on `ex`.
+  /// Throws `usage_error` (not built, bad arguments, prefix in use),
+  /// `collective_error` (no usable CUDA device, NCCL failure), or
+  /// `timeout_error` (not every rank joined within `opts.timeout`).
+  /// (Name the options first; see gloo_group::create.)
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<nccl_group>> create(asio::any_io_executor ex,
+                                                                          std::shared_ptr<store::store> store,
+                                                                          int rank, int size, nccl_options opts);
+
+  /// As above with default options.
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<nccl_group>> create(asio::any_io_executor ex,
+                                                                          std::shared_ptr<store::store> store,
+                                                                          int rank, int size);
+
+  /// Blocking `create` for plain threads (throws `usage_error` on a loop thread).
+  static std::shared_ptr<nccl_group> create_sync(asio::any_io_executor ex, std::shared_ptr<store::store> store,
+                                                 int rank, int size, nccl_options opts = {});
+
+  /// Aborts the communicator if collectives are in flight (they fail), else
+  /// destroys it when the last poll ends.
+  ~nccl_group() override;
+
+  std::string_view backend() const noexcept override { return "nccl"; }
+  std::uint64_t sequence_number() const noexcept override;
+  void abort(const std::string& reason) override;
+  bool aborted() const noexcept override;
+
+  /// The CUDA device of this rank.
+  int cuda_device() const noexcept;
+
+  /// The group's CUDA stream (a `cudaStream_t`).
+  void* stream() const noexcept;
+
+protected:
+  work submit(collective_call call) override;
+
+private:
+  struct impl;
+  nccl_group(int rank, int size, std::chrono::milliseconds timeout, std::shared_ptr<impl> i);
+
+  std::shared_ptr<impl> impl_;
+};
+
+} // namespace corodist::collective

@@ -1,0 +1,34 @@
+#pragma once
+// Text and errors for a collective: what the call was ("allreduce(float32 x 1000, sum)")
+// and where it ran ("allreduce #7 on rank 1 of 3 (gloo group 'corodist/pg')").
+
+#include <corodist/collective/errors.hpp>
+#include <corodist/collective/process_group.hpp>
+
+#include <string>
+
+namespace corodist::collective::detail {
+
+/// "allreduce(float32 x 1000, sum)", "broadcast(int64 x 3, root 1)",
+/// "allreduce_coalesced(3 buffers: float32 x 10, ..., sum)", "barrier()".
+std::string describe(const collective_call& call);
+
+/// "allreduce #7 on rank 1 of 3 (gloo group 'corodist/pg')".
+std::string where(const collective_call& call, std::uint64_t seq, int rank, int size, const std::string& group);
+
+/// Where a collective runs, for its errors.
+struct call_site {
+  const collective_call& call;
+  std::uint64_t seq;
+  int rank;
+  int size;
+  const std::string& group;
+};
+
+/// "<where>: <what>" as a collective_error.
+collective_error error_at(const call_site& site, const std::string& what);
+
+/// "<where>: <what>" as a collective_timeout_error.
+collective_timeout_error timeout_at(const call_site& site, const std::string& what);
+
+} // namespace corodist::collective::detail

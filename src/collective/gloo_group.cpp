@@ -1,0 +1,607 @@
+// The Gloo backend: creation (rendezvous through the store, optionally in
+// PyTorch's layout), the issue queue on communication threads, the deadline
+// watchdog, and abort.
+#include <corodist/collective/errors.hpp>
+#include <corodist/collective/gloo_group.hpp>
+#include <corodist/core/error.hpp>
+#include <corodist/core/run_blocking.hpp>
+#include <corodist/core/worker_thread.hpp>
+#include <corodist/store/prefix_store.hpp>
+#include <corodist/store/rendezvous.hpp>
+
+#include "collective/describe.hpp"
+#include "collective/gloo_ops.hpp"
+#include "collective/gloo_store.hpp"
+#include "collective/sigpipe_guard.hpp"
+#include "collective/socket_shutdown.hpp"
+#include "collective/work_state.hpp"
+#include "core/log.hpp"
+
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/address.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace corodist::collective {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+using detail::work_state;
+
+/// One issued collective, from issue to completion.
+struct pending_op {
+  std::uint64_t seq = 0;
+  collective_call call;
+  clock::time_point deadline;
+  std::shared_ptr<work_state> state;
+  // Call checks: the peers' headers arrive here, ours leaves from here; both
+  // posted at issue, so that the exchange runs while the communication
+  // thread wakes up.
+  std::shared_ptr<detail::header_inbox> inbox;
+  std::shared_ptr<detail::header_outbox> header;
+};
+
+std::string random_token() {
+  std::random_device rd;
+  return fmt::format("{:08x}{:08x}{:08x}", rd(), rd(), rd());
+}
+
+// True if `host` resolves to an address this machine can bind (PyTorch's test
+// for its default device).
+bool bindable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr)
+    return false;
+  bool ok = false;
+  for (auto* ai = res; ai && !ok; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0)
+      continue;
+    ok = ::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return ok;
+}
+
+gloo::transport::tcp::attr device_attr(const gloo_options& opts) {
+  gloo::transport::tcp::attr a;
+  if (!opts.host.empty()) {
+    a.hostname = opts.host;
+  } else if (!opts.interface.empty()) {
+    a.iface = opts.interface;
+  } else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname && *ifname) {
+    a.iface = ifname;
+  } else {
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) == 0 && bindable(name))
+      a.hostname = name;
+    else
+      a.hostname = "127.0.0.1";
+  }
+  return a;
+}
+
+} // namespace
+
+struct gloo_group::impl {
+  impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s)
+      : rank(r), size(n), opts(std::move(o)), store(std::move(s)) {
+    label = opts.pytorch ? fmt::format("gloo group {} of a PyTorch job", opts.pytorch->group_index)
+                         : fmt::format("gloo group '{}'", opts.prefix);
+    worker_thread_options wo;
+    wo.threads = opts.threads;
+    wo.name = "corodist-gloo";
+    wo.spin = opts.spin;
+    // The communication threads (and Gloo's event-loop thread, which the
+    // first of them starts) inherit a mask with SIGPIPE blocked.
+    detail::sigpipe_guard no_sigpipe;
+    comm = std::make_unique<worker_thread>(wo);
+    watchdog = std::thread([this] { watch(); });
+  }
+
+  ~impl() { shutdown(); }
+
+  // ---- issue and run -----------------------------------------------------------
+
+  work submit(collective_call call) {
+    std::unique_lock lk(mutex);
+    const auto seq = next_seq++;
+    auto op = std::make_shared<pending_op>();
+    op->seq = seq;
+    op->deadline = clock::now() + call.timeout;
+    op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), seq);
+    op->call = std::move(call);
+    work w(op->state);
+    if (aborted) {
+      auto reason = abort_reason;
+      lk.unlock();
+      op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + reason)));
+      return w;
+    }
+    inflight.emplace(seq, op);
+    if (checks()) {
+      // Under the lock, so that every header is posted before a later
+      // collective's data; a failure here (a closed connection) shows again in run().
+      try {
+        detail::sigpipe_guard no_sigpipe; // Gloo may write to a dead peer from this (the caller's) thread
+        op->inbox = detail::post_header_inbox(context, static_cast<std::uint32_t>(seq));
+        op->header = detail::post_header_outbox(context, op->call, seq, static_cast<std::uint32_t>(seq));
+      } catch (const std::exception&) {
+      }
+    }
+    comm->post([this, op] { run(*op); }); // under the lock: queue order = sequence order
+    const bool wake = op->deadline < watchdog_wakes_at;
+    lk.unlock();
+    if (wake)
+      watchdog_cv.notify_one();
+    return w;
+  }
+
+  std::string where(const pending_op& op) const { return detail::where(op.call, op.seq, rank, size, label); }
+
+  collective_error error_of(const pending_op& op, const std::string& what) const {
+    return detail::error_at({op.call, op.seq, rank, size, label}, what);
+  }
+
+  collective_timeout_error timeout_of(const pending_op& op, const std::string& what) const {
+    return detail::timeout_at({op.call, op.seq, rank, size, label}, what);
+  }
+
+  std::string timed_out_text(const pending_op& op) const {
+    return fmt::format("timed out after {} ms ({}); the group is aborted", op.call.timeout.count(),
+                       detail::describe(op.call));
+  }
+
+  void finish(const pending_op& op, std::exception_ptr e) {
+    op.state->complete(std::move(e)); // first: a barrier waiting on `inflight` then sees it completed
+    {
+      std::lock_guard lk(mutex);
+      inflight.erase(op.seq);
+    }
+    finished_cv.notify_all();
+  }
+
+  // A barrier completes after every collective issued before it (as
+  // PyTorch's): with two communication threads an earlier one may still run.
+  // False if the deadline passed first.
+  bool wait_for_earlier(const pending_op& op) {
+    std::unique_lock lk(mutex);
+    return finished_cv.wait_until(lk, op.deadline, [&] {
+      return aborted || inflight.empty() || inflight.begin()->first >= op.seq;
+    });
+  }
+
+  // On a communication thread.
+  void run(pending_op& op) {
+    op.state->mark_started();
+    if (clock::now() >= op.deadline) {
+      const auto text = timed_out_text(op) + " before it could start";
+      abort(where(op) + ": " + text);
+      return finish(op, std::make_exception_ptr(timeout_of(op, text)));
+    }
+    if (aborted_flag.load(std::memory_order_acquire))
+      return finish(op, std::make_exception_ptr(error_of(op, "the group was aborted: " + reason())));
+    std::vector<std::shared_ptr<void>> gloo_objects; // released after the work completes
+    detail::gloo_call_context cc{context, static_cast<std::uint32_t>(op.seq), op.deadline, opts.bucket_bytes,
+                                 opts.pytorch ? 0 : opts.bcube_max_bytes, &gloo_objects};
+    try {
+      if (checks()) {
+        if (!op.inbox)
+          op.inbox = detail::post_header_inbox(context, cc.tag);
+        if (!op.header)
+          op.header = detail::post_header_outbox(context, op.call, op.seq, cc.tag);
+        auto mismatch = detail::check_call(cc, *op.inbox, *op.header);
+        if (!mismatch.empty()) // every rank sees it and skips the data: the group stays usable
+          return finish(op, std::make_exception_ptr(error_of(op, mismatch)));
+      }
+      if (op.call.kind == collective_kind::barrier && !wait_for_earlier(op))
+        throw timeout_error("Timed out waiting for the collectives issued before the barrier");
+      detail::run_collective(cc, op.call);
+      finish(op, nullptr);
+    } catch (const std::exception& e) {
+      const bool was_aborted = aborted_flag.load(std::memory_order_acquire);
+      const bool timed_out = clock::now() >= op.deadline || std::strstr(e.what(), "Timed out") != nullptr;
+      std::exception_ptr err;
+      if (timed_out) {
+        const auto text = timed_out_text(op);
+        abort(where(op) + ": " + text);
+        err = std::make_exception_ptr(timeout_of(op, text));
+      } else if (was_aborted) {
+        err = std::make_exception_ptr(error_of(op, "the group was aborted: " + reason()));
+      } else {
+        const auto text = fmt::format("{} failed: {}; the group is aborted", detail::describe(op.call), e.what());
+        abort(where(op) + ": " + text);
+        err = std::make_exception_ptr(error_of(op, text));
+      }
+      finish(op, err);
+    }
+  }
+
+  bool checks() const noexcept { return opts.check_calls && !opts.pytorch && size > 1; }
+
+  std::string reason() const {
+    std::lock_guard lk(mutex);
+    return abort_reason;
+  }
+
+  // ---- abort and the watchdog ------------------------------------------------
+
+  void abort(const std::string& why) {
+    {
+      std::lock_guard lk(mutex);
+      if (aborted)
+        return;
+      aborted = true;
+      abort_reason = why;
+      aborted_flag.store(true, std::memory_order_release);
+    }
+    watchdog_cv.notify_all();
+    finished_cv.notify_all();
+    CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label, rank, size, why);
+    signal_pairs("corodist: " + why);
+  }
+
+  // Ends every connection of the group: our blocked Gloo calls fail at once
+  // (Gloo's event loop sees the connections end), and so do the peers'.
+  void signal_pairs(const std::string& why) {
+    if (!connected.load(std::memory_order_acquire))
+      return;
+    const auto n = detail::shutdown_sockets(local_ends, remote_ends);
+    CORODIST_LOG_DEBUG("{} (rank {}): shut down {} connection(s): {}", label, rank, n, why);
+  }
+
+  // After connectFullMesh: the addresses that identify the group's sockets
+  // (each pair's own listening address, and each peer's for this pair).
+  void record_endpoints(detail::gloo_store& keys) {
+    for (int i = 0; i < size; ++i) {
+      if (i == rank)
+        continue;
+      local_ends.push_back(gloo::transport::tcp::Address(context->getPair(i)->address().bytes()).getSockaddr());
+      // Rank i published its pairs' addresses for every other rank in order,
+      // without itself (as gloo::rendezvous::Context lays them out).
+      auto all = keys.get(std::to_string(i));
+      const std::size_t one = all.size() / static_cast<std::size_t>(size - 1);
+      const std::size_t slot = static_cast<std::size_t>(rank > i ? rank - 1 : rank);
+      std::vector<char> mine(all.begin() + static_cast<std::ptrdiff_t>(slot * one),
+                             all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * one));
+      remote_ends.push_back(gloo::transport::tcp::Address(mine).getSockaddr());
+    }
+  }
+
+  // The watchdog thread: aborts the group when the earliest deadline of a
+  // collective in flight passes (Gloo's own per-call timeouts cover a running
+  // call; this also covers calls queued behind a long one).
+  void watch() {
+    std::unique_lock lk(mutex);
+    while (!stopping) {
+      if (aborted) { // nothing left to time: in-flight calls fail promptly now
+        watchdog_wakes_at = clock::time_point::min();
+        watchdog_cv.wait(lk, [&] { return stopping; });
+        break;
+      }
+      auto next = clock::time_point::max();
+      const pending_op* first = nullptr;
+      for (const auto& [seq, op] : inflight)
+        if (op->deadline < next && !op->state->completed()) {
+          next = op->deadline;
+          first = op.get();
+        }
+      if (first && clock::now() >= next) {
+        const auto why = where(*first) + ": " + timed_out_text(*first);
+        lk.unlock();
+        abort(why);
+        lk.lock();
+        continue;
+      }
+      // With nothing earlier in flight, sleep one group timeout: a collective
+      // issued meanwhile with the default timeout is due later, so issuing
+      // it wakes no one; only a shorter per-call deadline does.
+      if (next == clock::time_point::max())
+        next = clock::now() + opts.timeout;
+      watchdog_wakes_at = next;
+      watchdog_cv.wait_until(lk, next);
+    }
+  }
+
+  void shutdown() noexcept {
+    bool busy;
+    {
+      std::lock_guard lk(mutex);
+      busy = !inflight.empty();
+    }
+    if (busy)
+      abort("the group was destroyed with collectives in flight");
+    {
+      std::lock_guard lk(mutex);
+      stopping = true;
+    }
+    watchdog_cv.notify_all();
+    if (watchdog.joinable())
+      watchdog.join();
+    if (comm)
+      comm->stop(); // queued collectives fail fast (aborted) or finish
+  }
+
+  // ---- state -------------------------------------------------------------------
+
+  const int rank;
+  const int size;
+  const gloo_options opts;
+  std::shared_ptr<store::store> store; // kept alive (a rendezvous' rank 0 holds the server)
+  std::string label;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::atomic<bool> connected{false};
+  std::string address;
+  std::vector<sockaddr_storage> local_ends;  // this rank's side of each connection
+  std::vector<sockaddr_storage> remote_ends; // the peers' listening addresses
+
+  mutable std::mutex mutex;
+  std::uint64_t next_seq = 0;
+  bool aborted = false;
+  std::atomic<bool> aborted_flag{false};
+  std::string abort_reason;
+  std::map<std::uint64_t, std::shared_ptr<pending_op>> inflight;
+  bool stopping = false;
+  clock::time_point watchdog_wakes_at = clock::time_point::max();
+  std::condition_variable watchdog_cv;
+  std::condition_variable finished_cv; // a collective finished (barriers wait for earlier ones)
+  std::thread watchdog;
+  std::unique_ptr<worker_thread> comm;
+};
+
+// ---- creation -------------------------------------------------------------------
+
+namespace {
+
+// The store keys of one group: gloo's rendezvous keys, and (PyTorch) the
+// barrier and sequence-number keys.
+class group_stores {
+public:
+  group_stores(const std::shared_ptr<store::store>& base, const gloo_options& opts) {
+    if (opts.pytorch) {
+      // PyTorch 1.13: PrefixStore(str(group_count), store) for the group, and
+      // ProcessGroupGloo's PrefixStore(str(device_index)) for Gloo's keys.
+      job = opts.pytorch->store_prefix.empty()
+                ? base
+                : std::make_shared<store::prefix_store>(opts.pytorch->store_prefix, base);
+      group = std::make_shared<store::prefix_store>(std::to_string(opts.pytorch->group_index), job);
+      gloo = std::make_shared<store::prefix_store>("0", group);
+    } else {
+      job = base;
+      group = std::make_shared<store::prefix_store>(opts.prefix, base);
+      gloo = group;
+    }
+  }
+
+  std::shared_ptr<store::store> job;   // PyTorch: where store_based_barrier_key lives
+  std::shared_ptr<store::store> group; // the group's prefix
+  std::shared_ptr<store::store> gloo;  // Gloo's rendezvous keys
+};
+
+std::string create_text(const gloo_options& opts, int rank, int size) {
+  return opts.pytorch ? fmt::format("gloo_group create (PyTorch group {}, rank {} of {})", opts.pytorch->group_index,
+                                    rank, size)
+                      : fmt::format("gloo_group create (prefix '{}', rank {} of {})", opts.prefix, rank, size);
+}
+
+// Names the ranks whose address key is missing (after a rendezvous timeout).
+asio::awaitable<std::string> missing_ranks(store::store& gloo_keys, int size) {
+  std::string missing;
+  int n = 0;
+  for (int r = 0; r < size; ++r) {
+    std::vector<std::string> keys{std::to_string(r)};
+    if (co_await gloo_keys.check(std::move(keys)))
+      continue;
+    if (++n <= 16)
+      missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (n > 16)
+    missing += fmt::format(", ... ({} in all)", n);
+  co_return missing;
+}
+
+// PyTorch 1.13's init_process_group steps after the Gloo rendezvous: the
+// store-based barrier, then the sequence number that rank 0 publishes.
+asio::awaitable<void> pytorch_handshake(const group_stores& s, const gloo_options& opts, int rank, int size) {
+  const auto deadline = clock::now() + opts.timeout;
+  const auto key = fmt::format("store_based_barrier_key:{}", opts.pytorch->group_index + 1);
+  (void)co_await s.job->add(key, 1);
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    const auto arrived = co_await s.job->add(key, 0);
+    if (arrived >= size)
+      break;
+    if (clock::now() >= deadline)
+      throw timeout_error(fmt::format("{}: only {} of {} ranks reached PyTorch's store-based barrier ('{}') within {} ms",
+                                      create_text(opts, rank, size), arrived, size, key, opts.timeout.count()));
+    timer.expires_after(std::chrono::milliseconds(10)); // as PyTorch polls
+    co_await timer.async_wait(asio::use_awaitable);
+  }
+  if (rank == 0) {
+    std::uint64_t seq = std::random_device{}();
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i)
+      bytes[static_cast<std::size_t>(i)] = static_cast<char>((seq >> (8 * i)) & 0xff);
+    co_await s.group->set("SEQ_NUM_STORE_KEY", std::move(bytes));
+  } else {
+    (void)co_await s.group->get("SEQ_NUM_STORE_KEY", opts.timeout);
+  }
+}
+
+} // namespace
+
+bool gloo_group::built() noexcept { return true; }
+
+gloo_group::gloo_group(int rank, int size, std::chrono::milliseconds timeout, std::unique_ptr<impl> i)
+    : process_group(rank, size, timeout), impl_(std::move(i)) {}
+
+gloo_group::~gloo_group() = default;
+
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<store::store> store, int rank,
+                                                                int size, gloo_options opts) {
+  if (!store)
+    throw usage_error("gloo_group::create: the store is null");
+  if (size < 1 || rank < 0 || rank >= size)
+    throw usage_error(fmt::format("gloo_group::create: need 0 <= rank < size (rank {}, size {})", rank, size));
+  if (opts.timeout.count() <= 0)
+    throw usage_error("gloo_group::create: the timeout must be positive");
+  if (opts.threads < 1)
+    throw usage_error("gloo_group::create: threads must be at least 1");
+  if (opts.bucket_bytes == 0)
+    throw usage_error("gloo_group::create: bucket_bytes must be positive");
+  if (opts.pytorch && opts.pytorch->group_index < 0)
+    throw usage_error("gloo_group::create: pytorch.group_index must be >= 0");
+  if (const char* env = std::getenv("CORODIST_CHECK_COLLECTIVES"); env && (std::strcmp(env, "1") == 0 ||
+                                                                          std::strcmp(env, "true") == 0))
+    opts.check_calls = true;
+  const auto what = create_text(opts, rank, size);
+  const group_stores stores(store, opts);
+
+  if (!opts.pytorch) {
+    // Refuse a prefix that another group already uses on this store.
+    const auto token = random_token();
+    const auto claim = "claimed/" + std::to_string(rank);
+    auto got = co_await stores.group->compare_set(claim, "", token);
+    if (got != token)
+      throw usage_error(what + ": the prefix is already used by another group on this store; give each group "
+                               "sharing a store its own gloo_options::prefix");
+  }
+
+  auto state = std::make_unique<impl>(rank, size, opts, store);
+  auto* st = state.get();
+  auto gloo_keys = stores.gloo;
+  std::exception_ptr failure;
+  bool timed_out = false;
+  // The job is named before the co_await: GCC 12 destroys a closure (or
+  // aggregate) temporary inside a co_await expression twice.
+  auto connect = [st, gloo_keys, &opts, rank, size] {
+    auto attr = device_attr(opts);
+    st->device = gloo::transport::tcp::CreateDevice(attr);
+    st->address = st->device->str();
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(opts.timeout);
+    detail::gloo_store adapter(gloo_keys, opts.timeout);
+    ctx->connectFullMesh(adapter, st->device);
+    st->context = std::move(ctx);
+    st->record_endpoints(adapter);
+    st->connected.store(true, std::memory_order_release);
+  };
+  try {
+    auto connected = st->comm->submit(std::move(connect));
+    co_await connected.async_get();
+  } catch (const timeout_error&) {
+    timed_out = true;
+    failure = std::current_exception();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (timed_out) {
+    auto missing = co_await missing_ranks(*gloo_keys, size);
+    throw timeout_error(fmt::format("{}: {} within {} ms; missing ranks: {}", what,
+                                    missing.empty() ? "the rendezvous did not complete" : "not every rank joined",
+                                    opts.timeout.count(), missing.empty() ? "none (a connection timed out)" : missing));
+  }
+  if (failure) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw collective_error(what + ": connecting to the other ranks failed: " + e.what(), "create", rank, 0);
+    }
+  }
+  if (opts.pytorch) {
+    co_await pytorch_handshake(stores, opts, rank, size);
+  } else {
+    // Every rank has connected before any returns: a rank that aborts right
+    // after creating cannot fail a peer that is still finishing its connects.
+    try {
+      co_await stores.group->barrier("connected", size, opts.timeout);
+    } catch (const timeout_error&) {
+      throw timeout_error(fmt::format("{}: not every rank finished connecting within {} ms", what,
+                                      opts.timeout.count()));
+    }
+  }
+  CORODIST_LOG_DEBUG("{}: connected ({})", what, st->address);
+  co_return std::shared_ptr<gloo_group>(new gloo_group(rank, size, opts.timeout, std::move(state)));
+}
+
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<store::store> store, int rank,
+                                                                int size) {
+  return create(std::move(store), rank, size, gloo_options{});
+}
+
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(asio::any_io_executor ex, std::string url) {
+  return create(std::move(ex), std::move(url), gloo_options{});
+}
+
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(asio::any_io_executor ex, std::string url,
+                                                                gloo_options opts) {
+  store::rendezvous_options ro;
+  ro.timeout = opts.timeout;
+  auto r = co_await store::async_rendezvous(std::move(ex), std::move(url), ro);
+  co_return co_await create(std::move(r.store), r.rank, r.world_size, std::move(opts));
+}
+
+std::shared_ptr<gloo_group> gloo_group::create_sync(std::shared_ptr<store::store> store, int rank, int size,
+                                                    gloo_options opts) {
+  if (!store)
+    throw usage_error("gloo_group::create_sync: the store is null");
+  auto ex = store->get_executor();
+  return run_blocking(ex, create(std::move(store), rank, size, std::move(opts)),
+                      "gloo_group::create_sync (co_await gloo_group::create on the loop)");
+}
+
+std::shared_ptr<gloo_group> gloo_group::create_sync(event_loop& loop, std::string_view url, gloo_options opts) {
+  if ((!loop.embedded() && !loop.running()) || loop.context().stopped())
+    throw usage_error("gloo_group::create_sync: the event loop is not running (call loop.start() first)");
+  return run_blocking(loop.get_executor(), create(loop.get_executor(), std::string(url), std::move(opts)),
+                      "gloo_group::create_sync (co_await gloo_group::create on the loop)");
+}
+
+work gloo_group::submit(collective_call call) {
+  for (const auto& t : call.tensors)
+    if (t.where() != device::cpu())
+      throw usage_error(std::string(to_string(call.kind)) + ": the gloo backend takes host buffers, not " +
+                        t.where().to_string() + " (use nccl_group for CUDA buffers)");
+  return impl_->submit(std::move(call));
+}
+
+std::uint64_t gloo_group::sequence_number() const noexcept {
+  std::lock_guard lk(impl_->mutex);
+  return impl_->next_seq;
+}
+
+void gloo_group::abort(const std::string& reason) { impl_->abort("aborted by the user: " + reason); }
+
+bool gloo_group::aborted() const noexcept { return impl_->aborted_flag.load(std::memory_order_acquire); }
+
+const std::string& gloo_group::prefix() const noexcept { return impl_->opts.prefix; }
+
+std::string gloo_group::address() const { return impl_->address; }
+
+} // namespace corodist::collective

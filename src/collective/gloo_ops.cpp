@@ -1,0 +1,428 @@
+#include "collective/gloo_ops.hpp"
+#include "collective/reduce.hpp"
+
+#include <corodist/core/error.hpp>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace corodist::collective::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+// Our slot prefixes, clear of Gloo's own (0x01..0x08).
+constexpr std::uint8_t header_slot_prefix = 0xc1;
+constexpr std::uint8_t reduce_scatter_slot_prefix = 0xc2;
+
+// Time left before the deadline, at least 1 ms (Gloo treats 0 as "unset").
+std::chrono::milliseconds left(const gloo_call_context& cc) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(cc.deadline - clock::now());
+  return std::max(ms, std::chrono::milliseconds(1));
+}
+
+// ---- call headers ----------------------------------------------------------
+
+struct call_header {
+  std::uint64_t seq = 0;
+  std::uint8_t kind = 0;
+  std::uint8_t type = 0;
+  std::uint8_t op = 0;
+  std::uint8_t pad = 0;
+  std::int32_t root = 0;
+  std::uint64_t count0 = 0; // elements of the (first) buffer
+  std::uint64_t count1 = 0; // elements of the output (allgather, reduce_scatter) or number of buffers
+  std::uint64_t digest = 0; // coalesced: FNV-1a of every buffer's (dtype, count)
+
+  bool operator==(const call_header&) const = default;
+};
+static_assert(sizeof(call_header) == 40);
+
+call_header header_of(const collective_call& call, std::uint64_t seq) {
+  call_header h;
+  h.seq = seq;
+  h.kind = static_cast<std::uint8_t>(call.kind);
+  const bool reduces = call.kind == collective_kind::allreduce || call.kind == collective_kind::reduce_scatter ||
+                       call.kind == collective_kind::allreduce_coalesced;
+  h.op = reduces ? static_cast<std::uint8_t>(call.op) : 0;
+  const bool rooted = call.kind == collective_kind::broadcast || call.kind == collective_kind::broadcast_coalesced;
+  h.root = rooted ? call.root : 0;
+  switch (call.kind) {
+  case collective_kind::allreduce:
+  case collective_kind::broadcast:
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    h.count0 = call.tensors[0].count();
+    break;
+  case collective_kind::allgather:
+  case collective_kind::reduce_scatter:
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    h.count0 = call.tensors[0].count();
+    h.count1 = call.tensors[1].count();
+    break;
+  case collective_kind::barrier:
+    break;
+  case collective_kind::allreduce_coalesced:
+  case collective_kind::broadcast_coalesced: {
+    std::uint64_t hash = 1469598103934665603ull;
+    auto mix = [&](std::uint64_t v) {
+      for (int i = 0; i < 8; ++i) {
+        hash ^= (v >> (8 * i)) & 0xff;
+        hash *= 1099511628211ull;
+      }
+    };
+    for (const auto& t : call.tensors) {
+      mix(static_cast<std::uint64_t>(t.type()));
+      mix(t.count());
+      h.count0 += t.count();
+    }
+    h.count1 = call.tensors.size();
+    h.digest = hash;
+    break;
+  }
+  }
+  return h;
+}
+
+std::string header_text(const call_header& h) {
+  const auto kind = static_cast<collective_kind>(h.kind);
+  const auto type = to_string(static_cast<dtype>(h.type));
+  const auto op = to_string(static_cast<reduce_op>(h.op));
+  std::string args;
+  switch (kind) {
+  case collective_kind::allreduce: args = fmt::format("{} x {}, {}", type, h.count0, op); break;
+  case collective_kind::broadcast: args = fmt::format("{} x {}, root {}", type, h.count0, h.root); break;
+  case collective_kind::allgather: args = fmt::format("in {} x {}, out {} x {}", type, h.count0, type, h.count1); break;
+  case collective_kind::reduce_scatter:
+    args = fmt::format("in {} x {}, out {} x {}, {}", type, h.count0, type, h.count1, op);
+    break;
+  case collective_kind::barrier: break;
+  case collective_kind::allreduce_coalesced:
+  case collective_kind::broadcast_coalesced:
+    args = fmt::format("{} buffers, {} elements in all, layout digest {:016x}, ", h.count1, h.count0, h.digest);
+    args += kind == collective_kind::allreduce_coalesced ? std::string(op) : fmt::format("root {}", h.root);
+    break;
+  default: return fmt::format("an unknown collective (kind {})", h.kind);
+  }
+  return fmt::format("{}({})", to_string(kind), args);
+}
+
+// ---- Gloo calls --------------------------------------------------------------
+
+// Makes a Gloo object that lives until the collective's work has completed.
+template <typename T, typename... A>
+T& kept(const gloo_call_context& cc, A&&... a) {
+  auto p = std::make_shared<T>(std::forward<A>(a)...);
+  cc.keep->push_back(p);
+  return *p;
+}
+
+template <typename Options>
+void set_output(Options& o, void* data, std::size_t count, std::size_t esize) {
+  switch (esize) {
+  case 1: o.template setOutput<std::uint8_t>(static_cast<std::uint8_t*>(data), count); break;
+  case 2: o.template setOutput<std::uint16_t>(static_cast<std::uint16_t*>(data), count); break;
+  case 4: o.template setOutput<std::uint32_t>(static_cast<std::uint32_t*>(data), count); break;
+  default: o.template setOutput<std::uint64_t>(static_cast<std::uint64_t*>(data), count); break;
+  }
+}
+
+template <typename Options>
+void set_input(Options& o, void* data, std::size_t count, std::size_t esize) {
+  switch (esize) {
+  case 1: o.template setInput<std::uint8_t>(static_cast<std::uint8_t*>(data), count); break;
+  case 2: o.template setInput<std::uint16_t>(static_cast<std::uint16_t*>(data), count); break;
+  case 4: o.template setInput<std::uint32_t>(static_cast<std::uint32_t*>(data), count); break;
+  default: o.template setInput<std::uint64_t>(static_cast<std::uint64_t*>(data), count); break;
+  }
+}
+
+// Gloo's allreduce (ring, as PyTorch's ProcessGroupGloo) of `count` elements
+// of `esize` bytes at `data`, in place, with kernel `fn`.
+void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, std::size_t esize, reduce_fn fn) {
+  if (count == 0)
+    return;
+  auto& o = kept<gloo::AllreduceOptions>(cc, cc.context);
+  set_output(o, data, count, esize);
+  // Small buffers: bcube (recursive halving/doubling), the fewest messages;
+  // large ones: the ring, whose pipelined segments use the bandwidth.
+  o.setAlgorithm(count * esize <= cc.bcube_max_bytes ? gloo::AllreduceOptions::Algorithm::BCUBE
+                                                     : gloo::AllreduceOptions::Algorithm::RING);
+  o.setReduceFunction(fn);
+  o.setTag(cc.tag);
+  o.setTimeout(left(cc));
+  gloo::allreduce(o);
+}
+
+// Allreduce of `t` with `op`, avg included (integers via int64).
+void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op op) {
+  const int n = cc.context->size;
+  if (op == reduce_op::avg && !is_floating(t.type())) {
+    std::vector<std::int64_t> wide;
+    widen(t, wide);
+    gloo_allreduce(cc, wide.data(), wide.size(), 8, reduce_function(dtype::int64, reduce_op::sum));
+    narrow_divided(wide, n, t);
+    return;
+  }
+  gloo_allreduce(cc, t.data(), t.count(), element_size(t.type()), reduce_function(t.type(), op));
+  if (op == reduce_op::avg && n > 1)
+    divide(t, n);
+}
+
+void broadcast_one(const gloo_call_context& cc, const tensor_view& t, int root) {
+  if (t.count() == 0)
+    return;
+  auto& o = kept<gloo::BroadcastOptions>(cc, cc.context);
+  set_output(o, t.data(), t.count(), element_size(t.type()));
+  o.setRoot(root);
+  o.setTag(cc.tag);
+  o.setTimeout(left(cc));
+  gloo::broadcast(o);
+}
+
+void allgather(const gloo_call_context& cc, const tensor_view& in, const tensor_view& out) {
+  if (in.count() == 0)
+    return;
+  auto& o = kept<gloo::AllgatherOptions>(cc, cc.context);
+  const auto esize = element_size(in.type());
+  set_input(o, in.data(), in.count(), esize);
+  set_output(o, out.data(), out.count(), esize);
+  o.setTag(cc.tag);
+  o.setTimeout(left(cc));
+  gloo::allgather(o);
+}
+
+// Ring reduce-scatter over raw bytes: `in` holds n chunks of `count`
+// elements; chunk `rank` of the reduction lands in `out`. At step s (of n-1)
+// a rank sends its partial sum of chunk (rank-s-1) to the right and receives
+// the left's partial of chunk (rank-s-2), adding its own input to it.
+void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::size_t count, std::size_t esize,
+                         reduce_fn fn) {
+  auto& ctx = *cc.context;
+  const int n = ctx.size;
+  const int rank = ctx.rank;
+  const std::size_t chunk = count * esize;
+  auto* in_bytes = static_cast<std::byte*>(in);
+  if (n == 1) {
+    if (out != in)
+      std::memmove(out, in, chunk);
+    return;
+  }
+  if (chunk == 0)
+    return;
+  auto mod = [n](int v) { return ((v % n) + n) % n; };
+  const int right = mod(rank + 1);
+  const int left_rank = mod(rank - 1);
+  struct buffers { // members go in reverse order: Gloo's buffers before their memory
+    std::vector<std::byte> acc, recv;
+    std::unique_ptr<gloo::transport::UnboundBuffer> in_buf, acc_buf, recv_buf;
+  };
+  auto& b = kept<buffers>(cc);
+  b.acc.resize(chunk);
+  b.recv.resize(chunk);
+  b.in_buf = ctx.createUnboundBuffer(in, chunk * static_cast<std::size_t>(n));
+  b.acc_buf = ctx.createUnboundBuffer(b.acc.data(), chunk);
+  b.recv_buf = ctx.createUnboundBuffer(b.recv.data(), chunk);
+  auto& in_buf = b.in_buf;
+  auto& acc_buf = b.acc_buf;
+  auto& recv_buf = b.recv_buf;
+  auto& acc = b.acc;
+  auto& recv = b.recv;
+  const auto slot = gloo::Slot::build(reduce_scatter_slot_prefix, cc.tag);
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_chunk = mod(rank - s - 1);
+    const int recv_chunk = mod(rank - s - 2);
+    recv_buf->recv(left_rank, slot);
+    auto& sender = s == 0 ? in_buf : acc_buf;
+    if (s == 0)
+      in_buf->send(right, slot, static_cast<std::size_t>(send_chunk) * chunk, chunk);
+    else
+      acc_buf->send(right, slot);
+    recv_buf->waitRecv(left(cc));
+    sender->waitSend(left(cc));
+    void* dest = s == n - 2 ? out : acc.data();
+    fn(dest, recv.data(), in_bytes + static_cast<std::size_t>(recv_chunk) * chunk, count);
+  }
+}
+
+void reduce_scatter(const gloo_call_context& cc, const tensor_view& in, const tensor_view& out, reduce_op op) {
+  const int n = cc.context->size;
+  if (op == reduce_op::avg && !is_floating(in.type())) {
+    std::vector<std::int64_t> wide_in, wide_out(out.count());
+    widen(in, wide_in);
+    ring_reduce_scatter(cc, wide_in.data(), wide_out.data(), out.count(), 8,
+                        reduce_function(dtype::int64, reduce_op::sum));
+    narrow_divided(wide_out, n, out);
+    return;
+  }
+  ring_reduce_scatter(cc, in.data(), out.data(), out.count(), element_size(in.type()),
+                      reduce_function(in.type(), op));
+  if (op == reduce_op::avg && n > 1)
+    divide(out, n);
+}
+
+void barrier(const gloo_call_context& cc) {
+  auto& o = kept<gloo::BarrierOptions>(cc, cc.context);
+  o.setTag(cc.tag);
+  o.setTimeout(left(cc));
+  gloo::barrier(o);
+}
+
+// Coalesced calls: buffers grouped by dtype (in order of first appearance),
+// packed into staging buckets of at most bucket_bytes; a bucket of one buffer
+// runs in place. Every rank makes the same buckets from the same layout.
+template <typename Run>
+void coalesced(const gloo_call_context& cc, const std::vector<tensor_view>& ts, bool copy_back_on_root_too,
+               int root, Run run) {
+  std::vector<dtype> order;
+  for (const auto& t : ts)
+    if (std::find(order.begin(), order.end(), t.type()) == order.end())
+      order.push_back(t.type());
+  std::vector<std::byte> staging;
+  std::vector<const tensor_view*> bucket;
+  std::size_t bucket_bytes = 0;
+  auto flush = [&] {
+    if (bucket.empty())
+      return;
+    if (bucket.size() == 1) {
+      run(*bucket[0]);
+    } else {
+      const auto type = bucket[0]->type();
+      staging.resize(bucket_bytes);
+      std::size_t off = 0;
+      for (auto* t : bucket) {
+        std::memcpy(staging.data() + off, t->data(), t->bytes());
+        off += t->bytes();
+      }
+      run(tensor_view(staging.data(), bucket_bytes / element_size(type), type));
+      if (copy_back_on_root_too || cc.context->rank != root) {
+        off = 0;
+        for (auto* t : bucket) {
+          std::memcpy(t->data(), staging.data() + off, t->bytes());
+          off += t->bytes();
+        }
+      }
+    }
+    bucket.clear();
+    bucket_bytes = 0;
+  };
+  for (auto type : order) {
+    for (const auto& t : ts) {
+      if (t.type() != type || t.count() == 0)
+        continue;
+      if (!bucket.empty() && bucket_bytes + t.bytes() > cc.bucket_bytes)
+        flush();
+      bucket.push_back(&t);
+      bucket_bytes += t.bytes();
+    }
+    flush();
+  }
+}
+
+} // namespace
+
+struct header_inbox {
+  std::vector<call_header> headers;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+};
+
+std::shared_ptr<header_inbox> post_header_inbox(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag) {
+  auto& ctx = *context;
+  auto inbox = std::make_shared<header_inbox>();
+  inbox->headers.resize(static_cast<std::size_t>(ctx.size));
+  inbox->buffer = ctx.createUnboundBuffer(inbox->headers.data(), sizeof(call_header) * inbox->headers.size());
+  const auto slot = gloo::Slot::build(header_slot_prefix, tag);
+  for (int p = 0; p < ctx.size; ++p)
+    if (p != ctx.rank)
+      inbox->buffer->recv(p, slot, static_cast<std::size_t>(p) * sizeof(call_header), sizeof(call_header));
+  return inbox;
+}
+
+struct header_outbox {
+  call_header header;
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+};
+
+std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Context>& context,
+                                                  const collective_call& call, std::uint64_t seq, std::uint32_t tag) {
+  auto& ctx = *context;
+  auto outbox = std::make_shared<header_outbox>();
+  outbox->header = header_of(call, seq);
+  outbox->buffer = ctx.createUnboundBuffer(&outbox->header, sizeof outbox->header);
+  const auto slot = gloo::Slot::build(header_slot_prefix, tag);
+  for (int p = 0; p < ctx.size; ++p)
+    if (p != ctx.rank)
+      outbox->buffer->send(p, slot);
+  return outbox;
+}
+
+std::string check_call(const gloo_call_context& cc, header_inbox& inbox, header_outbox& outbox) {
+  auto& ctx = *cc.context;
+  const int n = ctx.size;
+  for (int p = 0; p < n; ++p)
+    if (p != ctx.rank)
+      inbox.buffer->waitRecv(left(cc));
+  for (int p = 0; p < n; ++p)
+    if (p != ctx.rank)
+      outbox.buffer->waitSend(left(cc));
+  const auto& mine = outbox.header;
+  for (int p = 0; p < n; ++p) {
+    const auto& other = inbox.headers[static_cast<std::size_t>(p)];
+    if (p == ctx.rank || other == mine)
+      continue;
+    std::string text = fmt::format("the ranks' calls differ: rank {} called {}, rank {} called {}", ctx.rank,
+                                   header_text(mine), p, header_text(other));
+    if (other.seq != mine.seq)
+      text += fmt::format(" (as its collective #{})", other.seq);
+    return text;
+  }
+  return {};
+}
+
+void run_collective(const gloo_call_context& cc, const collective_call& call) {
+  const int n = cc.context->size;
+  switch (call.kind) {
+  case collective_kind::allreduce:
+    if (n > 1)
+      allreduce_one(cc, call.tensors[0], call.op);
+    return;
+  case collective_kind::broadcast:
+    if (n > 1)
+      broadcast_one(cc, call.tensors[0], call.root);
+    return;
+  case collective_kind::allgather:
+    if (n > 1)
+      allgather(cc, call.tensors[0], call.tensors[1]);
+    else if (call.tensors[1].data() != call.tensors[0].data())
+      std::memmove(call.tensors[1].data(), call.tensors[0].data(), call.tensors[0].bytes());
+    return;
+  case collective_kind::reduce_scatter:
+    reduce_scatter(cc, call.tensors[0], call.tensors[1], call.op);
+    return;
+  case collective_kind::barrier:
+    if (n > 1)
+      barrier(cc);
+    return;
+  case collective_kind::allreduce_coalesced:
+    if (n > 1)
+      coalesced(cc, call.tensors, true, -1, [&](const tensor_view& t) { allreduce_one(cc, t, call.op); });
+    return;
+  case collective_kind::broadcast_coalesced:
+    if (n > 1)
+      coalesced(cc, call.tensors, false, call.root, [&](const tensor_view& t) { broadcast_one(cc, t, call.root); });
+    return;
+  }
+  throw usage_error("gloo: unknown collective");
+}
+
+} // namespace corodist::collective::detail

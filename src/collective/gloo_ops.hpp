@@ -1,0 +1,58 @@
+#pragma once
+// Running one collective on a connected Gloo context, on the calling
+// (communication) thread: the call-header check between ranks, then the
+// data movement (Gloo's algorithms; reduce_scatter as our own ring).
+
+#include <corodist/collective/process_group.hpp>
+
+#include <gloo/context.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace corodist::collective::detail {
+
+struct gloo_call_context {
+  std::shared_ptr<gloo::Context> context;
+  std::uint32_t tag = 0;                        ///< Gloo tag (PyTorch: one per collective, 0, 1, ...)
+  std::chrono::steady_clock::time_point deadline; ///< every wait gives up here
+  std::size_t bucket_bytes = 0;                 ///< staging size of coalesced calls
+  std::size_t bcube_max_bytes = 0;              ///< allreduces up to this size use bcube, larger the ring
+  /// Gloo's option objects and buffers of the collective, released only after
+  /// its work has completed: releasing an unbound buffer may wait for Gloo's
+  /// event-loop thread, which may be waiting for the next collective (as
+  /// PyTorch, complete first, then release).
+  std::vector<std::shared_ptr<void>>* keep = nullptr;
+};
+
+/// The other ranks' call headers of one collective, received into buffers
+/// posted when the collective is issued (Gloo sends only into a receive
+/// already posted).
+struct header_inbox;
+
+/// This rank's call header of one collective, on its way to every other rank.
+struct header_outbox;
+
+/// Posts the receives of the headers of the collective with Gloo tag `tag`.
+std::shared_ptr<header_inbox> post_header_inbox(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag);
+
+/// Sends the header of `call` (number `seq`, Gloo tag `tag`) to every other
+/// rank. Called where the collective is issued, so that the header is on the
+/// wire while the communication thread is still waking up.
+std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Context>& context,
+                                                  const collective_call& call, std::uint64_t seq, std::uint32_t tag);
+
+/// Waits for the headers in `inbox` and the sends of `outbox`, and compares.
+/// Returns "" when all ranks made the same call, else a text naming this
+/// rank's call and the first different one ("rank 0 called ..., rank 2 called ...").
+/// Throws Gloo's exceptions on I/O failure or timeout.
+std::string check_call(const gloo_call_context& cc, header_inbox& inbox, header_outbox& outbox);
+
+/// Runs `call`; throws Gloo's exceptions on I/O failure or timeout.
+void run_collective(const gloo_call_context& cc, const collective_call& call);
+
+} // namespace corodist::collective::detail

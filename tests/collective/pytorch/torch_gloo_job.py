@@ -1,0 +1,95 @@
+"""PyTorch (Debian's python3-torch 1.13) ranks of a gloo process group that a
+corodist C++ rank joins (tests/collective/test_torch_interop.cpp).
+
+Usage: torch_gloo_job.py MODE WORLD [PORT]
+  pytorch-master  a PyTorch TCPStore master on a free port (printed as
+                  "PORT <n>"); ranks 0 .. WORLD-2 are PyTorch processes that
+                  call init_process_group("gloo") with the layout of an
+                  init_method URL (PrefixStore "default_pg"); the C++ rank is
+                  WORLD-1
+  cpp-master      the store is corodist's server at PORT; ranks 1 .. WORLD-1
+                  are PyTorch processes that pass store= (no prefix); the C++
+                  rank is 0
+Every rank runs the same collectives as run_job() in the C++ test, checks the
+results, and the job prints "OK" when all passed.
+"""
+import datetime
+import multiprocessing as mp
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+HOST = "127.0.0.1"
+TIMEOUT = datetime.timedelta(seconds=60)
+
+
+def collectives(rank, world, cpp_rank):
+    """The sequence the C++ rank runs too (same order: Gloo tags 0, 1, 2, ...)."""
+    # 0: allreduce sum, float32
+    t = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((1000,), float(world * (world + 1) // 2))), t
+    # 1: broadcast int64 from the C++ rank
+    t = torch.zeros(17, dtype=torch.int64)
+    dist.broadcast(t, src=cpp_rank)
+    assert torch.equal(t, torch.arange(17, dtype=torch.int64) * 3), t
+    # 2: allgather float64
+    parts = [torch.zeros(5, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(parts, torch.full((5,), float(rank), dtype=torch.float64))
+    for r, p in enumerate(parts):
+        assert torch.equal(p, torch.full((5,), float(r), dtype=torch.float64)), parts
+    # 3: barrier
+    dist.barrier()
+    # 4: allreduce max, int32
+    t = torch.tensor([rank, -rank, 7 * rank], dtype=torch.int32)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    assert torch.equal(t, torch.tensor([world - 1, 0, 7 * (world - 1)], dtype=torch.int32)), t
+    # 5: broadcast float32 from rank 0
+    t = torch.full((3,), 42.0) if rank == 0 else torch.zeros(3)
+    dist.broadcast(t, src=0)
+    assert torch.equal(t, torch.full((3,), 42.0)), t
+    # 6: a 1 MiB allreduce
+    t = torch.arange(262144, dtype=torch.float32) * (rank + 1)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.arange(262144, dtype=torch.float32) * float(world * (world + 1) // 2))
+    dist.barrier()  # 7
+
+
+def rank_main(mode, port, rank, world):
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    client = dist.TCPStore(HOST, port, world, False, TIMEOUT)
+    if mode == "pytorch-master":
+        # What init_process_group(init_method=...) does to the store.
+        store, cpp_rank = dist.PrefixStore("default_pg", client), world - 1
+    else:
+        store, cpp_rank = client, 0
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=TIMEOUT)
+    collectives(rank, world, cpp_rank)
+    dist.destroy_process_group()
+
+
+def main():
+    mode, world = sys.argv[1], int(sys.argv[2])
+    if mode == "pytorch-master":
+        master = dist.TCPStore(HOST, 0, world, True, TIMEOUT, wait_for_workers=False)
+        port, ranks = master.port, range(0, world - 1)
+        print(f"PORT {port}", flush=True)
+    elif mode == "cpp-master":
+        port, ranks = int(sys.argv[3]), range(1, world)
+    else:
+        sys.exit(f"unknown mode {mode}")
+    procs = [mp.Process(target=rank_main, args=(mode, port, r, world)) for r in ranks]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    bad = [(r, p.exitcode) for r, p in zip(ranks, procs) if p.exitcode != 0]
+    if bad:
+        sys.exit(f"PyTorch ranks failed: {bad}")
+    print("OK", flush=True)
+
+
+if __name__ == "__main__":
+    main()

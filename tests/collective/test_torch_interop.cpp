@@ -1,0 +1,142 @@
+// A corodist Gloo rank in a process group with PyTorch 1.13 ranks (Debian's
+// python3-torch): one C++ rank among PyTorch ranks on PyTorch's own TCPStore
+// master, and rank 0 in C++ hosting the store for PyTorch ranks. Both sides
+// run the same collectives (tests/collective/pytorch/torch_gloo_job.py) and
+// check the results.
+#include <boost/test/unit_test.hpp>
+
+#include <corodist/collective/gloo_group.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/store_server.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include "collective/gloo_fixtures.hpp"
+#include "support/program.hpp"
+
+#include <cstdlib>
+#include <numeric>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace cc = corodist::collective;
+namespace cs = corodist::store;
+using corodist::event_loop;
+using corodist::test::program;
+
+namespace {
+
+std::string python() {
+  const char* p = std::getenv("CORODIST_TEST_PYTHON");
+  return p ? p : "/usr/bin/python3";
+}
+
+const std::string job_script = CORODIST_SOURCE_DIR "/tests/collective/pytorch/torch_gloo_job.py";
+
+boost::test_tools::assertion_result torch_available(utf::test_unit_id) {
+  static const bool ok = [] {
+    program p({python(), "-c", "import torch.distributed as d; assert d.is_gloo_available()"});
+    return p.wait(60s) == 0;
+  }();
+  boost::test_tools::assertion_result r(ok);
+  if (!ok)
+    r.message() << "skipped: " << python() << " cannot import torch with gloo (install it: scripts/setup.sh --python)";
+  return r;
+}
+
+std::shared_ptr<cs::store> pytorch_client(event_loop& loop, std::uint16_t port) {
+  cs::tcp_store_options o;
+  o.port = port;
+  o.timeout = 60s;
+  o.auth_token = "";
+  o.protocol = cs::wire_protocol::pytorch_1_13;
+  return cs::tcp_store::connect_sync(loop.get_executor(), o);
+}
+
+/// The C++ side of torch_gloo_job.py's collectives(); returns what went wrong ("" if nothing).
+std::string run_job(cc::process_group& pg, int cpp_rank) {
+  const int rank = pg.rank(), world = pg.size();
+  std::string bad;
+  auto expect = [&](bool ok, const char* what) {
+    if (!ok)
+      bad += std::string(what) + "; ";
+  };
+  std::vector<float> a(1000, static_cast<float>(rank + 1));
+  pg.allreduce(a).get();
+  expect(a[0] == static_cast<float>(world * (world + 1) / 2) && a[999] == a[0], "allreduce sum");
+  std::vector<std::int64_t> b(17, 0);
+  if (rank == cpp_rank)
+    for (int i = 0; i < 17; ++i)
+      b[static_cast<std::size_t>(i)] = 3 * i;
+  pg.broadcast(b, cpp_rank).get();
+  expect(b[16] == 48 && b[1] == 3, "broadcast from the C++ rank");
+  std::vector<double> in(5, static_cast<double>(rank)), out(5 * static_cast<std::size_t>(world), -1.0);
+  pg.allgather(in, out).get();
+  for (int r = 0; r < world; ++r)
+    expect(out[static_cast<std::size_t>(5 * r + 4)] == r, "allgather");
+  pg.barrier().get();
+  std::vector<std::int32_t> m{rank, -rank, 7 * rank};
+  pg.allreduce(m, cc::reduce_op::max).get();
+  expect(m == std::vector<std::int32_t>{world - 1, 0, 7 * (world - 1)}, "allreduce max");
+  std::vector<float> c(3, rank == 0 ? 42.0f : 0.0f);
+  pg.broadcast(c, 0).get();
+  expect(c[2] == 42.0f, "broadcast from rank 0");
+  std::vector<float> big(262144);
+  std::iota(big.begin(), big.end(), 0.0f);
+  for (auto& x : big)
+    x *= static_cast<float>(rank + 1);
+  pg.allreduce(big).get();
+  expect(big[262143] == 262143.0f * static_cast<float>(world * (world + 1) / 2), "1 MiB allreduce");
+  pg.barrier().get();
+  return bad;
+}
+
+cc::gloo_options pytorch_options(std::string store_prefix) {
+  cc::gloo_options o;
+  o.host = "127.0.0.1";
+  o.timeout = 60s;
+  o.pytorch = cc::pytorch_options{.group_index = 0, .store_prefix = std::move(store_prefix)};
+  return o;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(pytorch_interop, *utf::precondition(corodist::test::gloo_built))
+
+// Two PyTorch ranks (0, 1) on PyTorch's TCPStore master, init_method layout;
+// the C++ rank is 2.
+BOOST_AUTO_TEST_CASE(cpp_rank_joins_pytorch_ranks_on_their_master, *utf::precondition(torch_available) *
+                                                                       utf::timeout(200)) {
+  program job({"timeout", "150", python(), job_script, "pytorch-master", "3"});
+  auto line = job.read_line(60s);
+  BOOST_REQUIRE_MESSAGE(line && line->rfind("PORT ", 0) == 0, "no port from the job: " << job.output());
+  const auto port = static_cast<std::uint16_t>(std::stoi(line->substr(5)));
+  event_loop loop;
+  loop.start();
+  auto pg = cc::gloo_group::create_sync(pytorch_client(loop, port), 2, 3, pytorch_options("default_pg"));
+  BOOST_TEST(run_job(*pg, 2) == "");
+  const int rc = job.wait(120s);
+  BOOST_TEST_INFO("torch_gloo_job.py output:\n" << job.output());
+  BOOST_TEST(rc == 0);
+  BOOST_TEST(job.output().find("OK") != std::string::npos);
+}
+
+// Rank 0 in C++ hosts the store (corodist's server speaks PyTorch's protocol);
+// PyTorch ranks 1 and 2 pass store= to init_process_group.
+BOOST_AUTO_TEST_CASE(cpp_rank_0_hosts_the_store_for_pytorch_ranks, *utf::precondition(torch_available) *
+                                                                        utf::timeout(200)) {
+  event_loop loop;
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  auto server = cs::store_server::start(loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  program job({"timeout", "150", python(), job_script, "cpp-master", "3", std::to_string(port)});
+  auto pg = cc::gloo_group::create_sync(pytorch_client(loop, port), 0, 3, pytorch_options(""));
+  BOOST_TEST(run_job(*pg, 0) == "");
+  const int rc = job.wait(120s);
+  BOOST_TEST_INFO("torch_gloo_job.py output:\n" << job.output());
+  BOOST_TEST(rc == 0);
+  BOOST_TEST(job.output().find("OK") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
