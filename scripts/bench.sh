@@ -9,6 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --bench
 bash scripts/build.sh build
+ninja -C build benchmarks >/dev/null   # not built by default (meson_options.txt: benchmarks)
 for a in "$@"; do
   case "$a" in
     --list|--help|-h) exec build/bench/corodist-bench "$@" ;;

@@ -8,7 +8,7 @@
 #   --fuzz     also install clang and libFuzzer (scripts/fuzz.sh)
 set -euo pipefail
 
-pkgs=(g++ meson ninja-build ccache pkg-config
+pkgs=(g++ meson ninja-build ccache pkg-config cmake
       liburing-dev libasio-dev libboost-test-dev libmsgpack-cxx-dev
       libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev)
 [[ " $* " == *" --python "* ]] && pkgs+=(python3 python3-torch)

@@ -5,6 +5,7 @@
 //
 // The client verbs fail at once when nothing listens on HOST:PORT (after
 // retrying refused connections for `refused_window`, a server just starting).
+// The connection options (--host, --port, ...) go before or after the command.
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
@@ -63,27 +64,42 @@ int serve(const std::string& host, std::uint16_t port, const std::optional<std::
 
 int main(int argc, char** argv) {
   CLI::App app{"corodist-store: standalone store server and debugging client"};
+  app.set_version_flag("--version", std::string("corodist-store ") + CORODIST_VERSION);
   app.require_subcommand(1);
   app.fallthrough(); // options may also follow the subcommand
   std::string host = "127.0.0.1";
   std::uint16_t port = 29500;
   std::optional<std::string> token;
   double timeout_s = 30;
-  app.add_option("--host", host, "server address (serve: the address to bind)")->capture_default_str();
-  app.add_option("--port", port, "server port (serve: 0 picks one and prints it)")->capture_default_str();
-  app.add_option("--auth-token", token, "shared secret (default: $CORODIST_AUTH_TOKEN)");
-  app.add_option("--timeout", timeout_s,
-                 "seconds to wait (connect, get, wait); a refused connection fails after 1 s")
-      ->capture_default_str();
-
   auto protocol = cs::wire_protocol::native;
-  app.add_option("--protocol", protocol, "the server's protocol (client verbs): native, pytorch-1.13 or pytorch-2")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, cs::wire_protocol>{{"native", cs::wire_protocol::native},
-                                                   {"pytorch-1.13", cs::wire_protocol::pytorch_1_13},
-                                                   {"pytorch-2", cs::wire_protocol::pytorch_2}}));
+  const std::map<std::string, cs::wire_protocol> protocols{{"native", cs::wire_protocol::native},
+                                                           {"pytorch-1.13", cs::wire_protocol::pytorch_1_13},
+                                                           {"pytorch-2", cs::wire_protocol::pytorch_2}};
+  // The connection options, on the tool (before the command) and on every command
+  // (after it, and in its --help).
+  auto add_connection_options = [&](CLI::App* cmd, bool client) {
+    auto* g = cmd->add_option_group("Connection", "where the server is (serve: where to listen)");
+    g->add_option("--host", host, "server address (serve: the address to bind)")->capture_default_str();
+    g->add_option("--port", port, "server port (serve: 0 picks one and prints it)")->capture_default_str();
+    g->add_option("--auth-token", token, "shared secret (default: $CORODIST_AUTH_TOKEN)");
+    if (client) {
+      g->add_option("--timeout", timeout_s,
+                    "seconds to wait for the server and for keys (get, wait); 0: keys are awaited forever and "
+                    "connecting gives up after 300 s; a refused connection fails after 1 s")
+          ->check(CLI::Validator(
+              [](std::string& v) {
+                return v.starts_with('-') ? "a timeout is not negative (0: keys are awaited forever)" : std::string();
+              },
+              "SECONDS>=0"))
+          ->capture_default_str();
+      g->add_option("--protocol", protocol, "the server's protocol: native, pytorch-1.13 or pytorch-2")
+          ->transform(CLI::CheckedTransformer(protocols).description("native|pytorch-1.13|pytorch-2"));
+    }
+  };
+  add_connection_options(&app, true);
 
   auto* serve_cmd = app.add_subcommand("serve", "run the store server until SIGINT/SIGTERM");
+  add_connection_options(serve_cmd, false);
   bool no_pytorch = false;
   serve_cmd->add_flag("--no-pytorch", no_pytorch, "refuse PyTorch TCPStore clients (served by default)");
   std::string key, value;
@@ -104,8 +120,25 @@ int main(int argc, char** argv) {
   keys_cmd->add_option("prefix", prefix);
   auto* del_cmd = app.add_subcommand("del", "delete KEY");
   del_cmd->add_option("key", key)->required();
+  for (auto* cmd : {set_cmd, get_cmd, add_cmd, wait_cmd, keys_cmd, del_cmd})
+    add_connection_options(cmd, true);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // No command recognised: name the ones there are.
+    if (app.get_subcommands().empty() && !dynamic_cast<const CLI::Success*>(&e) &&
+        !dynamic_cast<const CLI::CallForHelp*>(&e) && !dynamic_cast<const CLI::CallForVersion*>(&e)) {
+      std::string known;
+      for (const auto* cmd : app.get_subcommands({}))
+        known += (known.empty() ? "" : ", ") + cmd->get_name();
+      auto rest = app.remaining();
+      std::cerr << "corodist-store: " << (rest.empty() ? "no command given" : "unknown command '" + rest.front() + "'")
+                << "; the commands are: " << known << " (corodist-store --help)\n";
+      return 2;
+    }
+    return app.exit(e);
+  }
   try {
     if (*serve_cmd)
       return serve(host, port, token, !no_pytorch);
@@ -116,9 +149,13 @@ int main(int argc, char** argv) {
     o.port = port;
     o.auth_token = token;
     o.protocol = protocol;
-    o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(timeout_s * 1000));
+    // --timeout 0: no deadline on keys; connecting still gives up after the default.
+    const std::chrono::milliseconds timeout(static_cast<std::int64_t>(timeout_s * 1000));
+    o.timeout = timeout.count() == 0 ? cs::default_timeout : timeout;
     o.refused_retry_window = std::min(refused_window, o.timeout);
-    cs::sync_store s(cs::connect_store_sync(loop.get_executor(), o));
+    auto store = cs::connect_store_sync(loop.get_executor(), o);
+    store->set_timeout(timeout);
+    cs::sync_store s(store);
     if (*set_cmd) {
       s.set(key, value);
     } else if (*get_cmd) {

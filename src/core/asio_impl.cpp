@@ -17,3 +17,5 @@
 #undef io_uring_prep_cancel
 #undef io_uring_prep_timeout_remove
 #endif
+// The clang names of Asio's any_io_executor specialisations (g++ builds only).
+#include "core/asio_clang_names.hpp"

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::collective::device: where a buffer's memory lives (host or a CUDA device).
 
+#include <corodist/core/config.hpp>
+
 #include <string>
 
 namespace corodist::collective {

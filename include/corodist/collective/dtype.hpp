@@ -3,6 +3,8 @@
 /// corodist::collective::dtype: the element types collectives understand,
 /// their sizes and names, and the dtype of a C++ element type.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/collective/float16.hpp>
 
 #include <cstddef>

@@ -3,6 +3,8 @@
 /// Errors of collectives: each names the collective, the rank that reports it
 /// and the collective's sequence number in its group.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/error.hpp>
 
 #include <cstdint>

@@ -4,6 +4,8 @@
 /// types (IEEE binary16 and bfloat16) for buffers of those dtypes, with
 /// conversions to and from float (round to nearest even).
 
+#include <corodist/core/config.hpp>
+
 #include <bit>
 #include <cstdint>
 #include <cstring>

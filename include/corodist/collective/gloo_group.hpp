@@ -3,6 +3,8 @@
 /// corodist::collective::gloo_group: the Gloo backend (CPU buffers, TCP),
 /// rendezvous through a corodist store, optionally joining a PyTorch job.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/collective/process_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/store.hpp>

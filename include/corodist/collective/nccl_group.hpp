@@ -3,6 +3,8 @@
 /// corodist::collective::nccl_group: the NCCL backend (CUDA device buffers),
 /// its communicator found through a corodist store.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/collective/process_group.hpp>
 #include <corodist/store/store.hpp>
 

@@ -4,6 +4,8 @@
 /// runs collectives (c10d's ProcessGroup). Backends: gloo_group (CPU, TCP),
 /// nccl_group (CUDA), round_robin_group (spreads over several groups).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/collective/reduce_op.hpp>
 #include <corodist/collective/tensor_view.hpp>
 #include <corodist/collective/work.hpp>

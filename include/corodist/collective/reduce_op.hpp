@@ -2,6 +2,8 @@
 /// \file
 /// corodist::collective::reduce_op: how allreduce and reduce_scatter combine the ranks' values.
 
+#include <corodist/core/config.hpp>
+
 #include <cstdint>
 #include <string_view>
 

@@ -3,6 +3,8 @@
 /// corodist::collective::round_robin_group: spreads consecutive collectives
 /// over several groups (PyTorch's `_round_robin_process_groups`).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/collective/process_group.hpp>
 
 #include <atomic>

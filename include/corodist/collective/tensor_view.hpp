@@ -3,6 +3,8 @@
 /// corodist::collective::tensor_view: a typed span over caller memory (host or
 /// CUDA device) that collectives read and write in place.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/collective/device.hpp>
 #include <corodist/collective/dtype.hpp>
 

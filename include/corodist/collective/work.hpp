@@ -3,6 +3,8 @@
 /// corodist::collective::work: one collective in flight — awaitable from a
 /// coroutine, waitable from a plain thread.
 
+#include <corodist/core/config.hpp>
+
 #include <asio/awaitable.hpp>
 
 #include <chrono>

@@ -3,6 +3,8 @@
 /// corodist's exception types. Layers above net/ throw these; net/ itself
 /// reports std::error_code (see corodist/net/errors.hpp).
 
+#include <corodist/core/config.hpp>
+
 #include <stdexcept>
 #include <string>
 

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::event_loop: the io_context every loop-affine object runs on.
 
+#include <corodist/core/config.hpp>
+
 #include <asio/any_io_executor.hpp>
 #include <asio/io_context.hpp>
 

@@ -3,6 +3,8 @@
 /// corodist::future<T> / corodist::promise<T>: a thread-safe one-shot result
 /// for coroutines (`co_await f.async_get()`) and plain threads (`f.get()`).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/detail/future_state.hpp>
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/core/error.hpp>

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::gate: counts work in flight and lets a shutdown wait for it to drain.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/future.hpp>
 
 #include <cstddef>

@@ -4,6 +4,8 @@
 /// name "corodist"; the level comes from the CORODIST_LOG environment variable
 /// (trace, debug, info, warn, error, critical, off; default warn).
 
+#include <corodist/core/config.hpp>
+
 #include <string_view>
 
 namespace corodist {

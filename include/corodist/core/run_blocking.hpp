@@ -4,6 +4,8 @@
 /// calling (plain) thread for its result — the one implementation behind every
 /// blocking facade.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/error.hpp>
 
 #include <asio/any_io_executor.hpp>

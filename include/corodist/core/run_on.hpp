@@ -4,6 +4,8 @@
 /// get its result as a future -- "run here if already there, else post", and
 /// "run off the loop, post the result back" in one.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/future.hpp>
 
 #include <asio/dispatch.hpp>

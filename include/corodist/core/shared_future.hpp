@@ -2,6 +2,8 @@
 /// \file
 /// corodist::shared_future<T>: one result, any number of consumers.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/future.hpp>
 
 namespace corodist {

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::when_all: one future for many.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/future.hpp>
 
 #include <cstddef>

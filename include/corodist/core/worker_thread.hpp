@@ -4,6 +4,8 @@
 /// FIFO order, off every event loop, and hand results back as futures that a
 /// coroutine awaits on its own executor ("run off the loop, post back").
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/core/run_on.hpp>

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::net::bytes and the recycling of large receive buffers.
 
+#include <corodist/core/config.hpp>
+
 #include <cstddef>
 #include <memory>
 #include <vector>

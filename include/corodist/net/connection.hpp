@@ -2,6 +2,8 @@
 /// \file
 /// corodist::net::connection: a framed, multiplexed TCP connection.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/detail/io_registration.hpp>
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/net/buffer.hpp>

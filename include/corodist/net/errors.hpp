@@ -3,6 +3,8 @@
 /// net/'s error codes (std::error_code, Asio style). Higher layers turn them
 /// into corodist exceptions with `throw_net_error`.
 
+#include <corodist/core/config.hpp>
+
 #include <string>
 #include <system_error>
 

@@ -4,6 +4,8 @@
 /// little-endian 16-byte header `{u32 payload_len, u16 kind, u16 flags,
 /// u64 request_id}` followed by `payload_len` bytes.
 
+#include <corodist/core/config.hpp>
+
 #include <array>
 #include <bit>
 #include <cstddef>

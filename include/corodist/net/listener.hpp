@@ -2,6 +2,8 @@
 /// \file
 /// corodist::net::listener: accepts TCP connections and performs the hello.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/detail/io_registration.hpp>
 #include <corodist/net/connection.hpp>
 

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::net::output_budget: one cap on the unwritten output of a group of connections.
 
+#include <corodist/core/config.hpp>
+
 #include <atomic>
 #include <cstddef>
 

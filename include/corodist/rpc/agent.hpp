@@ -3,6 +3,8 @@
 /// corodist::rpc::agent: remote procedure calls between the workers of a job
 /// (the C++ counterpart of torch.distributed.rpc), on the event loop.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/rpc/agent_options.hpp>

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::rpc::agent_options: how an RPC agent joins its job, and its limits.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/store.hpp>
 
 #include <chrono>

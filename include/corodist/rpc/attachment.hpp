@@ -3,6 +3,8 @@
 /// corodist::rpc::attachment: a byte buffer that travels with an RPC call or
 /// reply as a zero-copy attachment (never copied into the msgpack body).
 
+#include <corodist/core/config.hpp>
+
 #include <cstddef>
 #include <memory>
 #include <span>

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::rpc::call_context: what a registered function may know of the call it serves.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/rpc/worker_info.hpp>
 
 #include <chrono>

@@ -4,6 +4,8 @@
 /// is encoded or decoded -- this worker, the peer, the attachments, and room
 /// for upper layers (an rref records the forks it makes while encoded).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/net/connection.hpp>
 
 #include <cstddef>

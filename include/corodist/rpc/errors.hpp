@@ -4,6 +4,8 @@
 /// reported by the callee), so `catch (const remote_error&)` sees every
 /// failure the remote side reported.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/error.hpp>
 
 #include <string>

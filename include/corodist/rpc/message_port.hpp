@@ -5,6 +5,8 @@
 /// per message kind, requests answered by futures, one-way notifications,
 /// running a registered function locally, and steps in graceful shutdown.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/net/connection.hpp>

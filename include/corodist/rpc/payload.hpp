@@ -2,6 +2,8 @@
 /// \file
 /// corodist::rpc::payload: an encoded RPC message (a msgpack body and its attachments).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/net/connection.hpp>
 
 #include <memory>

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::rpc::worker_info: a worker's identity and address.
 
+#include <corodist/core/config.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>

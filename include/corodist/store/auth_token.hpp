@@ -4,6 +4,8 @@
 /// secret comes from (the option, else CORODIST_AUTH_TOKEN). The store server,
 /// its clients and the RPC agent read their `auth_token` options through it.
 
+#include <corodist/core/config.hpp>
+
 #include <optional>
 #include <string>
 

@@ -3,6 +3,8 @@
 /// corodist::store::connect_store: a client of a store server of any protocol
 /// (tcp_store for corodist's own server, torch_store for a PyTorch master).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/store.hpp>
 #include <corodist/store/tcp_store_options.hpp>
 

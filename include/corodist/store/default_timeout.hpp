@@ -3,6 +3,8 @@
 /// corodist::store::default_timeout: the default deadline of the store's
 /// waiting operations and of connecting to a store server.
 
+#include <corodist/core/config.hpp>
+
 #include <chrono>
 
 namespace corodist::store {

@@ -3,6 +3,8 @@
 /// corodist::store::file_store: a store backed by one shared file (c10d's
 /// FileStore), usable by several processes on one machine.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/store.hpp>
 
 #include <asio/any_io_executor.hpp>

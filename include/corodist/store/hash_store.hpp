@@ -2,6 +2,8 @@
 /// \file
 /// corodist::store::hash_store: an in-process store (c10d's HashStore).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/store.hpp>
 
 namespace corodist::store {

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::store::prefix_store: a key-prefix decorator (c10d's PrefixStore).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/store.hpp>
 
 namespace corodist::store {

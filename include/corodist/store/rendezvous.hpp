@@ -3,6 +3,8 @@
 /// corodist::store::rendezvous: ranks find each other and agree on a store
 /// (c10d's init_method URLs: env://, tcp://, file://).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/store.hpp>
 

@@ -5,6 +5,8 @@
 /// torch_store (client of a PyTorch TCPStore master), hash_store
 /// (in-process), file_store (shared file), prefix_store.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/default_timeout.hpp>
 #include <corodist/store/watch_stream.hpp>
 

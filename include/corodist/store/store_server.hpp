@@ -3,6 +3,8 @@
 /// corodist::store::store_server: the store's master daemon (c10d's TCPStore
 /// master), serving tcp_store clients on the event loop.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/net/connection.hpp>
 #include <corodist/store/auth_token.hpp> // resolve_auth_token, once declared here
 

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::store::sync_store: the blocking facade of a store, for plain threads.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/store.hpp>
 
 namespace corodist::store {

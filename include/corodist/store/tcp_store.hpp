@@ -2,6 +2,8 @@
 /// \file
 /// corodist::store::tcp_store: the client of a store_server (c10d's TCPStore client).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/net/connection.hpp>
 #include <corodist/store/store.hpp>
 #include <corodist/store/tcp_store_options.hpp>

@@ -3,6 +3,8 @@
 /// corodist::store::tcp_store_options: where a store client connects, how
 /// long it tries, and which protocol its server speaks (wire_protocol).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/net/connection.hpp>
 #include <corodist/store/default_timeout.hpp>
 

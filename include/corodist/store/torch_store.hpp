@@ -3,6 +3,8 @@
 /// corodist::store::torch_store: a client of a PyTorch TCPStore master (the
 /// 1.13 or the 2.x protocol), behaving as PyTorch's own client.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/store/store.hpp>
 #include <corodist/store/tcp_store_options.hpp>
 

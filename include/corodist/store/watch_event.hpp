@@ -2,6 +2,8 @@
 /// \file
 /// corodist::store::watch_event: one change of a watched key.
 
+#include <corodist/core/config.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -2,6 +2,8 @@
 /// \file
 /// corodist::store::watch_stream: the events of one watched key.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/store/default_timeout.hpp>
 #include <corodist/store/watch_event.hpp>

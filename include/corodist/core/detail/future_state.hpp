@@ -3,6 +3,8 @@
 /// The state a promise shares with its future or shared_future, and the Asio
 /// initiations that await it (private to core/; included by future.hpp).
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/core/error.hpp>
 

@@ -3,6 +3,8 @@
 /// corodist::detail::io_registration: keeps one I/O object on its context's
 /// close-at-shutdown list (src/core/io_registry.hpp) for as long as it lives.
 
+#include <corodist/core/config.hpp>
+
 #include <asio/execution/context.hpp>
 #include <asio/execution_context.hpp>
 #include <asio/query.hpp>

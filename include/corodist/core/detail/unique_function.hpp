@@ -1,6 +1,8 @@
 #pragma once
 // A move-only type-erased callable (std::move_only_function is C++23).
 
+#include <corodist/core/config.hpp>
+
 #include <memory>
 #include <type_traits>
 #include <utility>

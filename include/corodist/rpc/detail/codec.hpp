@@ -9,6 +9,8 @@
 /// An attachment inside a body is msgpack ext type 0x41 whose 4 bytes are a
 /// little-endian index into the payload's attachment table.
 
+#include <corodist/core/config.hpp>
+
 #include <corodist/core/error.hpp>
 #include <corodist/net/frame.hpp>
 #include <corodist/rpc/attachment.hpp>

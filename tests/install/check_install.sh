@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Installs the build into a temporary DESTDIR and uses it as a separate project
+# would: the soname and the files installed, the installed corodist-store run
+# without LD_LIBRARY_PATH, tests/install/consumer.cpp built with pkg-config
+# (g++, and clang++ when present) and with CMake's find_package, each run; a
+# translation unit without the library's flags fails with corodist's #error.
+# Usage: check_install.sh BUILD_DIR SOURCE_DIR PREFIX LIBDIR BINDIR   (run by `meson test`)
+set -euo pipefail
+build=$1 src=$2 prefix=$3 libdir=$4 bindir=$5
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+step() { echo "== $*"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+step "meson install --destdir"
+meson install -C "$build" --no-rebuild --destdir "$tmp/root" >"$tmp/install.log" 2>&1 ||
+  { cat "$tmp/install.log"; fail "meson install"; }
+root=$tmp/root$prefix
+[[ $libdir = /* ]] && lib=$tmp/root$libdir || lib=$root/$libdir
+[[ $bindir = /* ]] && bin=$tmp/root$bindir || bin=$root/$bindir
+for f in "$lib/libcorodist.so" "$lib/libcorodist.so.0" "$lib/pkgconfig/corodist.pc" \
+         "$lib/cmake/corodist/corodistConfig.cmake" "$lib/cmake/corodist/corodistConfigVersion.cmake" \
+         "$root/include/corodist/core/config.hpp" "$root/include/corodist/rpc/agent.hpp" \
+         "$bin/corodist-store" "$bin/corodist-run"; do
+  [[ -e $f ]] || fail "not installed: ${f#$tmp/root}"
+done
+soname=$(objdump -p "$lib/libcorodist.so.0" | awk '$1 == "SONAME" {print $2}')
+[[ $soname == libcorodist.so.0 ]] || fail "soname is '$soname', not libcorodist.so.0"
+for t in test_core corodist-bench corodist-test-rank; do
+  [[ -z $(find "$tmp/root" -name "$t") ]] || fail "installed a test or benchmark program: $t"
+done
+
+step "installed corodist-store runs without LD_LIBRARY_PATH"
+env -u LD_LIBRARY_PATH "$bin/corodist-store" --version
+found=$(env -u LD_LIBRARY_PATH ldd "$bin/corodist-store" | awk '$1 == "libcorodist.so.0" {print $3}')
+[[ -n $found && $(realpath "$found") == $(realpath "$lib/libcorodist.so.0") ]] ||
+  fail "corodist-store does not find the installed libcorodist (it finds '$found')"
+
+step "pkg-config"
+export PKG_CONFIG_PATH=$lib/pkgconfig
+pc() { pkg-config --define-variable=prefix="$root" "$@" corodist; }
+echo "cflags: $(pc --cflags)"
+echo "libs:   $(pc --libs)"
+compilers=(g++)
+command -v clang++-14 >/dev/null && compilers+=(clang++-14)
+for cxx in "${compilers[@]}"; do
+  # shellcheck disable=SC2046
+  "$cxx" -std=c++20 -o "$tmp/consumer-$cxx" "$src/tests/install/consumer.cpp" $(pc --cflags) $(pc --libs) \
+    -Wl,-rpath,"$lib" || fail "$cxx could not build a program with pkg-config's flags"
+  "$tmp/consumer-$cxx" || fail "the $cxx consumer failed"
+done
+
+step "a translation unit without the flags fails at compile time, saying what to add"
+check_error() {
+  local expect=$1; shift
+  if g++ -fsyntax-only -Wfatal-errors -I"$root/include" "$@" -x c++ - <<<'#include <corodist/core/event_loop.hpp>' \
+       >"$tmp/err.log" 2>&1; then
+    fail "compiled without the flags: $*"
+  fi
+  grep -q -- "$expect" "$tmp/err.log" || { cat "$tmp/err.log"; fail "the error does not say '$expect'"; }
+  grep -m1 "#error" "$tmp/err.log"
+}
+check_error "corodist needs C++20" -std=c++17 $(pc --cflags)
+check_error "pkg-config --cflags corodist" -std=c++20
+[[ $(pc --cflags) == *ASIO_HAS_IO_URING* ]] &&
+  check_error "compile with -DASIO_HAS_IO_URING" -std=c++20 $(pc --cflags | sed 's/-DASIO_HAS_IO_URING//')
+
+if command -v cmake >/dev/null; then
+  step "CMake find_package(corodist)"
+  cmake -S "$src/tests/install" -B "$tmp/cmake" -G Ninja -DCMAKE_PREFIX_PATH="$root" \
+    -DCMAKE_BUILD_TYPE=Release >"$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; fail "cmake configure"; }
+  cmake --build "$tmp/cmake" >"$tmp/cmake-build.log" 2>&1 || { cat "$tmp/cmake-build.log"; fail "cmake build"; }
+  "$tmp/cmake/consumer" || fail "the CMake consumer failed"
+else
+  fail "cmake not found (scripts/setup.sh installs it)"
+fi
+step "as a Meson subproject: dependency('corodist'), and none of corodist's tests or benchmarks"
+mkdir -p "$tmp/parent/subprojects"
+ln -s "$src" "$tmp/parent/subprojects/corodist"
+cp "$src/tests/install/consumer.cpp" "$tmp/parent/"
+cat >"$tmp/parent/meson.build" <<'MESON'
+project('parent', 'cpp', default_options: ['cpp_std=c++20'])
+exe = executable('consumer', 'consumer.cpp', dependencies: dependency('corodist'))
+test('parent', exe)
+MESON
+env -u PKG_CONFIG_PATH meson setup --force-fallback-for=corodist "$tmp/parent/build" "$tmp/parent" >"$tmp/parent.log" 2>&1 || { cat "$tmp/parent.log"; fail "meson setup of the parent"; }
+tests=$(meson introspect --tests "$tmp/parent/build" | python3 -c 'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin)))')
+[[ $tests == parent ]] || fail "the parent's meson test runs more than its own test: $tests"
+targets=$(meson introspect --targets "$tmp/parent/build" | python3 -c 'import json,sys; print(" ".join(t["name"] for t in json.load(sys.stdin)))')
+for t in $targets; do
+  [[ $t == test_* || $t == corodist-bench || $t == header_check || $t == replay_* ]] &&
+    fail "corodist as a subproject configures $t"
+done
+[[ " $targets " == *" corodist "* ]] || fail "the parent did not build corodist as its subproject: $targets"
+echo "targets: $targets"
+echo "install check passed"
