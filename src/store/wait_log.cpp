@@ -46,6 +46,13 @@ public:
       head_ = e.next_;
     if (e.next_)
       e.next_->prev_ = e.prev_;
+    // Nothing left to warn about: drop the pending wake-up, so that a context
+    // with no other work ends now (an embedded loop's run() returns), not when
+    // the next warning would have been due.
+    if (!head_ && armed_ && timer_ && !shut_) {
+      timer_->cancel();
+      armed_ = false;
+    }
   }
 
 private:
