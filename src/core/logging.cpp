@@ -4,6 +4,7 @@
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -13,9 +14,12 @@ namespace detail {
 
 namespace {
 spdlog::level::level_enum parse_level(std::string_view name) {
-  auto lvl = spdlog::level::from_str(std::string(name));
+  std::string lower(name); // level names in any case: DEBUG, Debug, debug
+  for (auto& c : lower)
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto lvl = spdlog::level::from_str(lower);
   // from_str maps unknown names to "off"; only accept "off" when asked for.
-  if (lvl == spdlog::level::off && name != "off")
+  if (lvl == spdlog::level::off && lower != "off")
     throw std::invalid_argument("corodist: unknown log level '" + std::string(name) +
                                 "' (trace, debug, info, warn, error, critical, off)");
   return lvl;

@@ -25,6 +25,13 @@ namespace corodist::net {
 
 namespace {
 
+/// The local end of `s` as text, for the debug lines of connects and accepts.
+std::string local_text(const asio::ip::tcp::socket& s) {
+  std::error_code ec;
+  auto ep = s.local_endpoint(ec);
+  return ec ? std::string("?") : detail::endpoint_text(ep);
+}
+
 using corodist::detail::use_tuple;
 // Size of the per-thread read buffer; a frame that does not fit is read straight
 // into its own buffer.
@@ -188,6 +195,7 @@ connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connec
     s.close(ignored);
     co_return std::pair{ec, std::shared_ptr<connection>{}};
   }
+  CORODIST_LOG_DEBUG("net: connected to {} (from {})", detail::endpoint_text(ep), local_text(s));
   co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};
 }
 
@@ -201,6 +209,7 @@ connection::accept(asio::ip::tcp::socket s, connection_options opts) {
     s.close(ignored);
     co_return std::pair{ec, std::shared_ptr<connection>{}};
   }
+  CORODIST_LOG_DEBUG("net: accepted a connection from {} (on {})", detail::peer_text(s), local_text(s));
   co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};
 }
 
@@ -238,6 +247,8 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
   if (len > opts_.max_frame_size)
     return errc::frame_too_large;
   h.payload_len = static_cast<std::uint32_t>(len);
+  CORODIST_LOG_TRACE("net: to {}: kind {}, request {}, flags 0x{:x}, {} bytes", detail::endpoint_text(remote_), h.kind,
+                     h.request_id, unsigned(h.flags), len);
   auto hdr = encode(h);
   auto& st = queued_.stage;
   if (segments.empty() && body.size() <= copy_threshold) {
@@ -375,6 +386,8 @@ void connection::complete(std::uint64_t id, response r) {
 }
 
 void connection::dispatch(message&& m) {
+  CORODIST_LOG_TRACE("net: from {}: kind {}, request {}, flags 0x{:x}, {} bytes", detail::endpoint_text(remote_),
+                     m.header.kind, m.header.request_id, unsigned(m.header.flags), m.header.payload_len);
   if (m.header.flags & frame_flags::response) {
     auto ec = (m.header.flags & frame_flags::error) ? std::error_code(errc::remote_failure) : std::error_code{};
     complete(m.header.request_id, response{ec, std::move(m)});
@@ -639,8 +652,7 @@ void connection::close(std::error_code reason) {
   if (!open_)
     return;
   open_ = false;
-  if (reason != errc::connection_closed)
-    CORODIST_LOG_DEBUG("closing connection to {}: {}", detail::peer_text(socket_), reason.message());
+  CORODIST_LOG_DEBUG("net: connection with {} closed: {}", detail::endpoint_text(remote_), reason.message());
   std::error_code ignored;
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);

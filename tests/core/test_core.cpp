@@ -512,6 +512,11 @@ BOOST_AUTO_TEST_CASE(levels, *utf::timeout(10)) {
   corodist::set_log_level("debug");
   BOOST_TEST(corodist::log_level() == "debug");
   BOOST_CHECK_THROW(corodist::set_log_level("loud"), std::invalid_argument);
+  corodist::set_log_level("TRACE"); // level names in any case
+  BOOST_TEST(corodist::log_level() == "trace");
+  corodist::set_log_level("Warn");
+  BOOST_TEST(corodist::log_level() == "warning");
+  BOOST_CHECK_THROW(corodist::set_log_level("OFFF"), std::invalid_argument);
   corodist::set_log_level(old);
 }
 
