@@ -145,6 +145,13 @@ asio::awaitable<arrivals> look_up_arrivals(store& s, int world) {
 asio::awaitable<void> join(store& s, const std::string& url, int rank, int world, std::chrono::milliseconds timeout) {
   co_await s.set(std::string(rdzv) + "rank/" + std::to_string(rank), "1");
   auto arrived = co_await s.add(std::string(rdzv) + "arrived", 1);
+  if (arrived > world) // the store holds an earlier rendezvous (its "done" would let this one through at once)
+    throw store_error("rendezvous at " + url + ": rank " + std::to_string(rank) + " is arrival " +
+                      std::to_string(arrived) + " in a world of " + std::to_string(world) + ": " +
+                      (url.starts_with("file://")
+                           ? "the file holds an earlier job's rendezvous; a file:// rendezvous needs a fresh file for "
+                             "each job (remove it, or name a new one)"
+                           : "more ranks joined than the world size (a rank started twice?)"));
   CORODIST_LOG_DEBUG("rendezvous at {}: rank {} arrived ({} of {})", url, rank, arrived, world);
   if (arrived == world)
     co_await s.set(std::string(rdzv) + "done", "1");

@@ -706,6 +706,27 @@ BOOST_AUTO_TEST_CASE(file_url_across_processes, *utf::timeout(120)) {
   ::unlink(path.c_str());
 }
 
+// A file:// rendezvous in a file an earlier job used fails at once, saying the
+// file must be fresh (it would otherwise "complete" before the other ranks came).
+BOOST_AUTO_TEST_CASE(file_url_reused_says_the_file_must_be_fresh, *utf::timeout(60)) {
+  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ::close(fd);
+  const std::string url = std::string("file://") + tmpl + "?rank=0&world_size=1";
+  event_loop loop;
+  loop.start();
+  auto first = cs::rendezvous(loop, url);
+  BOOST_TEST(first.world_size == 1);
+  try {
+    cs::rendezvous(loop, url);
+    BOOST_FAIL("a second rendezvous in the same file succeeded");
+  } catch (const corodist::store_error& e) {
+    std::string what = e.what();
+    BOOST_TEST(what.find("fresh file for each job") != std::string::npos, what);
+  }
+  ::unlink(tmpl);
+}
+
 BOOST_AUTO_TEST_CASE(timeout_names_the_missing_ranks, *utf::timeout(60)) {
   event_loop loop;
   loop.start();
