@@ -2,7 +2,8 @@
 """The build's check of corodist's layering: a layer includes only itself and the
 layers below it (include/corodist/<layer>/ and src/<layer>/, public and private
 headers alike). Run by meson at configure time; exits 1 naming each violation.
-Also prints the public headers, one per line, relative to include/ (the list the
+With --config-include (the test), also checks that every public header includes
+corodist/core/config.hpp. Also prints the public headers, one per line, relative to include/ (the list the
 build installs and compiles one by one) when given --list-headers."""
 import pathlib
 import re
@@ -37,6 +38,13 @@ def main() -> int:
                     m = INCLUDE.match(line)
                     if m and m.group(1) in ALLOWED and m.group(1) not in allowed:
                         bad.append(f"{f.relative_to(root)}:{n}: {layer}/ includes {m.group(1)}/ (above it)")
+    if "--config-include" in sys.argv:
+        # Every public header includes core/config.hpp (its C++20 and flag checks) itself.
+        for h in sorted((root / "include").glob("corodist/**/*.hpp")):
+            if h.name == "config.hpp" and h.parent.name == "core":
+                continue
+            if "#include <corodist/core/config.hpp>" not in h.read_text(errors="replace"):
+                bad.append(f"{h.relative_to(root)}: does not include <corodist/core/config.hpp>")
     for b in bad:
         print(b, file=sys.stderr)
     return 1 if bad else 0
