@@ -32,6 +32,7 @@
 #include <poll.h>
 #include <sys/wait.h>
 #include <thread>
+#include <tuple>
 #include <unistd.h>
 
 using namespace std::chrono_literals;
@@ -227,6 +228,42 @@ BOOST_AUTO_TEST_CASE(store_tool_says_nothing_is_listening, *utf::precondition(st
   BOOST_TEST(rc == 1, out);
   BOOST_TEST(out.find("nothing is listening on 127.0.0.1:" + port) != std::string::npos, out);
   BOOST_TEST(out.find("attempt 1 to connect to the store server at 127.0.0.1:" + port) != std::string::npos, out);
+}
+
+// corodist-store's command line: --version; the connection options after the
+// command, in its --help, and --timeout 0 (keys awaited without deadline);
+// negative timeouts and unknown commands refused, naming what is expected.
+BOOST_AUTO_TEST_CASE(store_tool_command_line, *utf::precondition(store_tool_built) * utf::timeout(60)) {
+  auto run = [](std::vector<std::string> args) {
+    args.insert(args.begin(), store_tool());
+    corodist::test::program tool(args);
+    const int rc = tool.wait(20s);
+    return std::pair{rc, tool.output()};
+  };
+  auto [rc, out] = run({"--version"});
+  BOOST_TEST(rc == 0, out);
+  BOOST_TEST(out.find("corodist-store 0.") != std::string::npos, out);
+  std::tie(rc, out) = run({"get", "--help"});
+  BOOST_TEST(rc == 0, out);
+  for (const char* opt : {"--host", "--port", "--auth-token", "--timeout", "--protocol"})
+    BOOST_TEST(out.find(opt) != std::string::npos, "get --help lacks " << opt << ":\n" << out);
+  std::tie(rc, out) = run({"--timeout", "-1", "get", "k"});
+  BOOST_TEST(rc != 0, out);
+  BOOST_TEST(out.find("not negative") != std::string::npos, out);
+  std::tie(rc, out) = run({"frobnicate", "k"});
+  BOOST_TEST(rc == 2, out);
+  BOOST_TEST(out.find("unknown command 'frobnicate'") != std::string::npos, out);
+  BOOST_TEST(out.find("serve, set, get, add, wait, keys, del") != std::string::npos, out);
+
+  event_loop server_loop;
+  server_loop.start();
+  auto server = start_server(server_loop);
+  const auto port = std::to_string(server->local_endpoint().port());
+  std::tie(rc, out) = run({"set", "k", "v", "--port", port, "--auth-token", "", "--timeout", "0"});
+  BOOST_TEST(rc == 0, out);
+  std::tie(rc, out) = run({"get", "k", "--port", port, "--auth-token", "", "--timeout", "0"});
+  BOOST_TEST(rc == 0, out);
+  BOOST_TEST(out == "v\n", out);
 }
 
 BOOST_AUTO_TEST_CASE(thousand_concurrent_clients, *utf::timeout(180)) {
