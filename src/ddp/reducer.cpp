@@ -547,10 +547,11 @@ struct reducer::impl {
       names += (k ? ", " : "") + param_name(params[missing[k]], missing[k]);
     if (missing.size() > 10)
       names += fmt::format(" and {} more", missing.size() - 10);
+    const auto count = missing.size();
     auto err = missing_gradients_error(
         fmt::format("ddp::reducer: finalize() on rank {} with {} gradient(s) never marked ready: {} (mark every "
                     "gradient, or use find_unused_parameters); the process group is aborted",
-                    pg->rank(), missing.size(), names),
+                    pg->rank(), count, names),
         std::move(missing));
     pg->abort(err.what());
     abandon.store(true, std::memory_order_seq_cst);
