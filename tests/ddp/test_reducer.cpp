@@ -13,6 +13,7 @@
 #include "collective/gloo_fixtures.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
+#include "support/program.hpp"
 
 #include <fmt/core.h>
 
@@ -661,5 +662,22 @@ BOOST_AUTO_TEST_CASE(bad_registration_is_refused, *utf::timeout(60)) {
   });
   BOOST_TEST(errors[0] == "");
 }
+
+#ifdef CORODIST_DDP_TRAIN_PATH
+// The training example (a two-layer perceptron with a hand-written backward)
+// on 4 ranks under corodist-run for 50 steps ends at the parameters of
+// single-process full-batch training on the same data, within 1e-6 relative
+// (each rank checks, and exits 1 otherwise).
+BOOST_AUTO_TEST_CASE(four_ranks_train_like_one_process, *utf::timeout(120)) {
+  corodist::test::program job({CORODIST_RUN_PATH, "--nproc", "4", "--", CORODIST_DDP_TRAIN_PATH, "50"});
+  const int status = job.wait(100s);
+  BOOST_TEST_MESSAGE(job.output());
+  BOOST_TEST(status == 0, job.output());
+  int matched = 0;
+  for (std::size_t at = 0; (at = job.output().find("max_rel_diff", at)) != std::string::npos; ++at)
+    ++matched;
+  BOOST_TEST(matched == 4, job.output());
+}
+#endif
 
 BOOST_AUTO_TEST_SUITE_END()
