@@ -394,15 +394,21 @@ struct reducer::impl {
     std::size_t seen = 0;
     for (;;) {
       signalled = false;
+      // Each bucket is launched as soon as it is complete (before the next marks are processed).
+      const auto launch_ready = [&] {
+        while (next_launch < nb && pending[next_launch] == 0)
+          launch(next_launch++);
+      };
       while (mark_available()) {
         const std::size_t i = slots[read_pos++].load(std::memory_order_acquire) - 1;
         process_ready(i, true);
         ++seen;
+        if (!abandon.load(std::memory_order_relaxed))
+          launch_ready();
       }
       const bool stop = abandon.load(std::memory_order_seq_cst);
       if (!stop) {
-        while (next_launch < nb && pending[next_launch] == 0)
-          launch(next_launch++);
+        launch_ready();
         if (next_launch == nb && opts.find_unused_parameters && !bitmap_issued) {
           bitmap_issued = true;
           // Every rank learns which parameters some rank used (DDP's local_used_map allreduce).
