@@ -163,6 +163,16 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
       s_compute.add_us(timed([&] { compute_alone(busy); }));
       s_step.add_us(timed([&] { step(true, busy); }));
       s_overlap.add_us(red.last_stats().overlap_ratio() * 100.0);
+      if (rank == 0 && std::getenv("CORODIST_REDUCER_DEBUG")) {
+        const auto& st = red.last_stats();
+        std::string b;
+        for (const auto& k : st.buckets)
+          b += fmt::format(" [{} MiB ready->reduced {:.1f} ms comm {:.1f} ms]", k.bytes >> 20, k.ready_to_reduced.count() / 1e6,
+                           k.communication.count() / 1e6);
+        std::fprintf(stderr, "%s step: backward %.1f ms, finalize wait %.1f ms, comm %.1f ms, overlapped %.1f ms;%s\n",
+                     busy ? "busy" : "wait", st.backward.count() / 1e6, st.finalize_wait.count() / 1e6,
+                     st.communication.count() / 1e6, st.overlapped.count() / 1e6, b.c_str());
+      }
     }
     if (rank == 0) {
       const auto line = fmt::format("RESULT {} {} {} {} {} {} {} {}\n", busy ? "busy" : "wait", s_step.percentile(0.5),
