@@ -430,7 +430,10 @@ struct reducer::impl {
       const bool all_launched = stop || (next_launch == nb && (!opts.find_unused_parameters || bitmap_issued));
       if (all_launched && in_flight == 0 && (stop || seen == expected))
         break;
-      co_await wake->wait([this] { return signalled || mark_available() || abandon.load(std::memory_order_seq_cst); });
+      // Sleep until a mark, a completion, or (once) the abandonment; never
+      // spin: completions run on this very loop.
+      co_await wake->wait(
+          [this, stop] { return signalled || mark_available() || (!stop && abandon.load(std::memory_order_seq_cst)); });
     }
     if (abandon.load())
       co_return;
