@@ -8,6 +8,7 @@
 #include <corodist/ddp/default_hooks.hpp>
 #include <corodist/ddp/errors.hpp>
 #include <corodist/ddp/reducer.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/store/tcp_store.hpp>
 
 #include "collective/gloo_fixtures.hpp"
@@ -632,6 +633,39 @@ BOOST_AUTO_TEST_CASE(user_comm_hook, *utf::timeout(120)) {
         CHECK(m.grads[k][j] == mx, "{} {}: {} != {}", k, j, m.grads[k][j], mx);
       }
     return 0;
+  }));
+}
+
+// The coroutine forms (create, co_await finalize) on a loop of the caller's,
+// and registered buffers: rank 0's at construction and at every iteration.
+BOOST_AUTO_TEST_CASE(coroutine_forms_and_buffers, *utf::timeout(120)) {
+  store_host host;
+  require_all_zero(run_ranks(host, 2, "coro", [](rank_env& env) {
+    event_loop loop;
+    loop.start();
+    model<float> m(sizes);
+    std::vector<double> running(16, static_cast<double>(env.rank + 5)); // a "running mean" buffer
+    return corodist::run_blocking(loop.get_executor(), [&]() -> asio::awaitable<int> {
+      dd::reducer_options o;
+      o.buffers = {cc::tensor_view(running)};
+      auto red = co_await dd::reducer::create(loop.get_executor(), env.pg, m.parameters(), o);
+      for (double x : running)
+        CHECK(x == 5.0, "buffer not rank 0's at construction: {}", x);
+      for (int it = 0; it < 3; ++it) {
+        std::fill(running.begin(), running.end(), static_cast<double>(env.rank * 100 + it)); // the forward's update
+        red->prepare_for_backward();
+        for (std::size_t k = sizes.size(); k-- > 0;) {
+          fill_grad<float>(*red, env.rank, it, k);
+          red->mark_grad_ready(k);
+        }
+        co_await red->finalize();
+        for (double x : running)
+          CHECK(x == static_cast<double>(it), "iteration {}: buffer {} is not rank 0's", it, x);
+        for (std::size_t k = 0; k < sizes.size(); ++k)
+          check_mean<float>(*red, env.size, it, k);
+      }
+      co_return 0;
+    }(), "test");
   }));
 }
 
