@@ -46,6 +46,9 @@ std::string bench_script(const std::string& name);
 /// directory (e.g. "tools/corodist-run"); "" when it is not there.
 std::string built_program(const std::string& relative);
 
+/// Removes `path` and everything under it (a suite's temporary directory); ignores errors.
+void remove_tree(const std::string& path);
+
 /// Runs `argv` (its own process group, killed if it outlives `timeout`) and
 /// collects the lines of its stdout that are JSON objects, also after a
 /// corodist-run "[R] " prefix. On a non-zero exit or timeout, `failure` says

@@ -40,7 +40,6 @@
 #include <thread>
 #include <vector>
 
-#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -184,18 +183,6 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
   }
   pg->barrier().get();
   return 0;
-}
-
-void remove_tree(const std::string& path) {
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (const dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-        remove_tree(path + "/" + e->d_name);
-    ::closedir(d);
-    ::rmdir(path.c_str());
-  } else {
-    ::unlink(path.c_str());
-  }
 }
 
 /// Forks `n` ranks, waits for them (at most 10 min), returns rank 0's figures by mode.

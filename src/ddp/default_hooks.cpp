@@ -1,6 +1,5 @@
 #include <corodist/ddp/default_hooks.hpp>
 
-#include "collective/reduce.hpp"
 #include "ddp/grad_ops.hpp"
 
 #include <corodist/collective/float16.hpp>
@@ -15,7 +14,7 @@ comm_hook allreduce() {
   return [](grad_bucket& b) -> asio::awaitable<void> {
     const auto buf = b.buffer();
     if (cc::is_floating(buf.type())) {
-      cc::detail::divide(buf, b.group().size());
+      detail::copy_divided(buf.data(), buf.data(), buf.count(), buf.type(), b.group().size());
       co_await b.group().allreduce(buf, cc::reduce_op::sum, b.call());
     } else {
       co_await b.group().allreduce(buf, cc::reduce_op::avg, b.call());

@@ -10,7 +10,8 @@
 
 namespace corodist::ddp::detail {
 
-/// dst[i] = src[i] / divisor for i < n (floating dtypes; divisor 1: a plain copy).
+/// dst[i] = src[i] / divisor for i < n (floating dtypes; divisor 1: a plain
+/// copy). `dst` may equal `src` (in place).
 void copy_divided(void* dst, const void* src, std::size_t n, collective::dtype type, int divisor);
 
 /// out[i] = float16(t[i] / divisor).

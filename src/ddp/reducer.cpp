@@ -7,7 +7,6 @@
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/ddp/errors.hpp>
 
-#include "collective/reduce.hpp"
 #include "ddp/grad_ops.hpp"
 #include "ddp/wake_event.hpp"
 
@@ -307,8 +306,7 @@ struct reducer::impl {
     if (!used) {
       std::memset(dst, 0, p.bytes());
     } else if (opts.gradient_as_bucket_view) {
-      if (divisor != 1)
-        cc::detail::divide(cc::tensor_view(dst, p.count, p.type), divisor);
+      detail::copy_divided(dst, dst, p.count, p.type, divisor);
       ready_order.push_back(i);
     } else {
       detail::copy_divided(dst, p.grad, p.count, p.type, divisor);
@@ -568,7 +566,16 @@ struct reducer::impl {
     return err;
   }
 
-  /// After the iteration's end: stats, and the caller may start another.
+  /// After the iteration's end: stats, the caller may start another; then
+  /// throws the missing gradients' error, else the iteration's failure.
+  void end_finalize(const std::optional<missing_gradients_error>& missing, std::exception_ptr failure) {
+    end_finalize();
+    if (missing)
+      throw *missing;
+    if (failure)
+      std::rethrow_exception(failure);
+  }
+
   void end_finalize() {
     const auto now = clock_type::now();
     iteration_stats s;
@@ -668,11 +675,7 @@ asio::awaitable<void> reducer::finalize() {
   } catch (...) {
     failure = std::current_exception();
   }
-  d.end_finalize();
-  if (missing)
-    throw *missing;
-  if (failure)
-    std::rethrow_exception(failure);
+  d.end_finalize(missing, failure);
 }
 
 void reducer::finalize_sync() {
@@ -690,11 +693,7 @@ void reducer::finalize_sync() {
   } catch (...) {
     failure = std::current_exception();
   }
-  d.end_finalize();
-  if (missing)
-    throw *missing;
-  if (failure)
-    std::rethrow_exception(failure);
+  d.end_finalize(missing, failure);
 }
 
 reducer::no_sync_guard::no_sync_guard(reducer& r) noexcept
