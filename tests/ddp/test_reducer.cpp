@@ -168,6 +168,43 @@ const std::vector<std::size_t> sizes = {300, 7, 1000, 64, 129, 5, 800, 33};
 
 BOOST_AUTO_TEST_SUITE(ddp_reducer, *utf::precondition(corodist::test::gloo_built))
 
+// The layout rule alone: reverse registration order, one dtype and device
+// per bucket, each key's first bucket closing at the first cap and later
+// ones at the cap, buckets ordered by their first parameter; bad orders refused.
+BOOST_AUTO_TEST_CASE(bucket_layout_rule, *utf::timeout(10)) {
+  std::vector<float> f(1000);
+  std::vector<double> d(1000);
+  auto fp = [&](std::size_t n) { return dd::parameter(f.data(), f.data(), n, cc::dtype::float32); };
+  auto dp = [&](std::size_t n) { return dd::parameter(d.data(), d.data(), n, cc::dtype::float64); };
+  // float32 x 100 = 400 B, float64 x 100 = 800 B.
+  std::vector<dd::parameter> ps = {fp(100), dp(100), fp(100), fp(100), dp(100), fp(100), fp(100)};
+  const auto l = dd::bucket_layout::compute(ps, {}, 400, 1000);
+  BOOST_TEST_MESSAGE(l.to_string());
+  // Reverse order: 6 5 4 3 2 1 0. float32: 6 (400 B >= first cap 400: closed) | 5 3 2 (1200 B >= 1000) | 0.
+  // float64: 4 (800 B >= 400: closed) | 1. Ordered by first parameter's position: 6, 5.., 4, 1, 0.
+  BOOST_REQUIRE_EQUAL(l.buckets.size(), 5u);
+  BOOST_TEST(l.buckets[0].parameters == std::vector<std::size_t>({6}), boost::test_tools::per_element());
+  BOOST_TEST(l.buckets[1].parameters == std::vector<std::size_t>({5, 3, 2}), boost::test_tools::per_element());
+  BOOST_TEST(l.buckets[1].offsets == std::vector<std::size_t>({0, 100, 200}), boost::test_tools::per_element());
+  BOOST_TEST(l.buckets[2].parameters == std::vector<std::size_t>({4}), boost::test_tools::per_element());
+  BOOST_TEST(l.buckets[3].parameters == std::vector<std::size_t>({1}), boost::test_tools::per_element());
+  BOOST_TEST(l.buckets[4].parameters == std::vector<std::size_t>({0}), boost::test_tools::per_element());
+  for (const auto& b : l.buckets)
+    for (auto p : b.parameters)
+      BOOST_TEST((ps[p].type == b.type));
+  BOOST_TEST(l.buckets[1].bytes() == 1200u);
+  const auto bof = l.bucket_of(ps.size());
+  BOOST_TEST(bof[3] == 1u);
+  // Registration order given explicitly.
+  const std::vector<std::size_t> forward = {0, 1, 2, 3, 4, 5, 6};
+  const auto l2 = dd::bucket_layout::compute(ps, forward, 400, 1000);
+  BOOST_TEST(l2.buckets[0].parameters == std::vector<std::size_t>({0}), boost::test_tools::per_element());
+  const std::vector<std::size_t> dup = {0, 1, 2, 3, 4, 5, 5};
+  BOOST_CHECK_THROW(dd::bucket_layout::compute(ps, dup, 400, 1000), corodist::usage_error);
+  const std::vector<std::size_t> short_order = {0, 1};
+  BOOST_CHECK_THROW(dd::bucket_layout::compute(ps, short_order, 400, 1000), corodist::usage_error);
+}
+
 // Three ranks (an odd world), small buckets, float32 and float64 parameters,
 // gradients marked from two threads in a random order that differs per rank
 // and per iteration: averaged gradients equal the mean computed directly and
