@@ -567,6 +567,29 @@ BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
   BOOST_TEST((std::chrono::steady_clock::now() - t0 < 10s));
 }
 
+// A reducer destroyed in the middle of an iteration (buckets in flight,
+// others never complete) returns promptly: the group is aborted, and the
+// buckets' collectives end before the bucket memory goes.
+BOOST_AUTO_TEST_CASE(destroyed_mid_iteration, *utf::timeout(120)) {
+  store_host host;
+  const auto t0 = std::chrono::steady_clock::now();
+  require_all_zero(run_ranks(host, 2, "destroy", [](rank_env& env) {
+    model<float> m(sizes);
+    {
+      dd::reducer_options o;
+      o.bucket_cap_bytes = 1000;
+      o.first_bucket_bytes = 1000;
+      dd::reducer red(env.pg, m.parameters(), o);
+      red.prepare_for_backward();
+      for (std::size_t k = sizes.size(); k-- > 4;)
+        red.mark_grad_ready(k);
+    }
+    CHECK(env.pg->aborted(), "the group was not aborted");
+    return 0;
+  }));
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 15s));
+}
+
 // gradient_as_bucket_view both ways: the same gradients give the same
 // averages; with views the gradients live in bucket memory and nothing is copied.
 BOOST_AUTO_TEST_CASE(gradient_as_bucket_view_both_ways, *utf::timeout(120)) {
