@@ -62,8 +62,9 @@ public:
   create(asio::any_io_executor ex, std::shared_ptr<collective::process_group> group, std::vector<parameter> params,
          reducer_options opts);
 
-  /// Waits for an iteration still in flight (its collectives use the
-  /// reducer's memory), then releases everything.
+  /// With an iteration still in flight, aborts the group (the other ranks
+  /// fail at once) and waits for the collectives already launched to end
+  /// (they use the reducer's memory); then releases everything.
   ~reducer();
 
   reducer(const reducer&) = delete;
