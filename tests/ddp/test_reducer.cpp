@@ -105,7 +105,7 @@ struct model {
     std::vector<dd::parameter> ps;
     for (std::size_t k = 0; k < values.size(); ++k)
       ps.emplace_back(std::span<T>(values[k]), with_grads ? std::span<T>(grads[k]) : std::span<T>(),
-                      "p" + std::to_string(k));
+                      fmt::format("p{}", k));
     return ps;
   }
   std::vector<std::vector<T>> values, grads;
@@ -685,7 +685,7 @@ BOOST_AUTO_TEST_CASE(user_comm_hook, *utf::timeout(120)) {
     red.finalize_sync();
     std::string saw;
     for (auto b : seen)
-      saw += " " + std::to_string(b);
+      saw += fmt::format(" {}", b);
     CHECK(seen == want, "hook saw buckets{} of {}", saw, want.size());
     for (std::size_t k = 0; k < sizes.size(); ++k)
       for (std::size_t j = 0; j < sizes[k]; ++j) {
