@@ -75,12 +75,35 @@ int rank_process(std::uint16_t port, int rank, int size, const std::string& pref
   }
 }
 
-std::vector<int> run_ranks(store_host& host, int size, const std::string& prefix,
-                           const std::function<int(rank_env&)>& body, std::chrono::milliseconds timeout = 20s) {
-  const auto port = host.port();
+/// Forks `size` rank processes of group `prefix`, then starts the store
+/// server they meet at (in `host`) and tells them its port. Forking first,
+/// while this process has no other thread: a fork while another thread
+/// allocates leaves the child with that allocator lock held forever under
+/// ASan (whose allocator, unlike glibc's, is not made safe across fork).
+std::vector<std::unique_ptr<child_process>> start_ranks(std::unique_ptr<store_host>& host, int size,
+                                                        const std::string& prefix,
+                                                        const std::function<int(rank_env&)>& body,
+                                                        std::chrono::milliseconds timeout) {
+  pipe_pair go;
   std::vector<std::unique_ptr<child_process>> kids;
   for (int r = 0; r < size; ++r)
-    kids.push_back(std::make_unique<child_process>([=] { return rank_process(port, r, size, prefix, body, timeout); }));
+    kids.push_back(std::make_unique<child_process>([&, r] {
+      std::uint16_t port = 0;
+      if (!corodist::test::read_all(go.read_end(), &port, sizeof port))
+        return 7;
+      return rank_process(port, r, size, prefix, body, timeout);
+    }));
+  host = std::make_unique<store_host>();
+  const std::uint16_t port = host->port();
+  for (int r = 0; r < size; ++r)
+    BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
+  return kids;
+}
+
+std::vector<int> run_ranks(int size, const std::string& prefix, const std::function<int(rank_env&)>& body,
+                           std::chrono::milliseconds timeout = 20s) {
+  std::unique_ptr<store_host> host;
+  auto kids = start_ranks(host, size, prefix, body, timeout);
   std::vector<int> codes;
   for (auto& k : kids)
     codes.push_back(k->wait_for(90s));
@@ -210,8 +233,7 @@ BOOST_AUTO_TEST_CASE(bucket_layout_rule, *utf::timeout(10)) {
 // and per iteration: averaged gradients equal the mean computed directly and
 // are bitwise identical on every rank; initial values come from rank 0.
 BOOST_AUTO_TEST_CASE(averaged_gradients_in_random_ready_orders, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 3, "avg", [](rank_env& env) {
+  require_all_zero(run_ranks(3, "avg", [](rank_env& env) {
     model<float> m(sizes);
     model<double> d({50, 70});
     for (auto& v : m.values)
@@ -271,8 +293,7 @@ BOOST_AUTO_TEST_CASE(averaged_gradients_in_random_ready_orders, *utf::timeout(12
 // neither 2 nor 3. Parameter 2 is globally unused (its gradient untouched),
 // parameter 3 is averaged with rank 1's zero.
 BOOST_AUTO_TEST_CASE(unused_parameters_on_some_ranks, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "unused", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "unused", [](rank_env& env) {
     model<float> m({10, 20, 30, 40, 50});
     dd::reducer_options o;
     o.find_unused_parameters = true;
@@ -308,8 +329,7 @@ BOOST_AUTO_TEST_CASE(unused_parameters_on_some_ranks, *utf::timeout(120)) {
 // no_sync over three iterations: two local ones accumulate (nothing is
 // communicated), the third reduces the accumulated sum.
 BOOST_AUTO_TEST_CASE(no_sync_accumulates_over_three_iterations, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "nosync", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "nosync", [](rank_env& env) {
     model<float> m(sizes);
     dd::reducer red(env.pg, m.parameters());
     const std::size_t n = sizes.size();
@@ -349,8 +369,7 @@ BOOST_AUTO_TEST_CASE(no_sync_accumulates_over_three_iterations, *utf::timeout(12
 // first iteration every rank rebuilds the same buckets, from rank 0's order,
 // and the next iterations are still right.
 BOOST_AUTO_TEST_CASE(bucket_rebuild_from_rank_0s_order, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "rebuild", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "rebuild", [](rank_env& env) {
     model<float> m(sizes);
     dd::reducer_options o;
     o.bucket_cap_bytes = 1600;
@@ -392,8 +411,7 @@ BOOST_AUTO_TEST_CASE(bucket_rebuild_from_rank_0s_order, *utf::timeout(120)) {
 // Registration that differs between ranks: every rank gets a
 // parameter_mismatch_error naming the parameter and the ranks.
 BOOST_AUTO_TEST_CASE(mismatched_parameters_are_named, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 3, "mismatch", [](rank_env& env) {
+  require_all_zero(run_ranks(3, "mismatch", [](rank_env& env) {
     auto s = sizes;
     if (env.rank == 2)
       s[3] = 63;
@@ -427,8 +445,7 @@ BOOST_AUTO_TEST_CASE(mismatched_parameters_are_named, *utf::timeout(120)) {
 // A gradient marked twice is refused at the second mark (usage_error naming
 // it); the iteration still completes with the right values.
 BOOST_AUTO_TEST_CASE(gradient_marked_twice, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "twice", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "twice", [](rank_env& env) {
     model<float> m(sizes);
     dd::reducer red(env.pg, m.parameters());
     CHECK(corodist::test::require_throws<corodist::usage_error>([&] { red.mark_grad_ready(0); }, "mark before prepare")
@@ -451,10 +468,9 @@ BOOST_AUTO_TEST_CASE(gradient_marked_twice, *utf::timeout(120)) {
 // finalize() with a gradient never marked: that rank's error names it, and
 // the other rank fails promptly (the group is aborted), not at the deadline.
 BOOST_AUTO_TEST_CASE(missing_gradient_is_named, *utf::timeout(120)) {
-  store_host host;
   const auto t0 = std::chrono::steady_clock::now();
   require_all_zero(run_ranks(
-      host, 2, "missing",
+      2, "missing",
       [](rank_env& env) {
         model<float> m(sizes);
         dd::reducer_options o;
@@ -487,9 +503,7 @@ BOOST_AUTO_TEST_CASE(missing_gradient_is_named, *utf::timeout(120)) {
 // group's collective_timeout_error at the deadline. A rank killed with
 // SIGKILL: the others fail at once with collective_error.
 BOOST_AUTO_TEST_CASE(silent_rank_surfaces_the_group_timeout, *utf::timeout(120)) {
-  store_host host;
   pipe_pair release;
-  const auto port = host.port();
   auto body = [&](rank_env& env) {
     model<float> m(sizes);
     dd::reducer_options o;
@@ -520,9 +534,8 @@ BOOST_AUTO_TEST_CASE(silent_rank_surfaces_the_group_timeout, *utf::timeout(120))
     }
     return 3;
   };
-  std::vector<std::unique_ptr<child_process>> kids;
-  for (int r = 0; r < 3; ++r)
-    kids.push_back(std::make_unique<child_process>([=] { return rank_process(port, r, 3, "silent", body, 20s); }));
+  std::unique_ptr<store_host> host;
+  auto kids = start_ranks(host, 3, "silent", body, 20s);
   release.close_read();
   for (int r = 0; r < 2; ++r)
     BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait_for(60s) == 0, "rank " << r);
@@ -531,9 +544,7 @@ BOOST_AUTO_TEST_CASE(silent_rank_surfaces_the_group_timeout, *utf::timeout(120))
 }
 
 BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
-  store_host host;
   pipe_pair started;
-  const auto port = host.port();
   auto body = [&](rank_env& env) {
     model<float> m(sizes);
     dd::reducer red(env.pg, m.parameters());
@@ -554,9 +565,8 @@ BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
     }
     return 4;
   };
-  std::vector<std::unique_ptr<child_process>> kids;
-  for (int r = 0; r < 3; ++r)
-    kids.push_back(std::make_unique<child_process>([=] { return rank_process(port, r, 3, "killed", body, 30s); }));
+  std::unique_ptr<store_host> host;
+  auto kids = start_ranks(host, 3, "killed", body, 30s);
   started.close_write();
   BOOST_REQUIRE(wait_readable(started.read_end(), 60s));
   const auto t0 = std::chrono::steady_clock::now();
@@ -571,9 +581,8 @@ BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
 // others never complete) returns promptly: the group is aborted, and the
 // buckets' collectives end before the bucket memory goes.
 BOOST_AUTO_TEST_CASE(destroyed_mid_iteration, *utf::timeout(120)) {
-  store_host host;
   const auto t0 = std::chrono::steady_clock::now();
-  require_all_zero(run_ranks(host, 2, "destroy", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "destroy", [](rank_env& env) {
     model<float> m(sizes);
     {
       dd::reducer_options o;
@@ -593,8 +602,7 @@ BOOST_AUTO_TEST_CASE(destroyed_mid_iteration, *utf::timeout(120)) {
 // gradient_as_bucket_view both ways: the same gradients give the same
 // averages; with views the gradients live in bucket memory and nothing is copied.
 BOOST_AUTO_TEST_CASE(gradient_as_bucket_view_both_ways, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "views", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "views", [](rank_env& env) {
     for (bool view : {false, true}) {
       model<float> m(sizes);
       dd::reducer_options o;
@@ -626,8 +634,7 @@ BOOST_AUTO_TEST_CASE(gradient_as_bucket_view_both_ways, *utf::timeout(120)) {
 // The fp16 compression hook: averages within float16 precision, and really
 // compressed (some results differ from the float32 mean).
 BOOST_AUTO_TEST_CASE(fp16_hook_within_fp16_precision, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "fp16", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "fp16", [](rank_env& env) {
     model<float> m({1000, 3000});
     dd::reducer red(env.pg, m.parameters());
     red.register_comm_hook(dd::hooks::fp16_compress());
@@ -661,8 +668,7 @@ BOOST_AUTO_TEST_CASE(fp16_hook_within_fp16_precision, *utf::timeout(120)) {
 // A user hook (a coroutine): sees the buckets in index order with this
 // rank's raw gradients, and its result is what finalize leaves.
 BOOST_AUTO_TEST_CASE(user_comm_hook, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "hook", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "hook", [](rank_env& env) {
     model<float> m(sizes);
     dd::reducer_options o;
     o.bucket_cap_bytes = 2000;
@@ -699,8 +705,7 @@ BOOST_AUTO_TEST_CASE(user_comm_hook, *utf::timeout(120)) {
 // The coroutine forms (create, co_await finalize) on a loop of the caller's,
 // and registered buffers: rank 0's at construction and at every iteration.
 BOOST_AUTO_TEST_CASE(coroutine_forms_and_buffers, *utf::timeout(120)) {
-  store_host host;
-  require_all_zero(run_ranks(host, 2, "coro", [](rank_env& env) {
+  require_all_zero(run_ranks(2, "coro", [](rank_env& env) {
     event_loop loop;
     loop.start();
     model<float> m(sizes);

@@ -31,6 +31,7 @@ private:
 /// rank's buckets until their deadline.
 class missing_gradients_error : public error {
 public:
+  /// `message` is the whole text; `missing` the parameters never marked.
   missing_gradients_error(const std::string& message, std::vector<std::size_t> missing)
       : error(message), missing_(std::move(missing)) {}
   /// The parameters whose gradients were never marked ready.

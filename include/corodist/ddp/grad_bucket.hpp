@@ -19,6 +19,8 @@ namespace corodist::ddp {
 /// size; the hook leaves the averaged values over all ranks in it.
 class grad_bucket {
 public:
+  /// Bucket `index` of `bucket_count`, its buffer and parameters, the group
+  /// and per-call options (made by the reducer for each hook call).
   grad_bucket(std::size_t index, std::size_t bucket_count, collective::tensor_view buffer,
               std::span<const std::size_t> parameters, collective::process_group& group,
               collective::call_options call) noexcept

@@ -103,7 +103,9 @@ public:
   /// iteration reduces the accumulated sum (PyTorch's `no_sync()`).
   class no_sync_guard {
   public:
+    /// Turns synchronisation off for `r` until the guard is destroyed.
     explicit no_sync_guard(reducer& r) noexcept;
+    /// Restores the previous setting (guards nest).
     ~no_sync_guard();
     no_sync_guard(const no_sync_guard&) = delete;
     no_sync_guard& operator=(const no_sync_guard&) = delete;
