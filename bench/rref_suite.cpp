@@ -155,8 +155,11 @@ void memory_per_rref(context& ctx, rref_cluster& c) {
   std::vector<rref::rref<int>> remote;
   remote.reserve(n);
   const auto before_remote = heap_bytes();
-  for (std::size_t i = 0; i < n; ++i)
+  for (std::size_t i = 0; i < n; ++i) {
     remote.push_back(rref::remote<int>(c[0], "w1", "make", static_cast<int>(i)));
+    if (i % 1000 == 999) // within the connection's cap on pending requests
+      check(remote.back().to_here().get() == static_cast<int>(i), "memory_per_rref (remote)");
+  }
   check(remote.back().to_here().get() == static_cast<int>(n - 1), "memory_per_rref (remote)");
   settle(c);
   const double both = static_cast<double>(heap_bytes() - before_remote) / static_cast<double>(n);
