@@ -7,8 +7,9 @@
 ///   * fork_user_to_user: w0 passes an RRef owned by w1 to w2, whose function reads it;
 ///   * remote_x64: 64 coroutines on w0's loop, each with one remote + to_here in flight;
 ///   * memory_per_rref: heap bytes (malloc's own count) per live RRef of an
-///     8-byte value: 100,000 OwnerRRefs made locally (owner side), then
-///     100,000 remote() RRefs (owner and user side together, less the owner's).
+///     8-byte value: 100,000 OwnerRRefs made locally (owner side; less the
+///     same number of bare values, its protocol state), then 100,000 remote()
+///     RRefs (owner and user side together; less the owner's, the user side).
 /// PyTorch's remote + to_here (bench/torch_rpc_peer.py) is the peer of remote_to_here.
 
 #include "closed_loop.hpp"
@@ -152,6 +153,17 @@ void memory_per_rref(context& ctx, rref_cluster& c) {
   const double owner_bytes = static_cast<double>(heap_bytes() - before_owned) / static_cast<double>(n);
   held.clear();
   settle(c);
+  // The value alone, as an OwnerRRef holds it (its slot and the typed object):
+  // what the owner holds beyond it is protocol state.
+  double value_bytes = 0;
+  {
+    std::vector<std::shared_ptr<rref::detail::value_slot>> values;
+    values.reserve(n);
+    const auto before_values = heap_bytes();
+    for (std::size_t i = 0; i < n; ++i)
+      values.push_back(rref::detail::value_slot::of(static_cast<std::int64_t>(i)));
+    value_bytes = static_cast<double>(heap_bytes() - before_values) / static_cast<double>(n);
+  }
   std::vector<rref::rref<int>> remote;
   remote.reserve(n);
   const auto before_remote = heap_bytes();
@@ -170,6 +182,8 @@ void memory_per_rref(context& ctx, rref_cluster& c) {
   r.name = "memory_per_rref";
   r.extra = {{"rrefs", static_cast<double>(n)},
              {"owner_bytes_per_rref", owner_bytes},
+             {"owner_value_bytes_per_rref", value_bytes},
+             {"owner_protocol_bytes_per_rref", owner_bytes - value_bytes},
              {"user_bytes_per_rref", both - owner_bytes},
              {"owner_and_user_bytes_per_remote_rref", both}};
   ctx.report(std::move(r));
