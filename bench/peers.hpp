@@ -62,4 +62,9 @@ peer_result peer_from(const std::string& name, const peer_output& out,
                       const std::map<std::string, std::string>& match, const char* p50_key,
                       const char* ops_key = nullptr, const char* gbytes_key = nullptr);
 
+/// PyTorch RPC (TensorPipe; bench/torch_rpc_peer.py, two ranks through
+/// corodist-run): rpc_sync_empty p50, rpc_async_x64 ops/s, remote_to_here p50.
+/// Run by the rpc suite and by the rref suite (for remote_to_here).
+peer_output torch_rpc_peer(context& ctx);
+
 } // namespace corodist::bench

@@ -2,16 +2,19 @@
 #include <corodist/core/event_loop.hpp>
 
 #include "core/io_registry.hpp"
+#include "core/linger.hpp"
 #include "core/log.hpp"
 #if CORODIST_IO_URING
 #include "core/ring_setup.hpp"
 #endif
 
 #include <asio/executor_work_guard.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <string>
 #include <system_error>
@@ -122,6 +125,18 @@ event_loop::event_loop(asio::io_context& ctx) : ctx_(&ctx) { register_loop(this)
 
 event_loop::~event_loop() {
   const bool on_own_thread = thread_.joinable() && thread_.get_id() == std::this_thread::get_id();
+  if (owned_ && thread_.joinable() && !on_own_thread && !ctx_->stopped()) {
+    // The handler running now may still hold the last references to objects
+    // (a completed call's keep-alive): let it finish, and what it posted run.
+    std::promise<void> turn;
+    auto done = turn.get_future();
+    asio::post(*ctx_, [&turn] { turn.set_value(); });
+    done.wait_for(std::chrono::seconds(1));
+    // Lingering jobs (a store host waiting for the other ranks to leave) end
+    // first, each within the bound it announced.
+    if (asio::has_service<detail::linger_service>(*ctx_))
+      asio::use_service<detail::linger_service>(*ctx_).wait();
+  }
   stop();
   if (on_own_thread)
     thread_.detach(); // destroyed on its own loop thread: cannot join self

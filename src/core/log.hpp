@@ -10,6 +10,12 @@ spdlog::logger& logger();
 
 } // namespace corodist::detail
 
+// Trace lines (one per protocol message) evaluate their arguments only when on.
+#define CORODIST_LOG_TRACE(...)                                                                                        \
+  do {                                                                                                                 \
+    if (::corodist::detail::logger().should_log(::spdlog::level::trace))                                               \
+      ::corodist::detail::logger().trace(__VA_ARGS__);                                                                 \
+  } while (false)
 #define CORODIST_LOG_DEBUG(...) ::corodist::detail::logger().debug(__VA_ARGS__)
 #define CORODIST_LOG_INFO(...) ::corodist::detail::logger().info(__VA_ARGS__)
 #define CORODIST_LOG_WARN(...) ::corodist::detail::logger().warn(__VA_ARGS__)

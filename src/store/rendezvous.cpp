@@ -4,11 +4,13 @@
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 
+#include "core/linger.hpp"
 #include "core/log.hpp"
 #include "store/launch_env.hpp"
 #include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
 #include <corodist/core/run_blocking.hpp>
@@ -184,6 +186,46 @@ asio::awaitable<void> join(store& s, const std::string& url, int rank, int world
                       " ranks arrived within " + std::to_string(timeout.count()) + " ms; missing ranks: " + a.missing);
 }
 
+// Rank 0's store_server, held by its tcp_store. When that store goes, the
+// server stays up until the other ranks have disconnected, at most `limit`,
+// so that their last requests still find it; an owned event_loop waits for
+// this before it stops.
+class host_linger {
+public:
+  host_linger(asio::any_io_executor ex, std::shared_ptr<store_server> server, std::chrono::milliseconds limit)
+      : ex_(std::move(ex)), server_(std::move(server)), limit_(limit) {}
+  ~host_linger() {
+    if (limit_.count() <= 0)
+      return;
+    try {
+      auto& lingering = corodist::detail::linger_of(ex_);
+      lingering.begin(corodist::detail::linger_service::clock::now() + limit_);
+      // Ends the linger when the coroutine's frame goes, run or not.
+      auto done = std::shared_ptr<void>(nullptr, [l = &lingering](void*) { l->end(); });
+      CORODIST_LOG_DEBUG("rendezvous: rank 0's store goes: its server waits up to {} ms for the other ranks to "
+                         "disconnect",
+                         limit_.count());
+      asio::co_spawn(
+          ex_,
+          [server = server_, limit = limit_, done]() -> asio::awaitable<void> {
+            if (!co_await server->clients_left(0, limit))
+              CORODIST_LOG_DEBUG("rendezvous: rank 0's store closes with {} client(s) still connected",
+                                 server->connection_count());
+          },
+          asio::detached);
+    } catch (...) { // nothing to linger on
+    }
+  }
+  host_linger(const host_linger&) = delete;
+  host_linger& operator=(const host_linger&) = delete;
+
+private:
+  asio::any_io_executor ex_;
+  std::shared_ptr<store_server> server_;
+  std::chrono::milliseconds limit_;
+};
+
+
 } // namespace
 
 asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url, rendezvous_options opts) {
@@ -236,8 +278,8 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     to.timeout = opts.timeout;
     to.auth_token = opts.auth_token;
     auto client = co_await tcp_store::connect(ex, to);
-    if (server)
-      client->keep_until_destroyed(server); // rank 0's server lives as long as its store
+    if (server) // rank 0's server lives as long as its store, and lingers for the others
+      client->keep_until_destroyed(std::make_shared<host_linger>(ex, server, opts.host_linger));
     result.store = client;
   }
   co_await join(*result.store, url, rank, world, opts.timeout);

@@ -9,7 +9,10 @@
 #include "store/torch/session.hpp"
 
 #include <asio/ip/address.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <unordered_map>
 #include <unordered_set>
@@ -48,6 +51,15 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   bool refusing_silent = false;                      // in an episode of refusals (one warning each)
   std::uint64_t next_session = 1;
   bool stopped = false; // after stop(): connections still in their handshake are closed on arrival
+  std::vector<std::weak_ptr<asio::steady_timer>> leave_watchers; // clients_left() waiting: woken at each close
+
+  // A client is gone: those waiting in clients_left() look again.
+  void client_left() {
+    for (auto& w : leave_watchers)
+      if (auto t = w.lock())
+        t->cancel();
+    std::erase_if(leave_watchers, [](auto& w) { return w.expired(); });
+  }
 };
 
 void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
@@ -64,16 +76,19 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
           if (auto it = self->sessions.find(sid); it != self->sessions.end())
             it->second.handle(c, std::move(m));
       },
-      [w = weak_from_this(), sid](std::error_code) {
+      [w = weak_from_this(), sid](std::error_code ec) {
         auto self = w.lock();
         if (!self)
           return;
+        CORODIST_LOG_DEBUG("store server: client connection {} closed: {}", sid, ec.message());
         if (auto it = self->sessions.find(sid); it != self->sessions.end())
           it->second.closed();
         // Erased in a later turn: the close may come from inside the session's own handle().
         asio::post(self->executor, [w = std::weak_ptr<impl>(self), sid] {
-          if (auto self = w.lock())
+          if (auto self = w.lock()) {
             self->sessions.erase(sid);
+            self->client_left();
+          }
         });
       });
 }
@@ -105,6 +120,7 @@ void store_server::impl::accept_torch(asio::ip::tcp::socket socket, bool silent)
                                                          self->engine->drop_owner(sid);
                                                          self->torch_sessions.erase(sid);
                                                          self->silent_sessions.erase(sid);
+                                                         self->client_left();
                                                        }
                                                      });
   torch_sessions[sid] = s;
@@ -193,6 +209,20 @@ void store_server::stop() {
 
 std::size_t store_server::connection_count() const noexcept {
   return impl_->sessions.size() + impl_->torch_sessions.size();
+}
+
+asio::awaitable<bool> store_server::clients_left(std::size_t at_most, std::chrono::milliseconds limit) {
+  auto im = impl_;
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  auto timer = std::make_shared<asio::steady_timer>(im->executor);
+  im->leave_watchers.push_back(timer);
+  while (connection_count() > at_most) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      co_return false;
+    timer->expires_at(deadline);
+    co_await timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  }
+  co_return true;
 }
 
 std::size_t store_server::key_count() const noexcept { return impl_->engine->size(); }

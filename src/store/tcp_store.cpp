@@ -134,6 +134,7 @@ void tcp_store::on_frame(net::message&& m) {
 }
 
 void tcp_store::on_closed(std::error_code ec) {
+  CORODIST_LOG_DEBUG("store: connection to {} closed: {}", detail::where(opts_), ec.message());
   auto err = std::make_exception_ptr(
       connection_error("store: connection to " + detail::where(opts_) + " lost: " + ec.message()));
   for (auto& [id, w] : watches_)

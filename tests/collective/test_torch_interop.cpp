@@ -9,6 +9,7 @@
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
+#include <corodist/store/torch_store.hpp>
 
 #include "collective/gloo_fixtures.hpp"
 #include "support/program.hpp"
@@ -49,7 +50,7 @@ std::shared_ptr<cs::store> pytorch_client(event_loop& loop, std::uint16_t port) 
   o.timeout = 60s;
   o.auth_token = "";
   o.protocol = cs::wire_protocol::pytorch_1_13;
-  return cs::tcp_store::connect_sync(loop.get_executor(), o);
+  return cs::torch_store::connect_sync(loop.get_executor(), o);
 }
 
 /// The C++ side of torch_gloo_job.py's collectives(); returns what went wrong ("" if nothing).

@@ -19,6 +19,13 @@ struct rendezvous_options {
   std::chrono::milliseconds timeout = default_timeout;
   /// Token for the store server. nullopt: CORODIST_AUTH_TOKEN if set.
   std::optional<std::string> auth_token;
+  /// env:// and tcp:// on rank 0: when its store goes (the last reference
+  /// dropped off the loop thread), the server it hosts stays up until every
+  /// other rank has disconnected, at most this long -- so that the other ranks'
+  /// last requests (a final barrier's wait) do not meet a closed store.
+  std::chrono::milliseconds host_linger = default_host_linger;
+
+  static constexpr std::chrono::milliseconds default_host_linger{std::chrono::seconds(5)};
 };
 
 /// What a rendezvous yields: the shared store, this process's rank, the world size.

@@ -6,6 +6,7 @@
 #include <corodist/net/connection.hpp>
 #include <corodist/store/auth_token.hpp> // resolve_auth_token, once declared here
 
+#include <asio/awaitable.hpp>
 #include <asio/any_io_executor.hpp>
 #include <asio/ip/tcp.hpp>
 
@@ -88,6 +89,10 @@ public:
 
   /// Connected clients (call on the executor).
   std::size_t connection_count() const noexcept;
+
+  /// Completes with true once at most `at_most` clients are connected, or with
+  /// false when `limit` has passed first. Run on the executor.
+  [[nodiscard]] asio::awaitable<bool> clients_left(std::size_t at_most, std::chrono::milliseconds limit);
 
   /// Number of keys stored (call on the executor).
   std::size_t key_count() const noexcept;
