@@ -53,7 +53,6 @@
 #include <thread>
 #include <vector>
 
-#include <dirent.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -436,18 +435,6 @@ std::unique_ptr<job> spawn_job(const std::string& name, const std::vector<std::s
     throw std::runtime_error("allreduce suite: cannot start " + argv[0]);
   }
   return std::make_unique<job>(name, std::vector<pid_t>{pid}, in[1], out[0]);
-}
-
-void remove_tree(const std::string& path) {
-  if (DIR* d = ::opendir(path.c_str())) {
-    while (const dirent* e = ::readdir(d))
-      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
-        remove_tree(path + "/" + e->d_name);
-    ::closedir(d);
-    ::rmdir(path.c_str());
-  } else {
-    ::unlink(path.c_str());
-  }
 }
 
 void run_allreduce_suite(context& ctx) {

@@ -8,7 +8,10 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+
+#include <dirent.h>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -155,6 +158,18 @@ std::optional<std::string> torch_unavailable() {
     if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) why = "not installed";
   });
   return why;
+}
+
+void remove_tree(const std::string& path) {
+  if (DIR* d = ::opendir(path.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0)
+        remove_tree(path + "/" + e->d_name);
+    ::closedir(d);
+    ::rmdir(path.c_str());
+  } else {
+    ::unlink(path.c_str());
+  }
 }
 
 peer_output run_peer(context& ctx, const std::string& what, const std::vector<std::string>& argv,

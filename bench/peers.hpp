@@ -46,6 +46,9 @@ std::string bench_script(const std::string& name);
 /// directory (e.g. "tools/corodist-run"); "" when it is not there.
 std::string built_program(const std::string& relative);
 
+/// Removes `path` and everything under it (a suite's temporary directory); ignores errors.
+void remove_tree(const std::string& path);
+
 /// Runs `argv` (its own process group, killed if it outlives `timeout`) and
 /// collects the lines of its stdout that are JSON objects, also after a
 /// corodist-run "[R] " prefix. On a non-zero exit or timeout, `failure` says
@@ -58,5 +61,10 @@ peer_output run_peer(context& ctx, const std::string& what, const std::vector<st
 peer_result peer_from(const std::string& name, const peer_output& out,
                       const std::map<std::string, std::string>& match, const char* p50_key,
                       const char* ops_key = nullptr, const char* gbytes_key = nullptr);
+
+/// PyTorch RPC (TensorPipe; bench/torch_rpc_peer.py, two ranks through
+/// corodist-run): rpc_sync_empty p50, rpc_async_x64 ops/s, remote_to_here p50.
+/// Run by the rpc suite and by the rref suite (for remote_to_here).
+peer_output torch_rpc_peer(context& ctx);
 
 } // namespace corodist::bench

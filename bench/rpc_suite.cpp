@@ -220,9 +220,10 @@ void echo_64MiB(context& ctx, agent_pair& pair, std::vector<peer_result> peers) 
   ctx.report(std::move(r));
 }
 
+} // namespace
+
 // ---- peers: measured in this run, as child processes with our pinning ----
 
-/// PyTorch RPC (TensorPipe), two ranks started through corodist-run.
 peer_output torch_rpc_peer(context& ctx) {
   if (!ctx.peers) return {{}, "skipped"};
   if (auto why = torch_unavailable()) return {{}, *why};
@@ -235,6 +236,8 @@ peer_output torch_rpc_peer(context& ctx) {
                   std::chrono::seconds(600));
 }
 
+namespace {
+
 /// gRPC C++ (Debian's libgrpc++, built only when found): sync unary 64 B, 64 in flight, echo.
 peer_output grpc_peer(context& ctx) {
   if (!ctx.peers) return {{}, "skipped"};
@@ -244,16 +247,6 @@ peer_output grpc_peer(context& ctx) {
                   {program, "--samples", ctx.quick ? "20000" : "100000", "--calls", ctx.quick ? "100000" : "500000",
                    "--echo-bytes", std::to_string(echo_bytes), "--rounds", ctx.quick ? "3" : "10"},
                   std::chrono::seconds(600));
-}
-
-// PyTorch's remote() + to_here(): corodist's side is the rref suite's (not here
-// yet); the row carries the peer's figure alone until then.
-void remote_to_here(context& ctx, const peer_output& torch) {
-  record r;
-  r.suite = "rpc";
-  r.name = "remote_to_here";
-  r.peers = {peer_from("pytorch", torch, {{"op", "remote_to_here"}}, "p50_us")};
-  ctx.report(std::move(r));
 }
 
 void run_rpc_suite(context& ctx) {
@@ -290,10 +283,9 @@ void run_rpc_suite(context& ctx) {
   async_throughput(ctx, pair,
                    {torch_peer("rpc_async_x64", nullptr, "ops_per_s"), grpc_peer_of("async_x64", nullptr, "ops_per_s", nullptr)});
   echo_64MiB(ctx, pair, {grpc_peer_of("echo", nullptr, nullptr, "gbytes_per_s")});
-  remote_to_here(ctx, torch);
 }
 
-const suite_registrar registrar("rpc", &run_rpc_suite, 40, 10);
+const suite_registrar registrar("rpc", &run_rpc_suite, 40, 9);
 
 } // namespace
 } // namespace corodist::bench

@@ -10,13 +10,12 @@ spdlog::logger& logger();
 
 } // namespace corodist::detail
 
-// Per-message lines: the arguments are evaluated only when trace is on.
+// Trace lines (one per protocol message) evaluate their arguments only when on.
 #define CORODIST_LOG_TRACE(...)                                                                                        \
   do {                                                                                                                 \
-    auto& corodist_logger_ = ::corodist::detail::logger();                                                             \
-    if (corodist_logger_.should_log(::spdlog::level::trace))                                                           \
-      corodist_logger_.trace(__VA_ARGS__);                                                                             \
-  } while (0)
+    if (::corodist::detail::logger().should_log(::spdlog::level::trace))                                               \
+      ::corodist::detail::logger().trace(__VA_ARGS__);                                                                 \
+  } while (false)
 #define CORODIST_LOG_DEBUG(...) ::corodist::detail::logger().debug(__VA_ARGS__)
 #define CORODIST_LOG_INFO(...) ::corodist::detail::logger().info(__VA_ARGS__)
 #define CORODIST_LOG_WARN(...) ::corodist::detail::logger().warn(__VA_ARGS__)

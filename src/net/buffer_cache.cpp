@@ -48,7 +48,7 @@ cache& the_cache() {
 
 } // namespace
 
-bytes fresh_buffer(std::size_t n) {
+bytes reserved_buffer(std::size_t n) {
   bytes b;
   if (n >= 2 * huge_page) {
     b.reserve(n);
@@ -57,7 +57,14 @@ bytes fresh_buffer(std::size_t n) {
     const auto end = (p + n) & ~(huge_page - 1);
     if (end > begin)
       ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE); // advice only: failure is harmless
+  } else {
+    b.reserve(n);
   }
+  return b;
+}
+
+bytes fresh_buffer(std::size_t n) {
+  bytes b = reserved_buffer(n);
   b.resize(n);
   return b;
 }

@@ -22,6 +22,9 @@ bytes take_cached_buffer(std::size_t n);
 /// A new buffer of `n` bytes (never a cached one); from 4 MiB up advised to use
 /// transparent huge pages.
 bytes fresh_buffer(std::size_t n);
+/// An empty buffer with room for `n` bytes (huge pages advised for big ones),
+/// none of them touched yet: its memory is committed as it is filled.
+bytes reserved_buffer(std::size_t n);
 
 /// Offers `b` for reuse (kept if large enough and the cache has room: at most
 /// 4 buffers, buffer_cache_limit() bytes in all); otherwise frees it. Thread-safe.

@@ -36,6 +36,10 @@ using corodist::detail::use_tuple;
 // Size of the per-thread read buffer; a frame that does not fit is read straight
 // into its own buffer.
 constexpr std::size_t read_buffer_size = 64 * 1024;
+// A large frame's body starts with room for this much, and grows x4 as it arrives.
+constexpr std::size_t first_large_buffer = 16 * 1024;
+// The most one read of a large frame's body takes (between reads, the loop runs others).
+constexpr std::size_t large_read_chunk = 4 * 1024 * 1024;
 // Bodies up to this size are copied next to their header (one iovec per batch);
 // larger ones are written in place.
 constexpr std::size_t copy_threshold = 2048;
@@ -510,32 +514,47 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_
 // starts at 64 KiB and grows fourfold each time it fills, so a peer that
 // declares a large frame and sends little of it holds little.
 asio::awaitable<void> connection::read_large_frame(frame_header h) {
+  // The body's memory follows its bytes: room is reserved in steps (x4 from
+  // 16 KiB), and only the chunk about to be read is initialised; each read
+  // takes at most large_read_chunk, so that one frame does not hold the loop
+  // for long (other connections' handlers run between its reads).
   const std::size_t len = h.payload_len;
   std::size_t got = carry_.size() - header_size;
-  bytes body = detail::take_cached_buffer(len);
-  if (body.empty())
-    body.resize(std::min(len, std::max(read_buffer_size, got)));
-  std::memcpy(body.data(), carry_.data() + header_size, got);
+  bytes body = detail::take_cached_buffer(len); // sized len, or empty
+  if (body.empty()) {
+    body.reserve(std::min(len, std::max(first_large_buffer, got)));
+    body.assign(carry_.begin() + header_size, carry_.end());
+  } else {
+    std::memcpy(body.data(), carry_.data() + header_size, got);
+  }
   carry_ = bytes();
   while (got < len) {
-    if (got == body.size()) {
+    if (got == body.capacity()) {
       // The intermediate sizes are neither taken from the cache nor offered to
       // it: the cache is for buffers of the sizes frames really have.
       bytes bigger = detail::take_cached_buffer(len);
       if (bigger.empty()) {
-        const std::size_t next = std::min(len, body.size() * 4);
-        bigger = next == len ? detail::fresh_buffer(len) : bytes(next);
+        const std::size_t next = std::min(len, body.capacity() * 4);
+        bigger = next == len ? detail::reserved_buffer(len) : bytes();
+        if (next != len)
+          bigger.reserve(next);
+        bigger.assign(body.begin(), body.begin() + static_cast<std::ptrdiff_t>(got));
+      } else {
+        std::memcpy(bigger.data(), body.data(), got);
       }
-      std::memcpy(bigger.data(), body.data(), got);
       body = std::move(bigger);
     }
-    auto [ec, n] = co_await read_frame_bytes(asio::buffer(body.data() + got, body.size() - got), true);
+    const std::size_t chunk = std::min({len - got, large_read_chunk, body.capacity() - got});
+    if (body.size() < got + chunk)
+      body.resize(got + chunk);
+    auto [ec, n] = co_await read_frame_bytes(asio::buffer(body.data() + got, chunk), true);
     if (ec) {
       on_read_error(ec, header_size + got);
       co_return;
     }
     got += n;
   }
+  body.resize(len);
   dispatch(message{h, std::move(body)});
 }
 

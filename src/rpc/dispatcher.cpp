@@ -33,13 +33,13 @@ std::exception_ptr fail_with(failure c, const std::string& what) {
 }
 
 // The error reply for `e`: the dispatcher's own failures keep their code.
-payload error_payload(const std::exception_ptr& e) {
+payload error_payload(const std::exception_ptr& e, const std::string& self) {
   try {
     std::rethrow_exception(e);
   } catch (const call_failure& f) {
     return encode_failure(f.code, f.code == failure::malformed ? "protocol_error" : "rpc", f.what());
   } catch (...) {
-    return encode_exception(e);
+    return encode_exception(e, self);
   }
 }
 
@@ -127,8 +127,8 @@ void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& co
               c->respond(id, kind_reply, std::move(p.body), std::move(p.attachments));
           });
         },
-        [wc, id, loop](std::exception_ptr e) {
-          asio::dispatch(loop, [wc, id, p = error_payload(e)]() mutable {
+        [wc, id, loop, self_name = env_.worker_name](std::exception_ptr e) {
+          asio::dispatch(loop, [wc, id, p = error_payload(e, self_name)]() mutable {
             if (auto c = wc.lock())
               c->respond(id, kind_error_reply, std::move(p.body), std::move(p.attachments));
           });
@@ -140,16 +140,17 @@ void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& co
 void dispatcher::serve_call(int from, std::weak_ptr<net::connection> conn, std::uint64_t id, net::bytes&& frame,
                             clock::time_point arrived) {
   // Replies leave from the loop, whichever thread produced them.
-  auto reply = [loop = env_.loop, conn, id, max = env_.max_message_size](payload&& p, std::exception_ptr e) mutable {
+  auto reply = [loop = env_.loop, conn, id, max = env_.max_message_size,
+                self_name = env_.worker_name](payload&& p, std::exception_ptr e) mutable {
     if (!e && p.size() > max)
       e = std::make_exception_ptr(usage_error("the result's " + std::to_string(p.size()) +
                                               " bytes exceed max_message_size " + std::to_string(max)));
-    asio::dispatch(loop, [conn, id, p = std::move(p), e]() mutable {
+    asio::dispatch(loop, [conn, id, p = std::move(p), e, self_name]() mutable {
       auto c = conn.lock();
       if (!c || !c->is_open())
         return; // the caller is gone (it sees connection_error)
       if (e) {
-        auto ep = error_payload(e);
+        auto ep = error_payload(e, self_name);
         c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
       } else if (auto ec = c->respond(id, kind_reply, std::move(p.body), std::move(p.attachments)); ec && c->is_open()) {
         auto ep = encode_failure(failure::exception, "corodist::usage_error", "cannot send the result: " + ec.message());

@@ -18,10 +18,13 @@ payload encode_failure(failure code, std::string_view type, std::string_view mes
   return e.finish();
 }
 
-payload encode_exception(const std::exception_ptr& err) {
+payload encode_exception(const std::exception_ptr& err, const std::string& self) {
   std::string type = "unknown", message = "a non-standard exception";
   try {
     std::rethrow_exception(err);
+  } catch (const remote_error& e) { // relayed: it keeps its own type, and says where it was raised
+    type = e.type();
+    message = e.worker() == self ? e.message() : e.message() + " (raised on worker '" + e.worker() + "')";
   } catch (const std::exception& e) {
     type = demangle(typeid(e).name());
     message = e.what();

@@ -23,8 +23,10 @@ enum class failure : int {
 payload encode_failure(failure code, std::string_view type, std::string_view message);
 
 /// Encodes the error reply for exception `e` (a handler's or function's): its
-/// demangled dynamic type and what() as a `failure::exception`.
-payload encode_exception(const std::exception_ptr& e);
+/// demangled dynamic type and what() as a `failure::exception`. A remote_error
+/// (relayed from another worker) keeps its type and message, noting the worker
+/// it was raised on unless that is `self`.
+payload encode_exception(const std::exception_ptr& e, const std::string& self = {});
 
 /// The exception an error reply from `worker` stands for (protocol_error if the
 /// reply itself is malformed).

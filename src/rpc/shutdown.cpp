@@ -1,5 +1,5 @@
-// Graceful shutdown of rpc::agent: upper layers' steps, then PyTorch's
-// _wait_all_workers on the store (join rounds until no call moved), then close.
+// Graceful shutdown of rpc::agent: PyTorch's _wait_all_workers on the store
+// (join rounds until no call moved), then upper layers' steps, then close.
 #include "rpc/agent_core.hpp"
 
 #include <corodist/core/error.hpp>
@@ -42,11 +42,19 @@ asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
   std::exception_ptr failure;
   if (graceful) {
     try {
+      // As PyTorch: every worker idle first (no user call anywhere), then the
+      // upper layers' cleanup (which still talks over the open connections).
+      co_await join();
+      // Every worker ends a step before any goes on (a step's last messages
+      // -- acknowledgements -- find their receivers still open).
+      int n = 0;
       for (auto& [name, step] : shutdown_steps_) {
         CORODIST_LOG_DEBUG("rpc: agent '{}' shutdown step '{}'", opts_.name, name);
         co_await step(opts_.shutdown_timeout);
+        co_await store_->barrier(opts_.key_prefix + "shutdown_step/" + std::to_string(n++), opts_.world_size,
+                                 opts_.shutdown_timeout);
       }
-      co_await join();
+      co_await leave(opts_.key_prefix + "join/left");
     } catch (...) {
       failure = std::current_exception();
     }
@@ -95,17 +103,15 @@ asio::awaitable<void> agent_core::join() {
     for (int r = 0; r < opts_.world_size; ++r)
       keys.push_back(base + "/" + std::to_string(r));
     auto counts = co_await store_->multi_get(std::move(keys), opts_.shutdown_timeout);
-    if (round > 0 && counts == previous) {
-      co_await leave(pre + "join/left");
+    if (round > 0 && counts == previous)
       co_return;
-    }
     previous = std::move(counts);
   }
   throw timeout_error("rpc: agent '" + opts_.name + "' shutdown: calls kept starting for " +
                       std::to_string(max_rounds) + " rounds");
 }
 
-// The last step of join(): every worker says it has left, and rank 0 (which
+// The last step of shutdown: every worker says it has left, and rank 0 (which
 // hosts the store under env:// and tcp:// rendezvous) waits until all have, so
 // that its store outlives every other worker's last request.
 asio::awaitable<void> agent_core::leave(std::string base) {

@@ -90,10 +90,10 @@ public:
   /// or when the loop is not running.
   void start();
 
-  /// Graceful shutdown: runs the upper layers' shutdown steps, then stops when
-  /// no call is in flight on any worker (every worker must call it; store
-  /// barriers, each bounded by shutdown_timeout), then closes every
-  /// connection. Later calls throw `usage_error`. A second shutdown() while
+  /// Graceful shutdown: waits until no call is in flight on any worker (every
+  /// worker must call it; store barriers, each bounded by shutdown_timeout),
+  /// then runs the upper layers' shutdown steps (every worker ends each before
+  /// any goes on), then closes every connection. Later calls throw `usage_error`. A second shutdown() while
   /// one runs shares its outcome.
   [[nodiscard]] asio::awaitable<void> async_shutdown();
   /// `graceful == false`: immediate — closes at once; pending calls fail with

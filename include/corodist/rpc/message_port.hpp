@@ -139,8 +139,10 @@ public:
   virtual future<payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
                                     call_context ctx) = 0;
 
-  /// Adds `step` to graceful shutdown: steps run in order, before the workers'
-  /// final join, each bounded by the shutdown timeout.
+  /// Adds `step` to graceful shutdown: steps run in order after the workers'
+  /// join (no user call is in flight anywhere; the connections are still
+  /// open), each bounded by the shutdown timeout; every worker ends a step
+  /// before any worker goes on to the next (or closes).
   virtual void add_shutdown_step(std::string name, shutdown_step step) = 0;
 
   /// A codec_context for decoding a message from `from` on this port.

@@ -1,0 +1,213 @@
+#pragma once
+/// \file
+/// What the rref<T> templates need of the RRef protocol, behind an interface
+/// (implemented in src/rref/ by rref_context), and the two objects they share
+/// with it: a handle (one UserRRef, or one reference to an OwnerRRef) and the
+/// OwnerRRef's value.
+
+#include <corodist/core/config.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/core/future.hpp>
+#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/message_port.hpp>
+#include <corodist/rref/rref_id.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <typeinfo>
+
+namespace corodist::rpc {
+class agent;
+}
+
+namespace corodist::rref::detail {
+
+/// An RRef as it travels inside a message: which RRef, its owner, the new
+/// fork made for the receiver, and who made it (the parent).
+struct fork_info {
+  rref_id id;
+  std::int32_t owner = -1;
+  fork_id fork;
+  std::int32_t parent = -1;
+};
+
+class protocol;
+
+/// The value of an OwnerRRef: as its function returned it (encoded), or as a
+/// typed object once used as one (local_value(), a method). One mutex: methods
+/// and encodings of one value take turns. Thread-safe.
+class value_slot {
+public:
+  /// An encoded value (as remote()'s function returned it).
+  explicit value_slot(rpc::payload encoded) : encoded_(std::move(encoded)) {}
+  /// A typed value (make_rref).
+  template <typename T>
+  static std::shared_ptr<value_slot> of(T v) {
+    auto s = std::make_shared<value_slot>(rpc::payload{});
+    s->encoded_.reset();
+    s->set_typed(std::make_shared<T>(std::move(v)));
+    return s;
+  }
+
+  /// The value as a T (decoded once, then kept: changes made through it are
+  /// what later readers see). Throws usage_error if it was used as another type,
+  /// bad_result-like errors if it does not decode to T.
+  template <typename T>
+  std::shared_ptr<T> as(rpc::message_port* port, int self) {
+    std::lock_guard lk(mutex_);
+    if (typed_) {
+      if (*type_ != typeid(T))
+        throw usage_error("rref: the value is a " + rpc::detail::demangle(type_->name()) + ", not a " +
+                          rpc::detail::demangle(typeid(T).name()));
+      return std::static_pointer_cast<T>(typed_);
+    }
+    rpc::codec_context ctx;
+    ctx.port = port;
+    ctx.self = ctx.peer = self;
+    auto parsed = rpc::detail::parse_payload(flatten(), ctx);
+    rpc::codec_scope scope(ctx);
+    auto v = std::make_shared<T>(rpc::detail::decode_result<T>(parsed.body.get()));
+    set_typed(v);
+    encoded_.reset();
+    return v;
+  }
+
+  /// The value encoded for `peer` (any thread).
+  rpc::payload encode_for(rpc::message_port* port, int self, int peer) {
+    std::lock_guard lk(mutex_);
+    if (typed_)
+      return encode_typed_(typed_.get(), port, self, peer);
+    rpc::payload copy;
+    copy.body = encoded_->body;
+    copy.attachments = encoded_->attachments;
+    return copy;
+  }
+
+  /// Runs `f(value)` with the value locked (methods).
+  template <typename T, typename F>
+  auto with(rpc::message_port* port, int self, F&& f) {
+    auto v = as<T>(port, self);
+    std::lock_guard lk(mutex_);
+    return f(*v);
+  }
+
+  /// Bytes held (statistics).
+  std::size_t encoded_size() const {
+    std::lock_guard lk(mutex_);
+    return encoded_ ? encoded_->size() : 0;
+  }
+
+private:
+  template <typename T>
+  void set_typed(std::shared_ptr<T> v) {
+    typed_ = std::move(v);
+    type_ = &typeid(T);
+    encode_typed_ = [](const void* p, rpc::message_port* port, int self, int peer) {
+      rpc::detail::encoder e(port, self, peer);
+      return rpc::detail::encode_value(e, *static_cast<const T*>(p));
+    };
+  }
+  // The encoded value as one received payload (attachments appended).
+  net::bytes flatten() const {
+    net::bytes b = encoded_->body;
+    for (auto& a : encoded_->attachments) {
+      const auto* p = static_cast<const std::byte*>(a.data.data());
+      b.insert(b.end(), p, p + a.data.size());
+    }
+    return b;
+  }
+
+  mutable std::mutex mutex_;
+  std::optional<rpc::payload> encoded_;
+  std::shared_ptr<void> typed_;
+  const std::type_info* type_ = nullptr;
+  rpc::payload (*encode_typed_)(const void*, rpc::message_port*, int, int) = nullptr;
+};
+
+/// One UserRRef, or one reference to an OwnerRRef (on the owner); every copy of
+/// an rref<T> made from it shares it. Its destruction is what the protocol's
+/// G1 reacts to.
+class handle {
+public:
+  handle(std::weak_ptr<protocol> p, rref_id id, fork_id fork, std::int32_t owner, bool is_owner)
+      : protocol_(std::move(p)), id_(id), fork_(fork), owner_(owner), is_owner_(is_owner) {}
+  ~handle();
+  handle(const handle&) = delete;
+  handle& operator=(const handle&) = delete;
+
+  rref_id id() const noexcept { return id_; }
+  fork_id fork() const noexcept { return fork_; }
+  std::int32_t owner() const noexcept { return owner_; }
+  bool is_owner() const noexcept { return is_owner_; }
+  /// True once the owner knows this UserRRef (always, on the owner).
+  bool confirmed() const noexcept { return confirmed_.load(std::memory_order_acquire); }
+  void set_confirmed() noexcept { confirmed_.store(true, std::memory_order_release); }
+  /// The protocol it belongs to; throws usage_error once that is gone (agent destroyed).
+  std::shared_ptr<protocol> protocol_of() const;
+
+private:
+  std::weak_ptr<protocol> protocol_;
+  rref_id id_;
+  fork_id fork_;
+  std::int32_t owner_;
+  bool is_owner_;
+  std::atomic<bool> confirmed_{false};
+};
+
+/// The RRef protocol of one worker, as the templates see it. Implemented by
+/// rref_context (src/rref/); thread-safe unless said otherwise.
+class protocol {
+public:
+  virtual ~protocol() = default;
+
+  /// The worker's message port and rank; its agent (null in a simulation).
+  virtual rpc::message_port& port() = 0;
+  virtual int self() const = 0;
+  virtual rpc::agent* agent() = 0;
+  /// The default deadline of to_here() and of remote()'s creation.
+  virtual std::chrono::milliseconds default_timeout() const = 0;
+
+  /// A new RRef owned by `owner`, created by this worker: its handle (a
+  /// UserRRef not yet confirmed, or the owner's own when `owner` is this worker).
+  virtual std::shared_ptr<handle> new_remote(int owner) = 0;
+  /// Sends remote()'s call for `h` (a body `[fn, [args], timeout]` encoded for the owner).
+  virtual void send_remote(const std::shared_ptr<handle>& h, rpc::payload call, std::chrono::milliseconds timeout) = 0;
+  /// A new OwnerRRef here holding `v` (make_rref).
+  virtual std::shared_ptr<handle> new_owned(std::shared_ptr<value_slot> v) = 0;
+
+  /// Forks `h` for worker `peer`: what to encode (records the fork: G2).
+  virtual fork_info fork_to(const std::shared_ptr<handle>& h, int peer) = 0;
+  /// Takes an RRef that arrived from `from`: the receiver's handle.
+  virtual std::shared_ptr<handle> adopt(const fork_info& f, int from) = 0;
+
+  /// The value's encoded bytes from its owner (to_here): a frame payload.
+  virtual future<net::bytes> fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) = 0;
+  /// The OwnerRRef's value slot, on the owner (usage_error elsewhere, or if
+  /// the value is not there yet; remote_error if its function failed).
+  virtual std::shared_ptr<value_slot> local_slot(const handle& h) = 0;
+
+  /// A handle is gone (any thread; never throws).
+  virtual void released(const handle& h) noexcept = 0;
+
+  /// The protocol attached to `port` (rref::context::enable); usage_error if none.
+  static protocol& of(rpc::message_port& port);
+};
+
+inline handle::~handle() {
+  if (auto p = protocol_.lock())
+    p->released(*this);
+}
+
+inline std::shared_ptr<protocol> handle::protocol_of() const {
+  auto p = protocol_.lock();
+  if (!p)
+    throw usage_error("rref " + id_.str() + ": its worker's RRef context is gone (the agent was destroyed)");
+  return p;
+}
+
+} // namespace corodist::rref::detail

@@ -1,0 +1,23 @@
+#pragma once
+// Element-wise work of the reducer on host gradients: copy into a bucket
+// (divided by the world size), copy back, and the float16 round trip of the
+// fp16 compression hook.
+
+#include <corodist/collective/float16.hpp>
+#include <corodist/collective/tensor_view.hpp>
+
+#include <cstddef>
+
+namespace corodist::ddp::detail {
+
+/// dst[i] = src[i] / divisor for i < n (floating dtypes; divisor 1: a plain
+/// copy). `dst` may equal `src` (in place).
+void copy_divided(void* dst, const void* src, std::size_t n, collective::dtype type, int divisor);
+
+/// out[i] = float16(t[i] / divisor).
+void to_float16(const collective::tensor_view& t, collective::float16* out, int divisor);
+
+/// t[i] = float(in[i]) in t's dtype.
+void from_float16(const collective::float16* in, const collective::tensor_view& t);
+
+} // namespace corodist::ddp::detail

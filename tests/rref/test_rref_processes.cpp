@@ -1,0 +1,274 @@
+// RRefs between worker processes (fork) over loopback, with a store server in
+// the test process: the protocol note's four scenarios, fork chains, a
+// parameter server, an owner killed while users wait, and graceful shutdowns
+// that leave nothing behind. Linked into the rref test executable.
+#include <boost/test/unit_test.hpp>
+
+#include <corodist/core/error.hpp>
+#include <corodist/rpc/agent.hpp>
+#include <corodist/rref/context.hpp>
+#include <corodist/rref/remote.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include "rpc/rpc_fixtures.hpp"
+#include "store/store_fixtures.hpp"
+#include "support/child_process.hpp"
+
+#include <poll.h>
+#include <csignal>
+#include <unistd.h>
+
+#include <atomic>
+#include <future>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace std::chrono_literals;
+namespace utf = boost::unit_test;
+namespace rpc = corodist::rpc;
+namespace rr = corodist::rref;
+namespace cs = corodist::store;
+using corodist::event_loop;
+using corodist::test::child_process;
+
+namespace {
+
+struct store_host : corodist::test::tcp_impl {};
+
+std::shared_ptr<cs::store> connect_store(event_loop& loop, std::uint16_t port) {
+  cs::tcp_store_options o;
+  o.port = port;
+  o.auth_token = "";
+  o.timeout = 20s;
+  return cs::tcp_store::connect_sync(loop.get_executor(), o);
+}
+
+// A failed expectation inside a worker process: its exit status says so.
+void expect(bool ok, const std::string& what) {
+  if (!ok)
+    throw std::runtime_error("expected: " + what);
+}
+
+std::string counts(const rr::debug_info& i) {
+  return "owners " + std::to_string(i.owners) + ", users " + std::to_string(i.users) + ", pending users " +
+         std::to_string(i.pending_users) + ", pending children " + std::to_string(i.pending_children) + ", forks " +
+         std::to_string(i.forks) + ", unacked " + std::to_string(i.unacked);
+}
+
+bool empty(const rr::debug_info& i) {
+  return i.owners + i.users + i.pending_users + i.pending_children + i.forks + i.unacked == 0;
+}
+
+/// One worker process: an RRef-enabled agent, `setup` registers functions,
+/// `body` runs the scenario; then a graceful shutdown, after which this
+/// worker's protocol must hold nothing.
+int worker(std::uint16_t port, int rank, int world, const std::function<void(rpc::agent&)>& setup,
+           const std::function<void(rpc::agent&)>& body) {
+  event_loop loop;
+  loop.start();
+  auto store = connect_store(loop, port);
+  rpc::agent a(loop, corodist::test::worker_options(rank, world, store));
+  rr::enable(a);
+  setup(a);
+  a.start();
+  body(a);
+  a.shutdown();
+  const auto left = rr::info(a);
+  expect(empty(left), "worker " + std::to_string(rank) + " holds nothing after shutdown (" + counts(left) + ")");
+  return 0;
+}
+
+/// Runs `world` workers as processes; each must exit 0.
+void run_job(int world, const std::function<void(rpc::agent&)>& setup,
+             const std::function<void(rpc::agent&, int)>& body) {
+  store_host host;
+  const auto port = host.port();
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < world; ++r)
+    kids.push_back(std::make_unique<child_process>(
+        [=] { return worker(port, r, world, setup, [&](rpc::agent& a) { body(a, r); }); }));
+  for (int r = 0; r < world; ++r)
+    BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait_for(60s) == 0, "worker " << r << " failed");
+}
+
+// The functions every scenario uses (registered on every worker).
+rr::rref<int> kept;                      // a reference a worker holds on to
+rr::rref<std::vector<double>> params;    // the parameter server's values
+constexpr int trainers = 3, steps = 20;
+std::atomic<int> trainers_done{0};
+std::promise<void> all_trained; // set by the last trainer's trainer_done
+
+void standard(rpc::agent& a) {
+  auto* ap = &a;
+  a.register_function("make", [](int v) { return v; });
+  // A reference arriving as an argument: its value read where it arrived.
+  a.register_function("read", [](rr::rref<int> r) { return r.to_here().get(); });
+  // On the owner: the value itself, not a copy over the network.
+  a.register_function("read_local", [](rr::rref<int> r) {
+    expect(r.is_owner(), "the reference came back to its owner as the owner's own");
+    return *r.local_value();
+  });
+  // Keeps a reference (a user that holds it), returns it on request.
+  a.register_function("keep", [](rr::rref<int> r) {
+    kept = r;
+    return kept.is_owner();
+  });
+  a.register_function("give_back", [] { return std::exchange(kept, {}); });
+  // Asks worker `who` for the reference it keeps (a user returns it to its owner).
+  a.register_function("read_back_from", [ap](int who) {
+    auto r = ap->rpc_sync<rr::rref<int>>(who, "give_back");
+    expect(r.is_owner(), "a reference returned to its owner is the owner's own");
+    return *r.local_value();
+  });
+  // Passes the reference along a chain of workers; the last one reads it.
+  a.register_function("chain", [ap](rr::rref<int> r, std::vector<int> rest) {
+    if (rest.empty())
+      return r.to_here().get();
+    const int next = rest.front();
+    rest.erase(rest.begin());
+    return ap->rpc_sync<int>(next, "chain", r, rest);
+  });
+  // The owner starts a chain with a value of its own.
+  a.register_function("start_chain", [ap](int v, std::vector<int> rest) {
+    auto r = rr::make_rref(*ap, v);
+    const int next = rest.front();
+    rest.erase(rest.begin());
+    return ap->rpc_sync<int>(next, "chain", r, rest);
+  });
+  a.register_function("share_local", [ap](int v) { return rr::make_rref(*ap, v); });
+  // The parameter server's side.
+  a.register_function("get_params", [ap] {
+    static std::mutex m;
+    std::lock_guard lk(m);
+    if (!params.valid()) // made on the first trainer's request
+      params = rr::make_rref(*ap, std::vector<double>(4, 0.0));
+    return params;
+  });
+  a.register_function("trainer_done", [] {
+    if (++trainers_done == trainers)
+      all_trained.set_value();
+    return 0;
+  });
+  rr::register_method<std::vector<double>>(a, "update", [](std::vector<double>& p, double delta) {
+    for (auto& x : p)
+      x += delta;
+    return std::accumulate(p.begin(), p.end(), 0.0);
+  });
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(rref_processes)
+
+// The note's four scenarios with three workers; every worker then shuts down
+// gracefully (w2 still holding a reference) and holds nothing afterwards.
+BOOST_AUTO_TEST_CASE(the_four_scenarios, *utf::timeout(120)) {
+  run_job(3, standard, [](rpc::agent& a, int rank) {
+    if (rank != 0)
+      return;
+    // User shares with owner, as an argument: the owner accepts it directly.
+    auto r = rr::remote<int>(a, "w1", "make", 7);
+    expect(r.owner() == 1 && !r.is_owner(), "remote() gives a UserRRef owned by the callee");
+    expect(a.rpc_sync<int>("w1", "read_local", r) == 7, "the owner reads its own value");
+    expect(r.to_here().get() == 7, "to_here on the creator");
+    expect(r.confirmed_by_owner(), "the creator's UserRRef is confirmed");
+    // User shares with owner, as a return value: w2 keeps a fork, w1 asks for it back.
+    expect(!a.rpc_sync<bool>("w2", "keep", rr::remote<int>(a, "w1", "make", 8)), "w2 keeps a UserRRef");
+    expect(a.rpc_sync<int>("w1", "read_back_from", 2) == 8, "w1 reads the reference w2 returned");
+    // Owner shares with user: w1 makes a value of its own and returns the reference.
+    auto o = a.rpc_sync<rr::rref<int>>("w1", "share_local", 9);
+    expect(o.owner() == 1 && o.to_here().get() == 9, "the owner's reference, read on a user");
+    // User shares with user: w0 passes references owned by w1 to w2, which reads them.
+    expect(a.rpc_sync<int>("w2", "read", o) == 9, "a user's fork read by another user");
+    expect(a.rpc_sync<int>("w2", "read", r) == 7, "the creator's fork read by another user");
+    // w2 keeps one until shutdown: shutdown deletes it.
+    expect(!a.rpc_sync<bool>("w2", "keep", o), "w2 keeps a UserRRef at shutdown");
+  });
+}
+
+// OwnerRRef -> A -> Y -> Z (the owner starts it), and A -> Y -> Z started on a user.
+BOOST_AUTO_TEST_CASE(fork_chains, *utf::timeout(120)) {
+  run_job(4, standard, [](rpc::agent& a, int rank) {
+    if (rank != 0)
+      return;
+    expect(a.rpc_sync<int>("w1", "start_chain", 21, std::vector<int>{0, 2, 3}) == 21, "owner -> w0 -> w2 -> w3");
+    auto r = rr::remote<int>(a, "w1", "make", 22);
+    expect(a.rpc_sync<int>("w2", "chain", r, std::vector<int>{3, 0}) == 22, "w0 -> w2 -> w3 -> w0 (a user's chain)");
+    expect(a.rpc_sync<int>("w2", "chain", r, std::vector<int>{1}) == 22, "w0 -> w2 -> w1 (back to the owner)");
+  });
+}
+
+// Trainers update values held by an RRef on one server through rref.rpc_sync.
+BOOST_AUTO_TEST_CASE(parameter_server, *utf::timeout(120)) {
+  run_job(1 + trainers, standard, [](rpc::agent& a, int rank) {
+    if (rank == 0) {
+      expect(all_trained.get_future().wait_for(60s) == std::future_status::ready, "every trainer finished");
+      for (double x : *params.local_value())
+        expect(x == trainers * steps * 0.5, "every update was applied once");
+      params = {};
+      return;
+    }
+    auto p = a.rpc_sync<rr::rref<std::vector<double>>>("w0", "get_params");
+    expect(p.owner() == 0 && !p.is_owner(), "the server owns the parameters");
+    double last = 0;
+    for (int s = 0; s < steps; ++s)
+      last = p.rpc_sync<double>("update", 0.5);
+    expect(last >= 4 * 0.5 * steps, "updates return the new sum");
+    a.rpc_sync<int>("w0", "trainer_done");
+  });
+}
+
+// An owner killed (SIGKILL) while users wait in to_here: every wait fails with
+// connection_error promptly, later uses too, and nothing hangs.
+BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
+  store_host host;
+  const auto port = host.port();
+  corodist::test::pipe_pair started;
+  child_process owner([&] {
+    started.close_read();
+    event_loop loop;
+    loop.start();
+    rpc::agent a(loop, corodist::test::worker_options(1, 2, connect_store(loop, port)));
+    rr::enable(a);
+    const int fd = started.write_end();
+    a.register_function("hang", [fd](int v) {
+      char c = 'x';
+      (void)::write(fd, &c, 1);
+      std::this_thread::sleep_for(60s); // until killed
+      return v;
+    });
+    a.start();
+    std::this_thread::sleep_for(60s); // until killed
+    return 3;
+  });
+  started.close_write();
+  event_loop loop;
+  loop.start();
+  rpc::agent a(loop, corodist::test::worker_options(0, 2, connect_store(loop, port)));
+  rr::context_options co;
+  co.give_up_after = 2s; // the delete that the dropped reference sends to the dead owner
+  rr::enable(a, co);
+  a.start();
+  auto r = rr::remote<int>(a, "w1", "hang", 5);
+  auto first = r.to_here();
+  auto second = r.to_here();
+  pollfd pf{started.read_end(), POLLIN, 0};
+  BOOST_REQUIRE(::poll(&pf, 1, 10000) == 1); // the function is running on the owner
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(owner.pid(), SIGKILL);
+  BOOST_CHECK_THROW(first.get(), corodist::connection_error);
+  BOOST_CHECK_THROW(second.get(), corodist::connection_error);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST_MESSAGE("to_here failed " << ms << " ms after the owner was killed");
+  BOOST_TEST(ms < 1000.0);
+  BOOST_CHECK_THROW(r.to_here().get(), corodist::connection_error);
+  BOOST_TEST(owner.wait_for(10s) == 128 + SIGKILL);
+  r = {};
+  a.shutdown(false);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
