@@ -327,10 +327,11 @@ void dispatcher::stop() {
 }
 
 void dispatcher::join_pool() {
-  if (pool_) {
-    pool_->stop();
+  // Queued jobs hold this dispatcher: they must run (each answers "shutting
+  // down" at once), not be left in a stopped pool that this dispatcher owns.
+  stopped_ = true;
+  if (pool_)
     pool_->join();
-  }
 }
 
 } // namespace corodist::rpc::detail

@@ -67,7 +67,8 @@ public:
   /// (queued for the pool) are answered "shutting down" instead of run; a
   /// running plain function finishes. Loop only.
   void stop();
-  /// Stops and joins the pool (not on the loop; not from a pool thread).
+  /// Refuses queued jobs (they answer "shutting down") and joins the pool once
+  /// they have run (not on the loop; not from a pool thread).
   void join_pool();
   /// The pool, for work that must leave the loop.
   asio::thread_pool::executor_type pool_executor() { return pool_->get_executor(); }
