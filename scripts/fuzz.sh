@@ -10,12 +10,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-30}
 bash scripts/setup.sh --fuzz
-CXX="ccache clang++" bash scripts/build.sh build-fuzz -Dfuzzing=enabled -Db_sanitize=address,undefined \
-  -Db_lundef=false -Dbuildtype=debugoptimized -Dtests=disabled -Dbenchmarks=disabled
+targets=(net_connection net_hello store_native store_torch rpc_payload)
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+if [[ ! -f build-fuzz/build.ninja ]]; then
+  CXX="ccache clang++" meson setup build-fuzz -Dfuzzing=enabled -Db_sanitize=address,undefined \
+    -Db_lundef=false -Dbuildtype=debugoptimized -Dtests=disabled -Dbenchmarks=disabled -Dexamples=disabled >/dev/null
+fi
+# The fuzz targets alone (and the layers they link), not the whole library.
+ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz_}" >/dev/null || ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz_}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 failed=()
-for t in net_connection net_hello store_native store_torch rpc_payload; do
+for t in "${targets[@]}"; do
   work=$(mktemp -d)            # the run's corpus grows here; the committed one stays as it is
   artifacts=$(mktemp -d)
   cp -r "tests/fuzz/corpus/$t/." "$work/"
