@@ -82,15 +82,30 @@ int worker(std::uint16_t port, int rank, int world, const std::function<void(rpc
   return 0;
 }
 
-/// Runs `world` workers as processes; each must exit 0.
+/// The port of the store server the workers meet at, read from `fd`.
+std::uint16_t read_port(int fd) {
+  std::uint16_t port = 0;
+  if (!corodist::test::read_all(fd, &port, sizeof port))
+    throw std::runtime_error("no store port from the test process");
+  return port;
+}
+
+/// Runs `world` workers as processes; each must exit 0. They are forked
+/// before the store server starts, while this process has no other thread (a
+/// fork while another thread allocates leaves the child stuck on the
+/// allocator's lock under ASan), and read its port from a pipe.
 void run_job(int world, const std::function<void(rpc::agent&)>& setup,
              const std::function<void(rpc::agent&, int)>& body) {
-  store_host host;
-  const auto port = host.port();
+  corodist::test::pipe_pair go;
   std::vector<std::unique_ptr<child_process>> kids;
   for (int r = 0; r < world; ++r)
-    kids.push_back(std::make_unique<child_process>(
-        [=] { return worker(port, r, world, setup, [&](rpc::agent& a) { body(a, r); }); }));
+    kids.push_back(std::make_unique<child_process>([&, r] {
+      return worker(read_port(go.read_end()), r, world, setup, [&](rpc::agent& a) { body(a, r); });
+    }));
+  store_host host;
+  const std::uint16_t port = host.port();
+  for (int r = 0; r < world; ++r)
+    BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
   for (int r = 0; r < world; ++r)
     BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait_for(60s) == 0, "worker " << r << " failed");
 }
@@ -225,11 +240,10 @@ BOOST_AUTO_TEST_CASE(parameter_server, *utf::timeout(120)) {
 // An owner killed (SIGKILL) while users wait in to_here: every wait fails with
 // connection_error promptly, later uses too, and nothing hangs.
 BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
-  store_host host;
-  const auto port = host.port();
-  corodist::test::pipe_pair started;
-  child_process owner([&] {
+  corodist::test::pipe_pair started, go;
+  child_process owner([&] { // forked before any thread of ours starts (see run_job)
     started.close_read();
+    const auto port = read_port(go.read_end());
     event_loop loop;
     loop.start();
     rpc::agent a(loop, corodist::test::worker_options(1, 2, connect_store(loop, port)));
@@ -246,6 +260,9 @@ BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
     return 3;
   });
   started.close_write();
+  store_host host;
+  const std::uint16_t port = host.port();
+  BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
   event_loop loop;
   loop.start();
   rpc::agent a(loop, corodist::test::worker_options(0, 2, connect_store(loop, port)));
