@@ -10,12 +10,15 @@
 #define io_uring_prep_cancel corodist::detail::prep_unowned_cancel
 // Its timeout removals get their target's user_data (core/ring_setup.hpp).
 #define io_uring_prep_timeout_remove corodist::detail::prep_timeout_remove_owned
+// Its waits outlast signals, so run_for's timeout completes inside the call that armed it.
+#define io_uring_wait_cqe corodist::detail::wait_cqe_through_signals
 #endif
 #include <asio/impl/src.hpp>
 #if CORODIST_IO_URING
 #undef io_uring_queue_init
 #undef io_uring_prep_cancel
 #undef io_uring_prep_timeout_remove
+#undef io_uring_wait_cqe
 #endif
 // The clang names of Asio's any_io_executor specialisations (g++ builds only).
 #include "core/asio_clang_names.hpp"

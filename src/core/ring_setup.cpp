@@ -49,6 +49,14 @@ void prep_timeout_remove_owned(io_uring_sqe* sqe, unsigned long long target, uns
   sqe->user_data = target;
 }
 
+int wait_cqe_through_signals(io_uring* ring, io_uring_cqe** cqe) noexcept {
+  int rc = 0;
+  do
+    rc = io_uring_wait_cqe(ring, cqe);
+  while (rc == -EINTR);
+  return rc;
+}
+
 unsigned last_ring_flags() noexcept { return applied_flags; }
 
 } // namespace corodist::detail

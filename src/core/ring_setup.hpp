@@ -9,6 +9,7 @@
 
 struct io_uring;
 struct io_uring_sqe;
+struct io_uring_cqe;
 
 namespace corodist::detail {
 
@@ -53,6 +54,16 @@ void prep_unowned_cancel(io_uring_sqe* sqe, void* target, int asio_flags) noexce
 /// result of 0 (a read: end of file). With the target's user_data, run() counts it as the
 /// second of its two local completions.
 void prep_timeout_remove_owned(io_uring_sqe* sqe, unsigned long long target, unsigned flags) noexcept;
+
+/// Asio 1.22's blocking wait for a completion, retried when a signal interrupts it.
+/// io_context::run_for (and run_one_for, run_until...) arms a timeout whose user_data is
+/// a local of io_uring_service::run(usec); when a signal (a profiler's, libFuzzer's
+/// SIGALRM, a user's timer) interrupted the wait, run() returned with that timeout still
+/// armed, and its completion came later to another call, whose frame was elsewhere: the
+/// stale address was taken for an operation and run (a jump to garbage). Retrying keeps
+/// the wait, and so the timeout's completion, inside the call that armed it.
+/// Returns 0 or a negative errno other than -EINTR.
+int wait_cqe_through_signals(io_uring* ring, io_uring_cqe** cqe) noexcept;
 
 /// The setup flags of the last ring created on this thread through init_asio_ring (tests).
 unsigned last_ring_flags() noexcept;

@@ -27,6 +27,8 @@
 #include <poll.h>
 #include <fstream>
 #include <future>
+#include <alloca.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
@@ -704,6 +706,62 @@ BOOST_AUTO_TEST_CASE(socket_io_goes_through_io_uring, *utf::timeout(60)) {
   // only an io_uring completion can end.
   BOOST_TEST(after - before >= std::uint64_t(n));
 #endif
+}
+
+namespace {
+volatile std::sig_atomic_t alarms = 0;
+void count_alarm(int) { alarms = alarms + 1; }
+
+// Runs ctx.run_for with `depth` x 256 bytes more of stack in use, so that successive
+// calls put io_uring_service::run's locals at different addresses.
+[[gnu::noinline]] std::size_t run_for_at_depth(asio::io_context& ctx, int depth) {
+  auto* pad = static_cast<volatile char*>(alloca(16 + 256 * static_cast<std::size_t>(depth)));
+  pad[0] = 1;
+  const std::size_t n = ctx.run_for(1ms);
+  return n + static_cast<std::size_t>(pad[0] - 1);
+}
+} // namespace
+
+// io_context::run_for arms a timeout named after a local of the run call; a signal that
+// interrupted the wait (a profiler's or libFuzzer's SIGALRM) used to end the call with
+// that timeout still armed, and its completion, arriving in a later call whose frame
+// lay elsewhere, was taken for an operation and run: a jump to garbage (the fuzz
+// targets crashed so). Signals now leave the wait, and every operation, alone.
+BOOST_AUTO_TEST_CASE(run_for_interrupted_by_signals_leaves_operations_alone, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  tcp::socket a(ctx), b(ctx);
+  a.connect(acc.local_endpoint());
+  acc.accept(b);
+  std::array<char, 5> got{};
+  std::error_code read_ec;
+  bool read_done = false;
+  asio::async_read(b, asio::buffer(got), [&](std::error_code ec, std::size_t) {
+    read_ec = ec;
+    read_done = true;
+  });
+  struct sigaction sa{}, old{};
+  sa.sa_handler = count_alarm;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGALRM, &sa, &old);
+  itimerval every{{0, 150}, {0, 150}}, off{};
+  ::setitimer(ITIMER_REAL, &every, nullptr);
+  alarms = 0;
+  for (int i = 0; i < 4000 && !read_done; ++i)
+    run_for_at_depth(ctx, i % 9);
+  ::setitimer(ITIMER_REAL, &off, nullptr);
+  ::sigaction(SIGALRM, &old, nullptr);
+  for (int i = 0; i < 20 && !read_done; ++i) // what an interrupted call left armed fires now
+    run_for_at_depth(ctx, i % 9);
+  BOOST_TEST_MESSAGE(alarms << " signals during 4000 calls of run_for");
+  BOOST_TEST(alarms > 100);
+  BOOST_TEST_REQUIRE(!read_done, "a read with nothing to read stayed pending: " << read_ec.message());
+  asio::write(a, asio::buffer("hello", 5));
+  for (int i = 0; i < 2000 && !read_done; ++i)
+    ctx.run_for(1ms);
+  BOOST_TEST(read_done);
+  BOOST_TEST(!read_ec);
+  BOOST_TEST(std::string(got.data(), got.size()) == "hello");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
