@@ -9,7 +9,10 @@ dir=build
 opts=()
 if [[ "${1:-}" == "--sanitize" ]]; then
   dir=build-asan
-  opts=(-Dbuildtype=debugoptimized -Db_sanitize=address,undefined -Db_lundef=false -Dbenchmarks=disabled)
+  # -O1 with line tables (-g1): about half the compile time of -O2 -g under the
+  # sanitizers, with file:line in every report.
+  opts=(-Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Db_sanitize=address,undefined -Db_lundef=false
+        -Dbenchmarks=disabled)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 fi
