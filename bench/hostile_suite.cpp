@@ -123,14 +123,20 @@ bool poll_until(P pred, std::chrono::milliseconds limit, std::chrono::millisecon
 struct stall_figures {
   double max_ms = not_applicable;  ///< the largest lateness of one wake-up (wall clock)
   double busy_ms = not_applicable; ///< the largest part of one lateness the loop's thread spent on a CPU
+  /// busy_ms over the wake-ups whose lateness an idle thread of the process did not share:
+  /// what the loop itself did, without the stalls of the whole machine (a VM's vCPU held
+  /// by its host counts as CPU time of whatever thread it was running).
+  double own_busy_ms = not_applicable;
+  double machine_ms = not_applicable; ///< the largest lateness of the idle control thread
   std::size_t wakeups = 0;
   std::size_t over_10ms = 0; ///< wake-ups later than 10 ms
 };
 
 /// The larger of each figure (the counts added).
 stall_figures worse(const stall_figures& a, const stall_figures& b) {
-  return {std::max(a.max_ms, b.max_ms), std::max(a.busy_ms, b.busy_ms), a.wakeups + b.wakeups,
-          a.over_10ms + b.over_10ms};
+  return {std::max(a.max_ms, b.max_ms),           std::max(a.busy_ms, b.busy_ms),
+          std::max(a.own_busy_ms, b.own_busy_ms), std::max(a.machine_ms, b.machine_ms),
+          a.wakeups + b.wakeups,                  a.over_10ms + b.over_10ms};
 }
 
 double thread_cpu_ms() {
@@ -148,13 +154,15 @@ double thread_cpu_ms() {
 class loop_probe {
 public:
   explicit loop_probe(const asio::any_io_executor& ex) : state_(std::make_shared<state>()) {
+    control_ = std::thread([st = state_] { run_control(*st); });
     done_ = asio::co_spawn(ex, run(state_), asio::use_future);
   }
   ~loop_probe() {
-    if (done_.valid()) {
-      state_->stop = true;
+    state_->stop = true;
+    if (done_.valid())
       done_.wait_for(loop_timeout);
-    }
+    if (control_.joinable())
+      control_.join();
   }
   loop_probe(const loop_probe&) = delete;
   loop_probe& operator=(const loop_probe&) = delete;
@@ -165,7 +173,19 @@ public:
     if (done_.wait_for(loop_timeout) != std::future_status::ready)
       throw std::runtime_error("the loop stall probe did not end within 10 s");
     done_.get();
-    return state_->seen;
+    control_.join();
+    auto& st = *state_;
+    // A loop wake-up's lateness that the control thread shared for at least half of
+    // it was the machine's, not the loop's.
+    st.seen.own_busy_ms = st.small_busy_ms;
+    for (const auto& l : st.loop_stalls) {
+      double shared = 0;
+      for (const auto& c : st.control_stalls)
+        shared += std::max(0.0, ms_between(std::max(l.from, c.from), std::min(l.to, c.to)));
+      if (shared < 0.5 * ms_between(l.from, l.to))
+        st.seen.own_busy_ms = std::max(st.seen.own_busy_ms, l.busy_ms);
+    }
+    return st.seen;
   }
 
   /// The idle loop's figures: a probe over `window`, with nothing else to do.
@@ -176,9 +196,19 @@ public:
   }
 
 private:
+  /// Wake-ups later than this are kept, with their interval, for the attribution.
+  static constexpr double kept_ms = 2.0;
+  static constexpr std::size_t max_kept = 100'000;
+  struct interval {
+    clock_type::time_point from, to;
+    double busy_ms;
+  };
   struct state {
     std::atomic<bool> stop{false};
-    stall_figures seen; // written on the loop; read after the coroutine ended
+    stall_figures seen;                  // written on the loop; read after the coroutine ended
+    double small_busy_ms = 0;            // the busy part of wake-ups not kept
+    std::vector<interval> loop_stalls;   // the same
+    std::vector<interval> control_stalls; // written by the control thread; read after it ended
   };
 
   static asio::awaitable<void> run(std::shared_ptr<state> st) {
@@ -197,7 +227,12 @@ private:
       st->seen.max_ms = std::max(st->seen.max_ms, late);
       // The part of the lateness the loop's thread spent on a CPU (at most):
       // the rest it waited for one, which says more about the machine's load.
-      st->seen.busy_ms = std::max(st->seen.busy_ms, std::min(late, cpu_now - cpu));
+      const double busy = std::min(late, cpu_now - cpu);
+      st->seen.busy_ms = std::max(st->seen.busy_ms, busy);
+      if (late > kept_ms && st->loop_stalls.size() < max_kept)
+        st->loop_stalls.push_back({due, now, busy});
+      else
+        st->small_busy_ms = std::max(st->small_busy_ms, busy);
       st->seen.over_10ms += late > 10.0;
       ++st->seen.wakeups;
       due = now + 1ms;
@@ -205,7 +240,23 @@ private:
     }
   }
 
+  /// The control: a plain thread of the same process that only sleeps 1 ms at a time.
+  static void run_control(state& st) {
+    st.seen.machine_ms = 0;
+    auto due = clock_type::now() + 1ms;
+    while (!st.stop.load(std::memory_order_relaxed)) {
+      std::this_thread::sleep_until(due);
+      const auto now = clock_type::now();
+      const double late = ms_between(due, now);
+      st.seen.machine_ms = std::max(st.seen.machine_ms, late);
+      if (late > kept_ms && st.control_stalls.size() < max_kept)
+        st.control_stalls.push_back({due, now, 0});
+      due = now + 1ms;
+    }
+  }
+
   std::shared_ptr<state> state_;
+  std::thread control_;
   std::future<void> done_;
 };
 
@@ -433,14 +484,17 @@ void add_stall_fields(record& r, const stall_figures& during, const stall_figure
   r.extra.emplace_back("max_loop_stall_ms", during.max_ms);
   r.extra.emplace_back("max_loop_busy_ms", during.busy_ms);
   r.extra.emplace_back("loop_wakeups_over_10ms", static_cast<double>(during.over_10ms));
+  r.extra.emplace_back("max_loop_own_busy_ms", during.own_busy_ms);
+  r.extra.emplace_back("max_machine_stall_ms", during.machine_ms);
   r.extra.emplace_back("idle_max_loop_stall_ms", idle.max_ms);
   r.extra.emplace_back("idle_max_loop_busy_ms", idle.busy_ms);
 }
 
 std::string stall_text(const stall_figures& during, const stall_figures& idle) {
-  return fmt::format("loop stall max {:.2f} ms, on a CPU {:.2f} ms ({} wake-ups over 10 ms; idle loop just "
-                     "before: {:.2f} / {:.2f} ms)",
-                     during.max_ms, during.busy_ms, during.over_10ms, idle.max_ms, idle.busy_ms);
+  return fmt::format("loop stall max {:.2f} ms, on a CPU {:.2f} ms, {:.2f} ms of it not shared by an idle thread "
+                     "(whose own worst was {:.2f} ms); {} wake-ups over 10 ms; idle loop just before: {:.2f} / {:.2f} ms",
+                     during.max_ms, during.busy_ms, during.own_busy_ms, during.machine_ms, during.over_10ms,
+                     idle.max_ms, idle.busy_ms);
 }
 
 /// The worst stall of each case, for the max_loop_stall_ms record.
@@ -1120,28 +1174,37 @@ void stall_summary(context& ctx, const stall_log& stalls) {
   r.name = "max_loop_stall_ms";
   double worst = 0, worst_idle = 0;
   std::string text;
-  double worst_busy = 0;
+  double worst_busy = 0, worst_own = 0, worst_machine = 0;
   for (const auto& [name, during, idle] : stalls.cases) {
     r.extra.emplace_back(name + "_max_stall_ms", during.max_ms);
     r.extra.emplace_back(name + "_max_busy_ms", during.busy_ms);
+    r.extra.emplace_back(name + "_max_own_busy_ms", during.own_busy_ms);
+    r.extra.emplace_back(name + "_max_machine_stall_ms", during.machine_ms);
     r.extra.emplace_back(name + "_idle_max_stall_ms", idle.max_ms);
     if (name != "pending_wait_memory" && name != "idle_connection_memory") { // the cases 3 - 5
       worst = std::max(worst, during.max_ms);
       worst_busy = std::max(worst_busy, during.busy_ms);
+      worst_own = std::max(worst_own, during.own_busy_ms);
+      worst_machine = std::max(worst_machine, during.machine_ms);
       worst_idle = std::max(worst_idle, idle.max_ms);
     }
-    text += fmt::format("{} {:.1f} / {:.1f} (idle {:.1f}); ", name, during.max_ms, during.busy_ms, idle.max_ms);
+    text += fmt::format("{} {:.1f} / {:.1f} / {:.1f} (idle thread {:.1f}; idle loop {:.1f}); ", name, during.max_ms,
+                        during.busy_ms, during.own_busy_ms, during.machine_ms, idle.max_ms);
   }
   r.extra.emplace_back("max_loop_stall_ms", worst);
   r.extra.emplace_back("max_loop_busy_ms", worst_busy);
+  r.extra.emplace_back("max_loop_own_busy_ms", worst_own);
+  r.extra.emplace_back("max_machine_stall_ms", worst_machine);
   r.extra.emplace_back("idle_max_loop_stall_ms", worst_idle);
   r.extra.emplace_back("target_max_loop_stall_ms", 10.0);
   r.extra.emplace_back("meets_target", worst <= 10.0 ? 1.0 : 0.0);
-  r.extra.emplace_back("meets_target_cpu", worst_busy <= 10.0 ? 1.0 : 0.0);
+  r.extra.emplace_back("meets_target_cpu", worst_own <= 10.0 ? 1.0 : 0.0);
   report(ctx, std::move(r),
-         fmt::format("worst lateness of a 1 ms timer on the server's loop / the part of it the loop was on a CPU, ms: "
-                     "{}worst of cases 3-5 {:.1f} / {:.1f} ms (target <= 10: {} / {})",
-                     text, worst, worst_busy, worst <= 10.0 ? "met" : "NOT met", worst_busy <= 10.0 ? "met" : "NOT met"));
+         fmt::format("worst lateness of a 1 ms timer on the server's loop / the part of it the loop was on a CPU / "
+                     "that part without the stalls an idle thread of the process shared, ms: {}worst of cases 3-5 "
+                     "{:.1f} / {:.1f} / {:.1f} ms (target <= 10: {} / {} / {}); the idle thread's worst {:.1f} ms",
+                     text, worst, worst_busy, worst_own, worst <= 10.0 ? "met" : "NOT met",
+                     worst_busy <= 10.0 ? "met" : "NOT met", worst_own <= 10.0 ? "met" : "NOT met", worst_machine));
 }
 
 void run_hostile_suite(context& ctx) {

@@ -2,7 +2,6 @@
 
 #include "core/log.hpp"
 
-#include <sys/mman.h>
 
 #include <array>
 #include <cerrno>
@@ -16,7 +15,6 @@ namespace corodist::net::detail {
 namespace {
 
 constexpr std::size_t max_buffers = 4;
-constexpr std::size_t huge_page = std::size_t{2} << 20;
 
 /// The starting cap: CORODIST_BUFFER_CACHE_MIB when it holds a number, else the default.
 std::size_t initial_limit() {
@@ -50,16 +48,7 @@ cache& the_cache() {
 
 bytes reserved_buffer(std::size_t n) {
   bytes b;
-  if (n >= 2 * huge_page) {
-    b.reserve(n);
-    const auto p = reinterpret_cast<std::uintptr_t>(b.data());
-    const auto begin = (p + huge_page - 1) & ~(huge_page - 1);
-    const auto end = (p + n) & ~(huge_page - 1);
-    if (end > begin)
-      ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE); // advice only: failure is harmless
-  } else {
-    b.reserve(n);
-  }
+  b.reserve(n);
   return b;
 }
 
