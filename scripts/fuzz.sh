@@ -14,7 +14,8 @@ targets=(net_connection net_hello store_native store_torch rpc_payload)
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
 if [[ ! -f build-fuzz/build.ninja ]]; then
   CXX="ccache clang++" meson setup build-fuzz -Dfuzzing=enabled -Db_sanitize=address,undefined \
-    -Db_lundef=false -Dbuildtype=debugoptimized -Dtests=disabled -Dbenchmarks=disabled -Dexamples=disabled >/dev/null
+    -Db_lundef=false -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dtests=disabled -Dbenchmarks=disabled \
+    -Dexamples=disabled >/dev/null
 fi
 # The fuzz targets alone (and the layers they link), not the whole library.
 ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz_}" >/dev/null || ninja -C build-fuzz "${targets[@]/#/tests/fuzz/fuzz_}"
