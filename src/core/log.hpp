@@ -10,13 +10,15 @@ spdlog::logger& logger();
 
 } // namespace corodist::detail
 
-// Trace lines (one per protocol message) evaluate their arguments only when on.
-#define CORODIST_LOG_TRACE(...)                                                                                        \
+// Trace and debug lines (a line per frame or per connection) evaluate their
+// arguments only when their level is on.
+#define CORODIST_LOG_AT(level, ...)                                                                                    \
   do {                                                                                                                 \
-    if (::corodist::detail::logger().should_log(::spdlog::level::trace))                                               \
-      ::corodist::detail::logger().trace(__VA_ARGS__);                                                                 \
+    if (::corodist::detail::logger().should_log(level))                                                                \
+      ::corodist::detail::logger().log(level, __VA_ARGS__);                                                            \
   } while (false)
-#define CORODIST_LOG_DEBUG(...) ::corodist::detail::logger().debug(__VA_ARGS__)
+#define CORODIST_LOG_TRACE(...) CORODIST_LOG_AT(::spdlog::level::trace, __VA_ARGS__)
+#define CORODIST_LOG_DEBUG(...) CORODIST_LOG_AT(::spdlog::level::debug, __VA_ARGS__)
 #define CORODIST_LOG_INFO(...) ::corodist::detail::logger().info(__VA_ARGS__)
 #define CORODIST_LOG_WARN(...) ::corodist::detail::logger().warn(__VA_ARGS__)
 #define CORODIST_LOG_ERROR(...) ::corodist::detail::logger().error(__VA_ARGS__)
