@@ -176,12 +176,16 @@ public:
     control_.join();
     auto& st = *state_;
     // A loop wake-up's lateness that the control thread shared for at least half of
-    // it was the machine's, not the loop's.
+    // it was the machine's, not the loop's. Both lists are in time order.
     st.seen.own_busy_ms = st.small_busy_ms;
+    const auto& control = st.control_stalls;
+    std::size_t first = 0; // the first control stall that does not end before the loop stall at hand
     for (const auto& l : st.loop_stalls) {
+      while (first < control.size() && control[first].to <= l.from)
+        ++first;
       double shared = 0;
-      for (const auto& c : st.control_stalls)
-        shared += std::max(0.0, ms_between(std::max(l.from, c.from), std::min(l.to, c.to)));
+      for (std::size_t i = first; i < control.size() && control[i].from < l.to; ++i)
+        shared += ms_between(std::max(l.from, control[i].from), std::min(l.to, control[i].to));
       if (shared < 0.5 * ms_between(l.from, l.to))
         st.seen.own_busy_ms = std::max(st.seen.own_busy_ms, l.busy_ms);
     }
