@@ -118,7 +118,7 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
   auto comm = [&] {
     std::vector<cc::work> ws;
     for (auto& d : direct)
-      ws.push_back(pg->allreduce(d));
+      ws.push_back(pg->allreduce(d, cc::reduce_op::avg)); // as the reducer issues them
     for (auto& w : ws)
       w.get();
   };

@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
+#include <utility>
 #include <vector>
 
 namespace corodist::collective::detail {
@@ -147,36 +149,86 @@ void set_input(Options& o, void* data, std::size_t count, std::size_t esize) {
   }
 }
 
-// Gloo's allreduce (ring, as PyTorch's ProcessGroupGloo) of `count` elements
-// of `esize` bytes at `data`, in place, with kernel `fn`.
-void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, std::size_t esize, reduce_fn fn) {
-  if (count == 0)
-    return;
+// Gloo's ring splits a buffer into segments of at most this many bytes; set
+// explicitly because ring_owned_bytes() mirrors the split.
+constexpr std::size_t ring_max_segment_bytes = std::size_t{1} << 20;
+
+// The bytes [first, second) of a `total`-byte buffer whose reduction Gloo's
+// ring (gloo/allreduce.cc, ring()) completes on `rank` of `n`: the buffer is
+// cut into a multiple of n segments, at least 2n, and rank r ends its
+// reduce-scatter holding chunk r (segments r * per_rank ...), which it then
+// sends first in the allgather. Every other byte is added to on this rank at
+// most once, as a partial sum that travels on.
+std::pair<std::size_t, std::size_t> ring_owned_bytes(std::size_t total, std::size_t esize, int n, int rank) {
+  const auto un = static_cast<std::size_t>(n);
+  const std::size_t max_segment = esize * std::max<std::size_t>(1, ring_max_segment_bytes / esize);
+  std::size_t segments = std::max((total + max_segment - 1) / max_segment, 2 * un);
+  segments = (segments + un - 1) / un * un;
+  const std::size_t per_rank = segments / un;
+  const std::size_t segment = ((total + segments - 1) / segments + esize - 1) / esize * esize;
+  const std::size_t first = std::min(total, static_cast<std::size_t>(rank) * per_rank * segment);
+  return {first, std::min(total, first + per_rank * segment)};
+}
+
+// Gloo's allreduce of `count` elements of `esize` bytes at `data`, in place,
+// with reduction `fn`; `ring` picks the ring (else bcube).
+void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, std::size_t esize, bool ring,
+                    gloo::AllreduceOptions::Func fn) {
   auto& o = kept<gloo::AllreduceOptions>(cc, cc.context);
   set_output(o, data, count, esize);
-  // Small buffers: bcube (recursive halving/doubling), the fewest messages;
-  // large ones: the ring, whose pipelined segments use the bandwidth.
-  o.setAlgorithm(count * esize <= cc.bcube_max_bytes ? gloo::AllreduceOptions::Algorithm::BCUBE
-                                                     : gloo::AllreduceOptions::Algorithm::RING);
-  o.setReduceFunction(fn);
+  o.setAlgorithm(ring ? gloo::AllreduceOptions::Algorithm::RING : gloo::AllreduceOptions::Algorithm::BCUBE);
+  o.setMaxSegmentSize(ring_max_segment_bytes);
+  o.setReduceFunction(std::move(fn));
   o.setTag(cc.tag);
   o.setTimeout(left(cc));
   gloo::allreduce(o);
 }
 
-// Allreduce of `t` with `op`, avg included (integers via int64).
+// Allreduce of `t` with `op`, avg included (integers via int64). Small
+// buffers go through bcube (recursive halving/doubling: the fewest messages),
+// large ones through the ring (as PyTorch's ProcessGroupGloo), whose
+// pipelined segments use the bandwidth. A floating avg on the ring divides in
+// the last addition of each byte (on the rank that completes it), so it costs
+// no pass over the buffer beyond the sum's.
 void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op op) {
   const int n = cc.context->size;
+  if (t.count() == 0)
+    return;
   if (op == reduce_op::avg && !is_floating(t.type())) {
     std::vector<std::int64_t> wide;
     widen(t, wide);
-    gloo_allreduce(cc, wide.data(), wide.size(), 8, reduce_function(dtype::int64, reduce_op::sum));
+    gloo_allreduce(cc, wide.data(), wide.size(), 8, wide.size() * 8 > cc.bcube_max_bytes,
+                   reduce_function(dtype::int64, reduce_op::sum));
     narrow_divided(wide, n, t);
     return;
   }
-  gloo_allreduce(cc, t.data(), t.count(), element_size(t.type()), reduce_function(t.type(), op));
-  if (op == reduce_op::avg && n > 1)
-    divide(t, n);
+  const std::size_t esize = element_size(t.type());
+  const bool ring = t.count() * esize > cc.bcube_max_bytes;
+  const auto sum = reduce_function(t.type(), op);
+  if (op != reduce_op::avg || n == 1 || !ring) {
+    gloo_allreduce(cc, t.data(), t.count(), esize, ring, sum);
+    if (op == reduce_op::avg && n > 1)
+      divide(t, n);
+    return;
+  }
+  const auto [first, last] = ring_owned_bytes(t.count() * esize, esize, n, cc.context->rank);
+  const auto* base = static_cast<const std::byte*>(t.data());
+  const auto type = t.type();
+  gloo_allreduce(cc, t.data(), t.count(), esize, true,
+                 [=](void* out, const void* a, const void* b, std::size_t count) {
+                   // Split at the owned range's edges (a segment lies within or outside it).
+                   const auto begin = static_cast<std::size_t>(static_cast<const std::byte*>(out) - base);
+                   const auto end = begin + count * esize;
+                   const auto lo = std::clamp(first, begin, end), hi = std::clamp(last, begin, end);
+                   auto at = [&](const void* p, std::size_t off) { return static_cast<const std::byte*>(p) + (off - begin); };
+                   auto* o = static_cast<std::byte*>(out);
+                   if (lo > begin)
+                     sum(o, a, b, (lo - begin) / esize);
+                   if (hi > lo)
+                     add_divided(type, o + (lo - begin), at(a, lo), at(b, lo), (hi - lo) / esize, n);
+                   if (end > hi)
+                     sum(o + (hi - begin), at(a, hi), at(b, hi), (end - hi) / esize);
+                 });
 }
 
 void broadcast_one(const gloo_call_context& cc, const tensor_view& t, int root) {
@@ -205,9 +257,10 @@ void allgather(const gloo_call_context& cc, const tensor_view& in, const tensor_
 // Ring reduce-scatter over raw bytes: `in` holds n chunks of `count`
 // elements; chunk `rank` of the reduction lands in `out`. At step s (of n-1)
 // a rank sends its partial sum of chunk (rank-s-1) to the right and receives
-// the left's partial of chunk (rank-s-2), adding its own input to it.
+// the left's partial of chunk (rank-s-2), adding its own input to it. With
+// `average` (the dtype), the last addition also divides by n.
 void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::size_t count, std::size_t esize,
-                         reduce_fn fn) {
+                         reduce_fn fn, std::optional<dtype> average = std::nullopt) {
   auto& ctx = *cc.context;
   const int n = ctx.size;
   const int rank = ctx.rank;
@@ -250,8 +303,12 @@ void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::
       acc_buf->send(right, slot);
     recv_buf->waitRecv(left(cc));
     sender->waitSend(left(cc));
-    void* dest = s == n - 2 ? out : acc.data();
-    fn(dest, recv.data(), in_bytes + static_cast<std::size_t>(recv_chunk) * chunk, count);
+    const bool last = s == n - 2;
+    const void* mine = in_bytes + static_cast<std::size_t>(recv_chunk) * chunk;
+    if (last && average)
+      add_divided(*average, out, recv.data(), mine, count, n);
+    else
+      fn(last ? out : acc.data(), recv.data(), mine, count);
   }
 }
 
@@ -265,10 +322,10 @@ void reduce_scatter(const gloo_call_context& cc, const tensor_view& in, const te
     narrow_divided(wide_out, n, out);
     return;
   }
+  // A floating avg divides in the last addition; with one rank, nothing to divide.
   ring_reduce_scatter(cc, in.data(), out.data(), out.count(), element_size(in.type()),
-                      reduce_function(in.type(), op));
-  if (op == reduce_op::avg && n > 1)
-    divide(out, n);
+                      reduce_function(in.type(), op),
+                      op == reduce_op::avg ? std::optional<dtype>(in.type()) : std::nullopt);
 }
 
 void barrier(const gloo_call_context& cc) {

@@ -21,6 +21,13 @@ reduce_fn reduce_function(dtype t, reduce_op op);
 /// Divides every element of `t` by `divisor` (floating dtypes; rounds to the dtype).
 void divide(const tensor_view& t, int divisor);
 
+/// out[i] = (a[i] + b[i]) / divisor for i < n, elements of floating dtype
+/// `t`: an average's last addition with its division in the same pass (the
+/// sum rounded to the dtype, then divided: what the sum kernel followed by
+/// divide() gives). `out` may alias `a` or `b`. Throws usage_error for an
+/// integer dtype.
+void add_divided(dtype t, void* out, const void* a, const void* b, std::size_t n, int divisor);
+
 /// Copies integer buffer `t` into int64 `out` (resized).
 void widen(const tensor_view& t, std::vector<std::int64_t>& out);
 

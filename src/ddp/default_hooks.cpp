@@ -13,7 +13,7 @@ namespace cc = corodist::collective;
 comm_hook allreduce() {
   return [](grad_bucket& b) -> asio::awaitable<void> {
     const auto buf = b.buffer();
-    if (cc::is_floating(buf.type())) {
+    if (detail::divide_before_sum(buf.type())) {
       detail::copy_divided(buf.data(), buf.data(), buf.count(), buf.type(), b.group().size());
       co_await b.group().allreduce(buf, cc::reduce_op::sum, b.call());
     } else {

@@ -81,6 +81,8 @@ void copy_divided(void* dst, const void* src, std::size_t n, cc::dtype type, int
   }
 }
 
+bool divide_before_sum(cc::dtype type) { return cc::is_floating(type) && cc::element_size(type) == 2; }
+
 void to_float16(const cc::tensor_view& t, cc::float16* out, int divisor) {
   switch (t.type()) {
   case cc::dtype::float32: return to_float16_as<float>(t, out, divisor);

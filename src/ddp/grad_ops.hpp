@@ -14,6 +14,13 @@ namespace corodist::ddp::detail {
 /// copy). `dst` may equal `src` (in place).
 void copy_divided(void* dst, const void* src, std::size_t n, collective::dtype type, int divisor);
 
+/// Whether gradients of `type` are divided by the world size before their
+/// sum, as PyTorch does for every dtype: 16-bit floats, whose sum of
+/// undivided values may overflow. The others are averaged by the allreduce
+/// itself (reduce_op::avg; Gloo's ring divides in its last addition, so no
+/// pass over the gradients of its own).
+bool divide_before_sum(collective::dtype type);
+
 /// out[i] = float16(t[i] / divisor).
 void to_float16(const collective::tensor_view& t, collective::float16* out, int divisor);
 

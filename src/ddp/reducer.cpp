@@ -302,7 +302,7 @@ struct reducer::impl {
   void process_ready(std::size_t i, bool used) {
     const auto& p = params[i];
     void* dst = slot(i);
-    const int divisor = hook ? 1 : world;
+    const int divisor = !hook && detail::divide_before_sum(p.type) ? world : 1;
     if (!used) {
       std::memset(dst, 0, p.bytes());
     } else if (opts.gradient_as_bucket_view) {
@@ -331,7 +331,8 @@ struct reducer::impl {
       return;
     }
     try {
-      track(await_work(pg->allreduce(bucket_view(b), cc::reduce_op::sum, call)), on_done);
+      const auto op = detail::divide_before_sum(layout.buckets[b].type) ? cc::reduce_op::sum : cc::reduce_op::avg;
+      track(await_work(pg->allreduce(bucket_view(b), op, call)), on_done);
     } catch (...) {
       note_error(std::current_exception());
       reduced_at[b] = clock_type::now();

@@ -55,6 +55,29 @@ BOOST_AUTO_TEST_CASE(every_collective_on_three_thread_ranks, *utf::timeout(120))
   }));
 }
 
+// With every allreduce on the ring, a floating avg divides in the ring's last
+// addition on the rank that completes each chunk: every element must come
+// out divided exactly once, whatever the rank count and however the buffer
+// splits into chunks and segments (fewer elements than ranks, uneven chunks,
+// several 1 MiB segments per chunk).
+BOOST_AUTO_TEST_CASE(ring_average_divides_each_element_once, *utf::timeout(120)) {
+  for (int n : {2, 3, 4}) {
+    thread_ranks job;
+    require_all_ok(job.run(n, [&](int r) {
+      auto opts = gloo_test_options();
+      opts.bcube_max_bytes = 0;
+      auto pg = job.group(r, n, opts);
+      corodist::test::failures f;
+      for (auto t : {cc::dtype::float32, cc::dtype::float64, cc::dtype::float16, cc::dtype::bfloat16})
+        for (std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{1009}, std::size_t{1'300'003}})
+          if (cc::element_size(t) == 4 || count < 100'000)
+            corodist::test::check_allreduce(*pg, f, t, cc::reduce_op::avg, count);
+      if (!f.ok())
+        throw std::runtime_error("ranks " + std::to_string(n) + ": " + f.text());
+    }));
+  }
+}
+
 // Coalesced calls split into many staging buckets; two communication threads.
 BOOST_AUTO_TEST_CASE(small_buckets_and_two_threads, *utf::timeout(120)) {
   thread_ranks job;

@@ -122,7 +122,8 @@ public:
 
   /// Replaces the reduction of each bucket by `hook` (before the first
   /// iteration only; `usage_error` after). Without a hook each bucket is
-  /// divided by the world size and allreduced.
+  /// allreduced with reduce_op::avg (16-bit floats: divided by the world
+  /// size as gradients enter it, then summed).
   void register_comm_hook(comm_hook hook);
 
   /// Where gradient `i` lives: the registered gradient, or its view in bucket
