@@ -48,6 +48,13 @@ constexpr std::size_t touch_step = 512 * 1024;
 // Bodies up to this size are copied next to their header (one iovec per batch);
 // larger ones are written in place.
 constexpr std::size_t copy_threshold = 2048;
+// A turn of the loop that queues this many small frames on a connection sends
+// them at once (non-blocking) instead of at the end of the turn, so that the
+// peer works on them while this side makes the rest: with many requests in
+// flight, waiting for the end of the turn left each side idle while the other
+// worked (RPC calls with 64 in flight: 149,000/s -> 265,000/s on this project's
+// 2-vCPU VMs; 16 and 64 frames did less well).
+constexpr std::size_t eager_send_frames = 32;
 // A write buffer larger than this is freed once written, not kept for reuse.
 constexpr std::size_t release_above = 1 << 20;
 // Largest hello extension accepted (reserved for authentication).
@@ -284,8 +291,26 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
     close(errc::output_overflow);
     return errc::output_overflow;
   }
+  if (++queued_frames_ >= eager_send_frames && !writing_ && queued_.large.empty())
+    send_queued_now();
   schedule_write();
   return {};
+}
+
+void connection::send_queued_now() {
+  queued_frames_ = 0;
+  auto& st = queued_.stage;
+  // No write is in flight and every queued frame is in `stage`: a plain
+  // non-blocking send keeps the byte order. What the socket does not take now
+  // (or an error, which the write then meets and closes on) goes the usual way.
+  const auto n = ::send(socket_.native_handle(), st.data(), st.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n <= 0)
+    return;
+  const auto sent = static_cast<std::size_t>(n);
+  if (opts_.shared_output)
+    opts_.shared_output->remove(sent);
+  queued_bytes_ -= sent;
+  st.erase(st.begin(), st.begin() + static_cast<std::ptrdiff_t>(sent));
 }
 
 void connection::schedule_write() {
@@ -304,6 +329,7 @@ void connection::start_write() {
   if (writing_ || !open_ || (queued_.stage.empty() && queued_.large.empty()))
     return;
   writing_ = true;
+  queued_frames_ = 0;
   std::swap(queued_, writing_batch_);
   if (opts_.shared_output)
     opts_.shared_output->remove(queued_bytes_); // handed to the socket

@@ -21,6 +21,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include <atomic>
 #include <csignal>
 #include <cstring>
 #include <dirent.h>
@@ -212,6 +213,53 @@ BOOST_AUTO_TEST_CASE(many_frames_in_one_read, *utf::timeout(60)) {
     asio::read(s, asio::buffer(back));
     BOOST_REQUIRE((back == make_payload(i % 97, i)));
   }
+}
+
+// A turn of the loop that queues many frames sends the first ones while it
+// goes on (the peer can start on them), not only when it ends; every frame
+// arrives once, in order, a large one among them included.
+BOOST_AUTO_TEST_CASE(frames_of_a_long_turn_leave_before_it_ends, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  tcp::socket peer(ctx);
+  std::thread hello([&] { // the peer's side of the hello
+    acc.accept(peer);
+    std::array<std::byte, net::hello_size> h;
+    asio::read(peer, asio::buffer(h));
+    auto mine = net::encode(net::hello{});
+    asio::write(peer, asio::buffer(mine));
+  });
+  constexpr int n = 300;
+  auto payload_of = [](int i) { return make_payload(i == 150 ? 100'000 : 1 + i % 50, static_cast<unsigned>(i)); };
+  std::atomic<int> matched{0};
+  bool early = false;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto c = co_await connect_to(acc.local_endpoint());
+    hello.join(); // done: the connection has the peer's hello
+    for (int i = 0; i < n; ++i)
+      BOOST_REQUIRE(!c->send(kind_echo, payload_of(i)));
+    // Still in the turn that queued them: some bytes must be at the peer already.
+    pollfd p{peer.native_handle(), POLLIN, 0};
+    early = ::poll(&p, 1, 10'000) == 1;
+    asio::steady_timer all_read(ctx, std::chrono::steady_clock::time_point::max());
+    std::thread reader([&] {
+      for (int i = 0; i < n; ++i) {
+        std::array<std::byte, net::header_size> hb;
+        asio::read(peer, asio::buffer(hb));
+        const auto h = net::decode_header(hb.data());
+        net::bytes body(h.payload_len);
+        asio::read(peer, asio::buffer(body));
+        if (h.kind != kind_echo || body != payload_of(i))
+          break;
+        ++matched;
+      }
+      asio::post(ctx, [&] { all_read.cancel(); });
+    });
+    co_await all_read.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    reader.join();
+  }());
+  BOOST_TEST(early);
+  BOOST_TEST(matched.load() == n);
 }
 
 BOOST_AUTO_TEST_CASE(ten_thousand_concurrent_requests, *utf::timeout(120)) {

@@ -187,6 +187,7 @@ private:
   std::error_code enqueue(frame_header h, bytes&& body, std::vector<segment>&& segments);
   void schedule_write();
   void start_write();
+  void send_queued_now();
   asio::awaitable<void> read_loop();
   std::size_t parse(const std::byte* data, std::size_t n);
   /// Reads part (all = false: what is there) or all of `b` of an incomplete frame, under the stall watch.
@@ -218,6 +219,7 @@ private:
   batch writing_batch_; // frames of the write in flight
   std::vector<asio::const_buffer> iov_;
   std::size_t queued_bytes_ = 0; // bytes in queued_ (also counted in opts_.shared_output)
+  std::size_t queued_frames_ = 0; // frames queued since the last send
   bytes carry_;                  // the start of an incomplete incoming frame
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light
   bytes big_;                       // 64 KiB read target while reads keep filling head_
