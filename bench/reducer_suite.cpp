@@ -58,8 +58,7 @@ constexpr const char* python = "/usr/bin/python3";
 
 struct figures {
   double step_us = not_applicable, compute_us = not_applicable, comm_us = not_applicable,
-         nocompute_us = not_applicable, overlap_stat_pct = not_applicable, view_us = not_applicable,
-         copies_us = not_applicable;
+         nocompute_us = not_applicable, overlap_stat_pct = not_applicable, view_us = not_applicable;
   int buckets = 0;
 };
 
@@ -77,7 +76,7 @@ void simulate(bool busy) {
 }
 
 /// One rank: runs every variant; rank 0 writes
-/// "RESULT <mode> <step> <compute> <comm> <nocompute> <overlap_stat> <buckets> <view> <copies>" lines to `out`.
+/// "RESULT <mode> <step> <compute> <comm> <nocompute> <overlap_stat> <buckets> <view>" lines to `out`.
 int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, int out) {
   event_loop loop;
   loop.start();
@@ -109,21 +108,6 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
   for (const auto& b : layout.buckets)
     direct.emplace_back(b.count, 0.0f);
 
-  // What copies mode adds to the allreduces: every gradient into bucket-sized
-  // memory and back (two memcpy passes over the 100 MiB), timed alone.
-  std::vector<float> staging(layers * (width * width + width));
-  auto copies = [&] {
-    for (int back = 0; back < 2; ++back) {
-      std::size_t at = 0;
-      for (auto& g : grads) {
-        if (back)
-          std::memcpy(g.data(), staging.data() + at, g.size() * sizeof(float));
-        else
-          std::memcpy(staging.data() + at, g.data(), g.size() * sizeof(float));
-        at += g.size();
-      }
-    }
-  };
   auto fill = [&](std::size_t k) { std::fill(grads[k].begin(), grads[k].end(), 1.0f); };
   auto timed = [&](auto&& body) {
     pg->barrier().get();
@@ -170,12 +154,11 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
     comm();
   }
   for (bool busy : {false, true}) {
-    latency_recorder s_step, s_compute, s_comm, s_nocompute, s_overlap, s_view, s_copies;
+    latency_recorder s_step, s_compute, s_comm, s_nocompute, s_overlap, s_view;
     for (int i = 0; i < iters; ++i) {
       s_comm.add_us(timed(comm));
       s_nocompute.add_us(timed([&] { step(false, busy); }));
       s_view.add_us(timed(view_step));
-      s_copies.add_us(timed(copies));
       s_compute.add_us(timed([&] { compute_alone(busy); }));
       s_step.add_us(timed([&] { step(true, busy); }));
       s_overlap.add_us(red.last_stats().overlap_ratio() * 100.0);
@@ -191,10 +174,9 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
       }
     }
     if (rank == 0) {
-      const auto line = fmt::format("RESULT {} {} {} {} {} {} {} {} {}\n", busy ? "busy" : "wait", s_step.percentile(0.5),
+      const auto line = fmt::format("RESULT {} {} {} {} {} {} {} {}\n", busy ? "busy" : "wait", s_step.percentile(0.5),
                                     s_compute.percentile(0.5), s_comm.percentile(0.5), s_nocompute.percentile(0.5),
-                                    s_overlap.percentile(0.5), layout.buckets.size(), s_view.percentile(0.5),
-                                    s_copies.percentile(0.5));
+                                    s_overlap.percentile(0.5), layout.buckets.size(), s_view.percentile(0.5));
       if (::write(out, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         return 3;
     }
@@ -264,7 +246,7 @@ std::map<std::string, figures> run_ours(int n, int iters, int warmup) {
   std::string tag, mode;
   figures f;
   while (in >> tag >> mode >> f.step_us >> f.compute_us >> f.comm_us >> f.nocompute_us >> f.overlap_stat_pct >>
-         f.buckets >> f.view_us >> f.copies_us)
+         f.buckets >> f.view_us)
     if (tag == "RESULT")
       out[mode] = f;
   return out;
@@ -310,8 +292,6 @@ void run_reducer_suite(context& ctx) {
                    {"overhead_pct", (f.nocompute_us / f.comm_us - 1.0) * 100.0},
                    {"nocompute_view_us", f.view_us},
                    {"overhead_view_pct", (f.view_us / f.comm_us - 1.0) * 100.0},
-                   {"copies_us", f.copies_us},
-                   {"copies_pct", f.copies_us / f.comm_us * 100.0},
                    {"overlap_pct", (f.compute_us + f.comm_us - f.step_us) / f.comm_us * 100.0},
                    {"overlap_stat_pct", f.overlap_stat_pct}};
       if (no_peer) {

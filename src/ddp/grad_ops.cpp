@@ -4,7 +4,12 @@
 
 #include <corodist/core/error.hpp>
 
+#include <cstdint>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace corodist::ddp::detail {
 
@@ -65,6 +70,34 @@ void from_float16_as(const cc::float16* in, const cc::tensor_view& t) {
 }
 
 } // namespace
+
+void copy_gradient(void* dst, const void* src, std::size_t bytes) noexcept {
+#if defined(__SSE2__)
+  if (bytes >= streaming_copy_min) {
+    auto* d = static_cast<std::byte*>(dst);
+    const auto* s = static_cast<const std::byte*>(src);
+    const std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(d) % 16) % 16; // streaming stores are aligned
+    std::memcpy(d, s, head);
+    d += head;
+    s += head;
+    bytes -= head;
+    for (std::size_t left = bytes / 64; left > 0; --left, d += 64, s += 64) {
+      const auto* in = reinterpret_cast<const __m128i*>(s);
+      auto* out = reinterpret_cast<__m128i*>(d);
+      const __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1), c = _mm_loadu_si128(in + 2),
+                    e = _mm_loadu_si128(in + 3);
+      _mm_stream_si128(out, a);
+      _mm_stream_si128(out + 1, b);
+      _mm_stream_si128(out + 2, c);
+      _mm_stream_si128(out + 3, e);
+    }
+    _mm_sfence(); // the streamed bytes are visible before anything that follows
+    std::memcpy(d, s, bytes % 64);
+    return;
+  }
+#endif
+  std::memcpy(dst, src, bytes);
+}
 
 void copy_divided(void* dst, const void* src, std::size_t n, cc::dtype type, int divisor) {
   if (divisor == 1) {

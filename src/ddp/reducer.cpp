@@ -309,7 +309,10 @@ struct reducer::impl {
       detail::copy_divided(dst, dst, p.count, p.type, divisor);
       ready_order.push_back(i);
     } else {
-      detail::copy_divided(dst, p.grad, p.count, p.type, divisor);
+      if (divisor == 1)
+        detail::copy_gradient(dst, p.grad, p.bytes());
+      else
+        detail::copy_divided(dst, p.grad, p.count, p.type, divisor);
       copied += p.bytes();
       ready_order.push_back(i);
     }
@@ -347,7 +350,7 @@ struct reducer::impl {
     for (auto i : k.parameters) {
       if (opts.find_unused_parameters && std::binary_search(globally_unused.begin(), globally_unused.end(), i))
         continue;
-      std::memcpy(params[i].grad, slot(i), params[i].bytes());
+      detail::copy_gradient(params[i].grad, slot(i), params[i].bytes());
       copied += params[i].bytes();
     }
   }

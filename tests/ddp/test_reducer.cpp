@@ -12,6 +12,7 @@
 #include <corodist/store/tcp_store.hpp>
 
 #include "collective/gloo_fixtures.hpp"
+#include "ddp/grad_ops.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 #include "support/program.hpp"
@@ -24,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <thread>
@@ -188,6 +190,27 @@ bool wait_readable(int fd, std::chrono::milliseconds timeout) {
 const std::vector<std::size_t> sizes = {300, 7, 1000, 64, 129, 5, 800, 33};
 
 } // namespace
+
+// Gradient copies (streamed from 1 MiB): every byte lands, whatever the
+// alignment of either side and the size's remainder, and nothing around the
+// destination is touched.
+BOOST_AUTO_TEST_CASE(gradient_copies_are_exact_at_every_alignment) {
+  const std::size_t mib = dd::detail::streaming_copy_min;
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{1000}, mib - 1, mib, mib + 63, 3 * mib + 17})
+    for (std::size_t src_off : {0, 1, 8, 15})
+      for (std::size_t dst_off : {0, 3, 16, 33}) {
+        std::vector<std::byte> src(bytes + 64), dst(bytes + 128, std::byte{0xee});
+        for (std::size_t i = 0; i < src.size(); ++i)
+          src[i] = static_cast<std::byte>((i * 131 + bytes) & 0xff);
+        dd::detail::copy_gradient(dst.data() + dst_off, src.data() + src_off, bytes);
+        BOOST_TEST_REQUIRE(std::memcmp(dst.data() + dst_off, src.data() + src_off, bytes) == 0,
+                           bytes << " bytes, source offset " << src_off << ", destination offset " << dst_off);
+        for (std::size_t i = 0; i < dst_off; ++i)
+          BOOST_TEST_REQUIRE((dst[i] == std::byte{0xee}));
+        for (std::size_t i = dst_off + bytes; i < dst.size(); ++i)
+          BOOST_TEST_REQUIRE((dst[i] == std::byte{0xee}));
+      }
+}
 
 BOOST_AUTO_TEST_SUITE(ddp_reducer, *utf::precondition(corodist::test::gloo_built))
 
