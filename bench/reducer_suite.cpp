@@ -62,18 +62,32 @@ struct figures {
   int buckets = 0;
 };
 
-/// The simulated backward of one layer.
-void simulate(bool busy) {
-  if (!busy) {
-    std::this_thread::sleep_for(layer_time);
-    return;
+/// The simulated backward, one layer at a time. Waiting: the host thread
+/// waits for each layer's end on a fixed timeline that starts with the
+/// backward (as a GPU's kernels finish on their own schedule, whatever the
+/// host thread's wake-up delays); busy: each layer spins for its time on this
+/// thread's CPU (so it is slowed by whatever else runs).
+class simulated_backward {
+public:
+  explicit simulated_backward(bool busy) : busy_(busy), start_(clock_type::now()) {}
+  void layer() {
+    ++done_;
+    if (!busy_) {
+      std::this_thread::sleep_until(start_ + done_ * layer_time);
+      return;
+    }
+    const auto end = clock_type::now() + layer_time;
+    volatile double x = 1.0;
+    while (clock_type::now() < end)
+      for (int i = 0; i < 1000; ++i)
+        x = x * 1.0000001 + 1e-9;
   }
-  const auto end = clock_type::now() + layer_time;
-  volatile double x = 1.0;
-  while (clock_type::now() < end)
-    for (int i = 0; i < 1000; ++i)
-      x = x * 1.0000001 + 1e-9;
-}
+
+private:
+  bool busy_;
+  clock_type::time_point start_;
+  int done_ = 0;
+};
 
 /// One rank: runs every variant; rank 0 writes
 /// "RESULT <mode> <step> <compute> <comm> <nocompute> <overlap_stat> <buckets> <view>" lines to `out`.
@@ -124,9 +138,10 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
   };
   auto step = [&](bool compute, bool busy) {
     red.prepare_for_backward();
+    simulated_backward backward(busy);
     for (std::size_t l = layers; l-- > 0;) {
       if (compute) { // the layer's backward: simulated time, then its gradients written
-        simulate(busy);
+        backward.layer();
         fill(2 * l + 1);
         fill(2 * l);
       }
@@ -136,8 +151,9 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
     red.finalize_sync();
   };
   auto compute_alone = [&](bool busy) {
+    simulated_backward backward(busy);
     for (std::size_t l = layers; l-- > 0;) {
-      simulate(busy);
+      backward.layer();
       fill(2 * l + 1);
       fill(2 * l);
     }

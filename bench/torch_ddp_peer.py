@@ -3,8 +3,9 @@ peer of the `reducer` suite of corodist-bench.
 
 The model is the suite's shape: a chain of 25 nn.Linear(1024, 1024) (100 MiB of
 float32 parameters), each followed by a `delay` layer whose backward simulates
-the rest of a backward pass: it sleeps (`wait`: a GPU computes, the host
-thread waits) or spins on the CPU (`busy`) for --layer-ms. DDP with its
+the rest of a backward pass: it waits (`wait`: a GPU computes, the host
+thread waits until the layer's end on a fixed timeline that starts with the
+backward) or spins on the CPU (`busy`) for --layer-ms. DDP with its
 defaults (25 MiB buckets, the first 1 MiB, gradients copied into buckets).
 A step is timed from loss.backward() to its return (DDP's allreduces end
 inside it), after a barrier; forward passes are not timed. Rank 0 prints one
@@ -31,8 +32,13 @@ LAYERS, WIDTH = 25, 1024
 
 
 class Delay(torch.autograd.Function):
+    """wait: each delay layer's backward waits for its end on a fixed timeline
+    that starts with the backward (as a GPU's kernels finish on their own
+    schedule; corodist's reducer case does the same); busy: spins its time."""
     mode = "wait"
     seconds = 0.008
+    start = None  # the backward's start (set by its first delay layer)
+    done = 0
 
     @staticmethod
     def forward(ctx, x):
@@ -41,7 +47,11 @@ class Delay(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         if Delay.mode == "wait":
-            time.sleep(Delay.seconds)
+            now = time.perf_counter()
+            if Delay.start is None:
+                Delay.start, Delay.done = now, 0
+            Delay.done += 1
+            time.sleep(max(0.0, Delay.start + Delay.done * Delay.seconds - now))
         else:
             end = time.perf_counter() + Delay.seconds
             while time.perf_counter() < end:
@@ -83,12 +93,14 @@ def rank_main(port, rank, world, args, answers):
             model.zero_grad(set_to_none=False)
             out = model(x).sum()
             dist.barrier()
+            Delay.start = None
             t0 = time.perf_counter()
             out.backward()
             t1 = time.perf_counter()
             ddp.zero_grad(set_to_none=False)
             out = ddp(x).sum()
             dist.barrier()
+            Delay.start = None
             t2 = time.perf_counter()
             out.backward()
             t3 = time.perf_counter()
