@@ -58,7 +58,8 @@ constexpr const char* python = "/usr/bin/python3";
 
 struct figures {
   double step_us = not_applicable, compute_us = not_applicable, comm_us = not_applicable,
-         nocompute_us = not_applicable, overlap_stat_pct = not_applicable, view_us = not_applicable;
+         nocompute_us = not_applicable, overlap_stat_pct = not_applicable, view_us = not_applicable,
+         local_us = not_applicable;
   int buckets = 0;
 };
 
@@ -90,7 +91,7 @@ private:
 };
 
 /// One rank: runs every variant; rank 0 writes
-/// "RESULT <mode> <step> <compute> <comm> <nocompute> <overlap_stat> <buckets> <view>" lines to `out`.
+/// "RESULT <mode> <step> <compute> <comm> <nocompute> <overlap_stat> <buckets> <view> <local>" lines to `out`.
 int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, int out) {
   event_loop loop;
   loop.start();
@@ -117,6 +118,14 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
   dd::reducer_options vo;
   vo.gradient_as_bucket_view = true;
   dd::reducer view(pg, view_params, vo);
+  // The same as `red` with a hook that communicates nothing: its step is the
+  // reducer's own work (the copies, the hooks' bookkeeping), for `local`.
+  std::vector<std::vector<float>> local_grads(grads);
+  std::vector<dd::parameter> local_params = params;
+  for (std::size_t k = 0; k < local_params.size(); ++k)
+    local_params[k].grad = local_grads[k].data();
+  dd::reducer local(pg, local_params);
+  local.register_comm_hook([](dd::grad_bucket&) -> asio::awaitable<void> { co_return; });
 
   std::vector<std::vector<float>> direct; // the same bucket sizes, for `comm`
   for (const auto& b : layout.buckets)
@@ -164,17 +173,25 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
       view.mark_grad_ready(k);
     view.finalize_sync();
   };
+  auto local_step = [&] {
+    local.prepare_for_backward();
+    for (std::size_t k = params.size(); k-- > 0;)
+      local.mark_grad_ready(k);
+    local.finalize_sync();
+  };
   for (int i = 0; i < warmup; ++i) { // includes the first iteration's bucket rebuild
     step(false, false);
     view_step();
+    local_step();
     comm();
   }
   for (bool busy : {false, true}) {
-    latency_recorder s_step, s_compute, s_comm, s_nocompute, s_overlap, s_view;
+    latency_recorder s_step, s_compute, s_comm, s_nocompute, s_overlap, s_view, s_local;
     for (int i = 0; i < iters; ++i) {
       s_comm.add_us(timed(comm));
       s_nocompute.add_us(timed([&] { step(false, busy); }));
       s_view.add_us(timed(view_step));
+      s_local.add_us(timed(local_step));
       s_compute.add_us(timed([&] { compute_alone(busy); }));
       s_step.add_us(timed([&] { step(true, busy); }));
       s_overlap.add_us(red.last_stats().overlap_ratio() * 100.0);
@@ -190,9 +207,10 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
       }
     }
     if (rank == 0) {
-      const auto line = fmt::format("RESULT {} {} {} {} {} {} {} {}\n", busy ? "busy" : "wait", s_step.percentile(0.5),
+      const auto line = fmt::format("RESULT {} {} {} {} {} {} {} {} {}\n", busy ? "busy" : "wait", s_step.percentile(0.5),
                                     s_compute.percentile(0.5), s_comm.percentile(0.5), s_nocompute.percentile(0.5),
-                                    s_overlap.percentile(0.5), layout.buckets.size(), s_view.percentile(0.5));
+                                    s_overlap.percentile(0.5), layout.buckets.size(), s_view.percentile(0.5),
+                                    s_local.percentile(0.5));
       if (::write(out, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         return 3;
     }
@@ -262,7 +280,7 @@ std::map<std::string, figures> run_ours(int n, int iters, int warmup) {
   std::string tag, mode;
   figures f;
   while (in >> tag >> mode >> f.step_us >> f.compute_us >> f.comm_us >> f.nocompute_us >> f.overlap_stat_pct >>
-         f.buckets >> f.view_us)
+         f.buckets >> f.view_us >> f.local_us)
     if (tag == "RESULT")
       out[mode] = f;
   return out;
@@ -308,6 +326,8 @@ void run_reducer_suite(context& ctx) {
                    {"overhead_pct", (f.nocompute_us / f.comm_us - 1.0) * 100.0},
                    {"nocompute_view_us", f.view_us},
                    {"overhead_view_pct", (f.view_us / f.comm_us - 1.0) * 100.0},
+                   {"local_us", f.local_us},
+                   {"local_pct", f.local_us / f.comm_us * 100.0},
                    {"overlap_pct", (f.compute_us + f.comm_us - f.step_us) / f.comm_us * 100.0},
                    {"overlap_stat_pct", f.overlap_stat_pct}};
       if (no_peer) {
