@@ -170,13 +170,19 @@ std::pair<std::size_t, std::size_t> ring_owned_bytes(std::size_t total, std::siz
   return {first, std::min(total, first + per_rank * segment)};
 }
 
+// Small buffers go through bcube (recursive halving/doubling: the fewest
+// messages), large ones through the ring (as PyTorch's ProcessGroupGloo),
+// whose pipelined segments use the bandwidth.
+bool on_ring(const gloo_call_context& cc, std::size_t bytes) { return bytes > cc.bcube_max_bytes; }
+
 // Gloo's allreduce of `count` elements of `esize` bytes at `data`, in place,
-// with reduction `fn`; `ring` picks the ring (else bcube).
-void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, std::size_t esize, bool ring,
+// with reduction `fn`, on the ring or bcube (on_ring()).
+void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, std::size_t esize,
                     gloo::AllreduceOptions::Func fn) {
   auto& o = kept<gloo::AllreduceOptions>(cc, cc.context);
   set_output(o, data, count, esize);
-  o.setAlgorithm(ring ? gloo::AllreduceOptions::Algorithm::RING : gloo::AllreduceOptions::Algorithm::BCUBE);
+  o.setAlgorithm(on_ring(cc, count * esize) ? gloo::AllreduceOptions::Algorithm::RING
+                                            : gloo::AllreduceOptions::Algorithm::BCUBE);
   o.setMaxSegmentSize(ring_max_segment_bytes);
   o.setReduceFunction(std::move(fn));
   o.setTag(cc.tag);
@@ -184,12 +190,9 @@ void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, 
   gloo::allreduce(o);
 }
 
-// Allreduce of `t` with `op`, avg included (integers via int64). Small
-// buffers go through bcube (recursive halving/doubling: the fewest messages),
-// large ones through the ring (as PyTorch's ProcessGroupGloo), whose
-// pipelined segments use the bandwidth. A floating avg on the ring divides in
-// the last addition of each byte (on the rank that completes it), so it costs
-// no pass over the buffer beyond the sum's.
+// Allreduce of `t` with `op`, avg included (integers via int64). A floating
+// avg on the ring divides in the last addition of each byte (on the rank that
+// completes it), so it costs no pass over the buffer beyond the sum's.
 void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op op) {
   const int n = cc.context->size;
   if (t.count() == 0)
@@ -197,16 +200,14 @@ void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op 
   if (op == reduce_op::avg && !is_floating(t.type())) {
     std::vector<std::int64_t> wide;
     widen(t, wide);
-    gloo_allreduce(cc, wide.data(), wide.size(), 8, wide.size() * 8 > cc.bcube_max_bytes,
-                   reduce_function(dtype::int64, reduce_op::sum));
+    gloo_allreduce(cc, wide.data(), wide.size(), 8, reduce_function(dtype::int64, reduce_op::sum));
     narrow_divided(wide, n, t);
     return;
   }
   const std::size_t esize = element_size(t.type());
-  const bool ring = t.count() * esize > cc.bcube_max_bytes;
   const auto sum = reduce_function(t.type(), op);
-  if (op != reduce_op::avg || n == 1 || !ring) {
-    gloo_allreduce(cc, t.data(), t.count(), esize, ring, sum);
+  if (op != reduce_op::avg || n == 1 || !on_ring(cc, t.count() * esize)) {
+    gloo_allreduce(cc, t.data(), t.count(), esize, sum);
     if (op == reduce_op::avg && n > 1)
       divide(t, n);
     return;
@@ -214,7 +215,7 @@ void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op 
   const auto [first, last] = ring_owned_bytes(t.count() * esize, esize, n, cc.context->rank);
   const auto* base = static_cast<const std::byte*>(t.data());
   const auto type = t.type();
-  gloo_allreduce(cc, t.data(), t.count(), esize, true,
+  gloo_allreduce(cc, t.data(), t.count(), esize,
                  [=](void* out, const void* a, const void* b, std::size_t count) {
                    // Split at the owned range's edges (a segment lies within or outside it).
                    const auto begin = static_cast<std::size_t>(static_cast<const std::byte*>(out) - base);

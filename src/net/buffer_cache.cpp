@@ -2,7 +2,6 @@
 
 #include "core/log.hpp"
 
-
 #include <array>
 #include <cerrno>
 #include <cstdlib>
