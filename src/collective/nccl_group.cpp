@@ -1,420 +1,71 @@
-// The NCCL backend: communicator rendezvous through the store, collectives on
-// the group's stream, completion and deadlines polled on an Asio timer.
+// nccl_group, the public face of the NCCL backend: argument checks, then
+// every call forwarded to the communicator of libcorodist-cuda, the plugin
+// loaded on first use (collective/cuda_plugin.hpp).
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/nccl_group.hpp>
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
-#include <corodist/store/prefix_store.hpp>
 
-#include "collective/describe.hpp"
-#include "collective/work_state.hpp"
-#include "core/log.hpp"
-
-#include <cuda_runtime_api.h>
-#include <nccl.h>
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
+#include "collective/cuda_plugin.hpp"
 
 #include <fmt/format.h>
-
-#include <deque>
-#include <mutex>
-#include <random>
 
 namespace corodist::collective {
 
 namespace {
 
-using clock = std::chrono::steady_clock;
-using detail::work_state;
+#if CORODIST_HAS_NCCL
+constexpr bool nccl_built = true;
+#else
+constexpr bool nccl_built = false;
+#endif
 
-std::string cuda_text(cudaError_t e) { return fmt::format("{} ({})", cudaGetErrorString(e), cudaGetErrorName(e)); }
+constexpr const char* not_built = "this corodist was built without NCCL (needs CUDA >= 12 and NCCL, e.g. in "
+                                  "/usr/local/cuda; reconfigure with -Dcuda=enabled -Dnccl=enabled)";
 
-ncclDataType_t nccl_type(dtype t) {
-  switch (t) {
-  case dtype::float32: return ncclFloat32;
-  case dtype::float64: return ncclFloat64;
-  case dtype::float16: return ncclFloat16;
-  case dtype::bfloat16: return ncclBfloat16;
-  case dtype::int32: return ncclInt32;
-  case dtype::int64: return ncclInt64;
-  case dtype::uint8: return ncclUint8;
-  }
-  throw usage_error("nccl: invalid dtype");
+// The plugin, or usage_error when this build has none.
+const detail::cuda_plugin* plugin_or_throw(std::string& why) {
+  if (!nccl_built)
+    throw usage_error(std::string("nccl_group: ") + not_built);
+  return detail::load_cuda_plugin(why);
 }
-
-ncclRedOp_t nccl_op(reduce_op op) {
-  switch (op) {
-  case reduce_op::sum: return ncclSum;
-  case reduce_op::avg: return ncclAvg;
-  case reduce_op::min: return ncclMin;
-  case reduce_op::max: return ncclMax;
-  case reduce_op::product: return ncclProd;
-  }
-  throw usage_error("nccl: invalid reduce_op");
-}
-
-struct pending_op {
-  std::uint64_t seq = 0;
-  collective_call call;
-  clock::time_point deadline;
-  cudaEvent_t done = nullptr;
-  std::shared_ptr<work_state> state;
-};
 
 } // namespace
 
-struct nccl_group::impl : std::enable_shared_from_this<impl> {
-  impl(asio::any_io_executor e, int r, int n, nccl_options o)
-      : ex(std::move(e)), rank(r), size(n), opts(std::move(o)) {
-    label = fmt::format("nccl group '{}'", opts.prefix);
-  }
-
-  ~impl() {
-    if (comm) {
-      if (aborted || !inflight.empty())
-        ncclCommAbort(comm);
-      else
-        ncclCommDestroy(comm);
-    }
-    cudaSetDevice(device);
-    for (auto& op : inflight)
-      if (op->done)
-        cudaEventDestroy(op->done);
-    if (ready)
-      cudaEventDestroy(ready);
-    if (stream)
-      cudaStreamDestroy(stream);
-    if (scratch)
-      cudaFree(scratch);
-  }
-
-  std::string where(const pending_op& op) const { return detail::where(op.call, op.seq, rank, size, label); }
-
-  collective_error error_of(const pending_op& op, const std::string& what) const {
-    return detail::error_at({op.call, op.seq, rank, size, label}, what);
-  }
-
-  // Waits (yielding the thread) while a non-blocking communicator reports
-  // ncclInProgress for the call just made; bounded by `deadline`.
-  ncclResult_t settle(ncclResult_t r, clock::time_point deadline) {
-    while (r == ncclInProgress) {
-      if (clock::now() >= deadline)
-        return ncclInProgress;
-      std::this_thread::yield();
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm, &state);
-      r = state;
-    }
-    return r;
-  }
-
-  void enqueue(const collective_call& call, clock::time_point deadline) {
-    auto check = [&](ncclResult_t r, const char* what) {
-      r = settle(r, deadline);
-      if (r != ncclSuccess)
-        throw collective_error(fmt::format("{}: {} failed: {} ({})", label, what, ncclGetErrorString(r),
-                                           ncclGetLastError(comm)),
-                               std::string(to_string(call.kind)), rank, next_seq - 1);
-    };
-    const auto& t = call.tensors;
-    check(ncclGroupStart(), "ncclGroupStart");
-    switch (call.kind) {
-    case collective_kind::allreduce:
-      check(ncclAllReduce(t[0].data(), t[0].data(), t[0].count(), nccl_type(t[0].type()), nccl_op(call.op), comm,
-                          stream),
-            "ncclAllReduce");
-      break;
-    case collective_kind::broadcast:
-      check(ncclBroadcast(t[0].data(), t[0].data(), t[0].count(), nccl_type(t[0].type()), call.root, comm, stream),
-            "ncclBroadcast");
-      break;
-    case collective_kind::allgather:
-      check(ncclAllGather(t[0].data(), t[1].data(), t[0].count(), nccl_type(t[0].type()), comm, stream),
-            "ncclAllGather");
-      break;
-    case collective_kind::reduce_scatter:
-      check(ncclReduceScatter(t[0].data(), t[1].data(), t[1].count(), nccl_type(t[0].type()), nccl_op(call.op), comm,
-                              stream),
-            "ncclReduceScatter");
-      break;
-    case collective_kind::barrier:
-      check(ncclAllReduce(scratch, scratch, 1, ncclInt32, ncclSum, comm, stream), "ncclAllReduce (barrier)");
-      break;
-    case collective_kind::allreduce_coalesced:
-      for (const auto& x : t)
-        if (x.count() > 0)
-          check(ncclAllReduce(x.data(), x.data(), x.count(), nccl_type(x.type()), nccl_op(call.op), comm, stream),
-                "ncclAllReduce");
-      break;
-    case collective_kind::broadcast_coalesced:
-      for (const auto& x : t)
-        if (x.count() > 0)
-          check(ncclBroadcast(x.data(), x.data(), x.count(), nccl_type(x.type()), call.root, comm, stream),
-                "ncclBroadcast");
-      break;
-    }
-    check(ncclGroupEnd(), "ncclGroupEnd");
-  }
-
-  work submit(collective_call call) {
-    for (const auto& t : call.tensors)
-      if (t.where() != device::cuda(device))
-        throw usage_error(fmt::format("{}: the nccl group of rank {} takes buffers on cuda:{}, not {}",
-                                      to_string(call.kind), rank, device, t.where().to_string()));
-    std::unique_lock lk(mutex);
-    auto op = std::make_shared<pending_op>();
-    op->seq = next_seq++;
-    op->deadline = clock::now() + call.timeout;
-    op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), op->seq);
-    op->call = std::move(call);
-    work w(op->state);
-    if (aborted) {
-      auto why = abort_reason;
-      lk.unlock();
-      op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + why)));
-      return w;
-    }
-    try {
-      cudaSetDevice(device);
-      // After the work already queued on the device's legacy default stream.
-      if (auto e = cudaEventRecord(ready, cudaStreamLegacy); e != cudaSuccess)
-        throw error_of(*op, "cudaEventRecord: " + cuda_text(e));
-      if (auto e = cudaStreamWaitEvent(stream, ready, 0); e != cudaSuccess)
-        throw error_of(*op, "cudaStreamWaitEvent: " + cuda_text(e));
-      op->state->mark_started();
-      enqueue(op->call, op->deadline);
-      if (auto e = cudaEventCreateWithFlags(&op->done, cudaEventDisableTiming); e != cudaSuccess)
-        throw error_of(*op, "cudaEventCreate: " + cuda_text(e));
-      if (auto e = cudaEventRecord(op->done, stream); e != cudaSuccess)
-        throw error_of(*op, "cudaEventRecord: " + cuda_text(e));
-    } catch (const std::exception& e) {
-      const std::string why = e.what();
-      lk.unlock();
-      abort_now(why);
-      op->state->complete(std::current_exception());
-      return w;
-    }
-    inflight.push_back(op);
-    const bool start = !polling;
-    polling = true;
-    lk.unlock();
-    if (start)
-      asio::co_spawn(ex, poll(shared_from_this()), asio::detached);
-    return w;
-  }
-
-  // The poller and watchdog: completes finished collectives in order, and
-  // aborts on an asynchronous NCCL error or a passed deadline. Runs while
-  // collectives are in flight.
-  static asio::awaitable<void> poll(std::shared_ptr<impl> self) {
-    asio::steady_timer timer(self->ex);
-    auto interval = self->opts.poll_interval;
-    for (;;) {
-      std::shared_ptr<pending_op> front;
-      std::string aborted_why;
-      {
-        std::lock_guard lk(self->mutex);
-        if (self->inflight.empty()) {
-          self->polling = false;
-          co_return;
-        }
-        front = self->inflight.front();
-        if (self->aborted)
-          aborted_why = self->abort_reason;
-      }
-      if (!aborted_why.empty()) { // aborted elsewhere (abort(), destruction): fail what is left
-        self->fail_all(aborted_why, false);
-        continue;
-      }
-      cudaSetDevice(self->device);
-      const auto q = cudaEventQuery(front->done);
-      if (q == cudaSuccess) {
-        self->pop_front();
-        front->state->complete(nullptr);
-        interval = self->opts.poll_interval;
-        continue;
-      }
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(self->comm, &async);
-      if (q != cudaErrorNotReady || (async != ncclSuccess && async != ncclInProgress)) {
-        const auto why = q != cudaErrorNotReady ? "CUDA error: " + cuda_text(q)
-                                                : fmt::format("NCCL error: {} ({})", ncclGetErrorString(async),
-                                                              ncclGetLastError(self->comm));
-        self->fail_all(self->where(*front) + ": " + why + "; the group is aborted", false);
-        continue;
-      }
-      if (clock::now() >= front->deadline) {
-        self->fail_all(self->where(*front) + fmt::format(": timed out after {} ms ({}); the group is aborted",
-                                                         front->call.timeout.count(), detail::describe(front->call)),
-                       true);
-        continue;
-      }
-      timer.expires_after(interval);
-      co_await timer.async_wait(asio::use_awaitable);
-      interval = std::min(interval * 2, self->opts.max_poll_interval);
-    }
-  }
-
-  void pop_front() {
-    std::lock_guard lk(mutex);
-    if (!inflight.empty()) {
-      cudaEventDestroy(inflight.front()->done);
-      inflight.pop_front();
-    }
-  }
-
-  // Aborts the communicator and fails every collective in flight; the first
-  // with a timeout error when `timed_out`.
-  void fail_all(const std::string& why, bool timed_out) {
-    abort_now(why);
-    std::deque<std::shared_ptr<pending_op>> ops;
-    {
-      std::lock_guard lk(mutex);
-      ops.swap(inflight);
-    }
-    bool first = true;
-    for (auto& op : ops) {
-      cudaEventDestroy(op->done);
-      op->done = nullptr;
-      if (first && timed_out)
-        op->state->complete(std::make_exception_ptr(
-            collective_timeout_error(why, std::string(to_string(op->call.kind)), rank, op->seq)));
-      else
-        op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + why)));
-      first = false;
-    }
-  }
-
-  void abort_now(const std::string& why) {
-    {
-      std::lock_guard lk(mutex);
-      if (aborted)
-        return;
-      aborted = true;
-      abort_reason = why;
-    }
-    CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label, rank, size, why);
-    if (comm)
-      ncclCommAbort(comm);
-    comm = nullptr;
-  }
-
-  asio::any_io_executor ex;
-  const int rank;
-  const int size;
-  const nccl_options opts;
-  std::string label;
-  int device = 0;
-  ncclComm_t comm = nullptr;
-  cudaStream_t stream = nullptr;
-  cudaEvent_t ready = nullptr;
-  void* scratch = nullptr;
-
-  mutable std::mutex mutex;
-  std::uint64_t next_seq = 0;
-  bool aborted = false;
-  std::string abort_reason;
-  bool polling = false;
-  std::deque<std::shared_ptr<pending_op>> inflight;
-};
-
-bool nccl_group::built() noexcept { return true; }
+bool nccl_group::built() noexcept { return nccl_built; }
 
 std::string nccl_group::unavailable_reason() {
-  int n = 0;
-  if (auto e = cudaGetDeviceCount(&n); e != cudaSuccess)
-    return "no CUDA device: " + cuda_text(e);
-  if (n == 0)
-    return "no CUDA device: cudaGetDeviceCount found none";
-  return {};
+  if (!nccl_built)
+    return not_built;
+  std::string why;
+  const auto* plugin = detail::load_cuda_plugin(why);
+  return plugin ? plugin->unavailable_reason() : why;
 }
 
-nccl_group::nccl_group(int rank, int size, std::chrono::milliseconds timeout, std::shared_ptr<impl> i)
-    : process_group(rank, size, timeout), impl_(std::move(i)) {}
+nccl_group::nccl_group(int rank, int size, std::chrono::milliseconds timeout,
+                       std::shared_ptr<detail::nccl_backend> backend)
+    : process_group(rank, size, timeout), backend_(std::move(backend)) {}
 
-nccl_group::~nccl_group() {
-  std::lock_guard lk(impl_->mutex);
-  if (!impl_->inflight.empty() && !impl_->aborted) {
-    // The poller fails them once it sees the abort; the communicator goes with the last reference.
-    impl_->aborted = true;
-    impl_->abort_reason = "the group was destroyed with collectives in flight";
-    if (impl_->comm)
-      ncclCommAbort(impl_->comm);
-    impl_->comm = nullptr;
-  }
-}
+nccl_group::~nccl_group() { backend_->group_destroyed(); }
 
 asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::create(asio::any_io_executor ex,
                                                                 std::shared_ptr<store::store> store, int rank,
                                                                 int size, nccl_options opts) {
+  std::string why;
+  const auto* plugin = plugin_or_throw(why);
   if (!store)
     throw usage_error("nccl_group::create: the store is null");
   if (size < 1 || rank < 0 || rank >= size)
     throw usage_error(fmt::format("nccl_group::create: need 0 <= rank < size (rank {}, size {})", rank, size));
   if (opts.timeout.count() <= 0 || opts.poll_interval.count() <= 0 || opts.max_poll_interval < opts.poll_interval)
     throw usage_error("nccl_group::create: timeout and poll intervals must be positive (max >= first)");
-  const auto what = fmt::format("nccl_group create (prefix '{}', rank {} of {})", opts.prefix, rank, size);
-  if (auto why = unavailable_reason(); !why.empty())
-    throw collective_error(what + ": " + why, "create", rank, 0);
-  int count = 0;
-  cudaGetDeviceCount(&count);
-  auto st = std::make_shared<impl>(ex, rank, size, opts);
-  st->device = opts.device >= 0 ? opts.device : rank % count;
-  if (st->device >= count)
-    throw usage_error(fmt::format("{}: CUDA device {} does not exist ({} found)", what, st->device, count));
-  auto group_store = std::make_shared<store::prefix_store>(opts.prefix, store);
-  {
-    std::random_device rd;
-    const auto token = fmt::format("{:08x}{:08x}", rd(), rd());
-    if (co_await group_store->compare_set("claimed/" + std::to_string(rank), "", token) != token)
-      throw usage_error(what + ": the prefix is already used by another group on this store");
-  }
-  ncclUniqueId id{};
-  if (rank == 0) {
-    if (auto r = ncclGetUniqueId(&id); r != ncclSuccess)
-      throw collective_error(what + ": ncclGetUniqueId: " + ncclGetErrorString(r), "create", rank, 0);
-    co_await group_store->set("nccl_id", std::string(id.internal, sizeof id.internal));
-  } else {
-    auto bytes = co_await group_store->get("nccl_id", opts.timeout);
-    if (bytes.size() != sizeof id.internal)
-      throw collective_error(what + ": the published ncclUniqueId has the wrong size", "create", rank, 0);
-    std::memcpy(id.internal, bytes.data(), sizeof id.internal);
-  }
-  cudaSetDevice(st->device);
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  auto r = ncclCommInitRankConfig(&st->comm, size, id, rank, &config);
-  const auto deadline = clock::now() + opts.timeout;
-  asio::steady_timer timer(ex);
-  auto interval = opts.poll_interval;
-  while (r == ncclInProgress) {
-    if (clock::now() >= deadline) {
-      ncclCommAbort(st->comm);
-      st->comm = nullptr;
-      throw timeout_error(fmt::format("{}: not every rank joined the NCCL communicator within {} ms", what,
-                                      opts.timeout.count()));
-    }
-    timer.expires_after(interval);
-    co_await timer.async_wait(asio::use_awaitable);
-    interval = std::min(interval * 2, opts.max_poll_interval);
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(st->comm, &state);
-    r = state;
-  }
-  if (r != ncclSuccess)
-    throw collective_error(what + ": ncclCommInitRankConfig: " + ncclGetErrorString(r), "create", rank, 0);
-  if (auto e = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking); e != cudaSuccess)
-    throw collective_error(what + ": cudaStreamCreate: " + cuda_text(e), "create", rank, 0);
-  if (auto e = cudaEventCreateWithFlags(&st->ready, cudaEventDisableTiming); e != cudaSuccess)
-    throw collective_error(what + ": cudaEventCreate: " + cuda_text(e), "create", rank, 0);
-  if (auto e = cudaMalloc(&st->scratch, sizeof(std::int32_t)); e != cudaSuccess)
-    throw collective_error(what + ": cudaMalloc: " + cuda_text(e), "create", rank, 0);
-  cudaMemset(st->scratch, 0, sizeof(std::int32_t));
-  co_return std::shared_ptr<nccl_group>(new nccl_group(rank, size, opts.timeout, std::move(st)));
+  if (!plugin)
+    throw collective_error(fmt::format("nccl_group create (prefix '{}', rank {} of {}): {}", opts.prefix, rank, size,
+                                       why),
+                           "create", rank, 0);
+  const auto timeout = opts.timeout;
+  auto backend = co_await plugin->create_nccl(std::move(ex), std::move(store), rank, size, std::move(opts));
+  co_return std::shared_ptr<nccl_group>(new nccl_group(rank, size, timeout, std::move(backend)));
 }
 
 asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::create(asio::any_io_executor ex,
@@ -430,25 +81,16 @@ std::shared_ptr<nccl_group> nccl_group::create_sync(asio::any_io_executor ex, st
                       "nccl_group::create_sync (co_await nccl_group::create on the loop)");
 }
 
-work nccl_group::submit(collective_call call) { return impl_->submit(std::move(call)); }
+work nccl_group::submit(collective_call call) { return backend_->submit(std::move(call)); }
 
-std::uint64_t nccl_group::sequence_number() const noexcept {
-  std::lock_guard lk(impl_->mutex);
-  return impl_->next_seq;
-}
+std::uint64_t nccl_group::sequence_number() const noexcept { return backend_->sequence_number(); }
 
-void nccl_group::abort(const std::string& reason) {
-  // The poller fails what is in flight when it next looks.
-  impl_->abort_now("aborted by the user: " + reason);
-}
+void nccl_group::abort(const std::string& reason) { backend_->abort(reason); }
 
-bool nccl_group::aborted() const noexcept {
-  std::lock_guard lk(impl_->mutex);
-  return impl_->aborted;
-}
+bool nccl_group::aborted() const noexcept { return backend_->aborted(); }
 
-int nccl_group::cuda_device() const noexcept { return impl_->device; }
+int nccl_group::cuda_device() const noexcept { return backend_->cuda_device(); }
 
-void* nccl_group::stream() const noexcept { return impl_->stream; }
+void* nccl_group::stream() const noexcept { return backend_->stream(); }
 
 } // namespace corodist::collective

@@ -2,8 +2,11 @@
 # Installs the build into a temporary DESTDIR and uses it as a separate project
 # would: the soname and the files installed, the installed corodist-store run
 # without LD_LIBRARY_PATH, tests/install/consumer.cpp built with pkg-config
-# (g++, and clang++ when present) and with CMake's find_package, each run; a
-# translation unit without the library's flags fails with corodist's #error.
+# exactly as docs/install.md says for a prefix outside the system's paths
+# (g++, and clang++ when present) and with CMake's find_package, each run; no
+# CUDA library needed by the library or the programs (the CUDA plugin, when
+# built, is installed beside the library and found there); a translation unit
+# without the library's flags fails with corodist's #error.
 # Usage: check_install.sh BUILD_DIR SOURCE_DIR PREFIX LIBDIR BINDIR   (run by `meson test`)
 set -euo pipefail
 build=$1 src=$2 prefix=$3 libdir=$4 bindir=$5
@@ -30,25 +33,45 @@ for t in test_core corodist-bench corodist-test-rank; do
   [[ -z $(find "$tmp/root" -name "$t") ]] || fail "installed a test or benchmark program: $t"
 done
 
+step "no CUDA in the library; the CUDA plugin beside it when built"
+no_cuda() { # FILE: fails if FILE needs a CUDA library
+  local needed
+  needed=$(objdump -p "$1" | awk '$1 == "NEEDED" {print $2}')
+  ! grep -qE 'libcuda|libnccl' <<<"$needed" || fail "${1#$tmp/root} needs CUDA: $(tr '\n' ' ' <<<"$needed")"
+}
+no_cuda "$lib/libcorodist.so.0"
+plugin=
+if [[ -e $build/src/libcorodist-cuda.so ]]; then
+  plugin=$lib/libcorodist-cuda.so
+  [[ -e $plugin ]] || fail "the CUDA plugin was built but not installed beside the library"
+fi
+
 step "installed corodist-store runs without LD_LIBRARY_PATH"
 env -u LD_LIBRARY_PATH "$bin/corodist-store" --version
 found=$(env -u LD_LIBRARY_PATH ldd "$bin/corodist-store" | awk '$1 == "libcorodist.so.0" {print $3}')
 [[ -n $found && $(realpath "$found") == $(realpath "$lib/libcorodist.so.0") ]] ||
   fail "corodist-store does not find the installed libcorodist (it finds '$found')"
 
-step "pkg-config"
+step "pkg-config, as docs/install.md says for a prefix outside the system's paths"
 export PKG_CONFIG_PATH=$lib/pkgconfig
 pc() { pkg-config --define-variable=prefix="$root" "$@" corodist; }
 echo "cflags: $(pc --cflags)"
 echo "libs:   $(pc --libs)"
+[[ $(pc --libs --static | tr ' ' '\n' | sort | uniq -d) == "" ]] || fail "pkg-config repeats flags: $(pc --libs --static)"
 compilers=(g++)
 command -v clang++-14 >/dev/null && compilers+=(clang++-14)
 for cxx in "${compilers[@]}"; do
   # shellcheck disable=SC2046
-  "$cxx" -std=c++20 -o "$tmp/consumer-$cxx" "$src/tests/install/consumer.cpp" $(pc --cflags) $(pc --libs) \
-    -Wl,-rpath,"$lib" || fail "$cxx could not build a program with pkg-config's flags"
-  "$tmp/consumer-$cxx" || fail "the $cxx consumer failed"
+  "$cxx" -std=c++20 "$src/tests/install/consumer.cpp" $(pc --cflags --libs) -Wl,-rpath,"$(pc --variable=libdir)" \
+    -o "$tmp/consumer-$cxx" || fail "$cxx could not build a program with pkg-config's flags"
+  env -u LD_LIBRARY_PATH "$tmp/consumer-$cxx" || fail "the $cxx consumer failed"
+  no_cuda "$tmp/consumer-$cxx"
 done
+if [[ -n $plugin ]]; then
+  reason=$(env -u LD_LIBRARY_PATH "$tmp/consumer-g++" --nccl)
+  echo "$reason"
+  [[ $reason != *"could not be loaded"* ]] || fail "the installed CUDA plugin was not found: $reason"
+fi
 
 step "a translation unit without the flags fails at compile time, saying what to add"
 check_error() {

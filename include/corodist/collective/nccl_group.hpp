@@ -17,6 +17,10 @@
 
 namespace corodist::collective {
 
+namespace detail {
+class nccl_backend;
+} // namespace detail
+
 /// Settings of an nccl_group. Defaults are the named constants.
 struct nccl_options {
   static constexpr std::chrono::milliseconds default_timeout = std::chrono::minutes(30);
@@ -52,18 +56,25 @@ struct nccl_options {
 /// communicator (`ncclCommAbort`) and fails every pending collective
 /// (`collective_timeout_error` for the late one, `collective_error` for the others).
 /// Calls are not compared between ranks (no header exchange).
+///
+/// The CUDA and NCCL code lives in a plugin, `libcorodist-cuda.so`, built and
+/// installed beside libcorodist when CUDA and NCCL are found, and loaded the
+/// first time `unavailable_reason()` or `create` runs: a program that never
+/// uses NCCL neither links nor loads the CUDA libraries.
 class nccl_group final : public process_group {
 public:
   /// True when this build has the NCCL backend (else `create` throws `usage_error`).
   static bool built() noexcept;
 
-  /// "" when NCCL can run here (built, and a CUDA device is usable), else
-  /// the reason, e.g. "no CUDA device: CUDA driver version is insufficient ...".
+  /// "" when NCCL can run here (built, the plugin loads, and a CUDA device is
+  /// usable), else the reason, e.g. "no CUDA device: CUDA driver version is
+  /// insufficient ..." or "the CUDA plugin could not be loaded (...)".
   static std::string unavailable_reason();
 
   /// Creates rank `rank` of `size` ranks meeting in `store`, polling on `ex`.
   /// Throws `usage_error` (not built, bad arguments, prefix in use),
-  /// `collective_error` (no usable CUDA device, NCCL failure), or
+  /// `collective_error` (the plugin cannot be loaded, no usable CUDA device,
+  /// NCCL failure), or
   /// `timeout_error` (not every rank joined within `opts.timeout`).
   /// (Name the options first; see gloo_group::create.)
   [[nodiscard]] static asio::awaitable<std::shared_ptr<nccl_group>> create(asio::any_io_executor ex,
@@ -98,10 +109,9 @@ protected:
   work submit(collective_call call) override;
 
 private:
-  struct impl;
-  nccl_group(int rank, int size, std::chrono::milliseconds timeout, std::shared_ptr<impl> i);
+  nccl_group(int rank, int size, std::chrono::milliseconds timeout, std::shared_ptr<detail::nccl_backend> backend);
 
-  std::shared_ptr<impl> impl_;
+  std::shared_ptr<detail::nccl_backend> backend_;
 };
 
 } // namespace corodist::collective

@@ -1,0 +1,57 @@
+#pragma once
+// The seam between libcorodist and libcorodist-cuda, the plugin that holds
+// every call into CUDA and NCCL: libcorodist links neither, and loads the
+// plugin with dlopen the first time a CUDA feature is asked for, so that a
+// CPU-only program never loads (or needs) the CUDA libraries.
+
+#include <corodist/collective/nccl_group.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace corodist::collective::detail {
+
+/// One NCCL communicator of an nccl_group, implemented in the plugin.
+class nccl_backend {
+public:
+  virtual ~nccl_backend() = default;
+  /// Validates and enqueues `call`; returns its work (see nccl_group).
+  virtual work submit(collective_call call) = 0;
+  virtual std::uint64_t sequence_number() const noexcept = 0;
+  virtual void abort(const std::string& reason) = 0;
+  virtual bool aborted() const noexcept = 0;
+  virtual int cuda_device() const noexcept = 0;
+  virtual void* stream() const noexcept = 0;
+  /// The nccl_group is gone: abort if collectives are still in flight (the
+  /// poller, which holds the backend, fails them and lets it go).
+  virtual void group_destroyed() noexcept = 0;
+};
+
+/// What the plugin exports, as one table (its only entry point is
+/// `corodist_cuda_plugin_v1`). Both sides come from the same build; `abi`
+/// guards against a plugin of another build found on the search path.
+struct cuda_plugin {
+  static constexpr std::uint32_t abi = 1;
+
+  std::uint32_t abi_version = abi;
+  /// "" when NCCL can run here, else why not ("no CUDA device: ...").
+  std::string (*unavailable_reason)() = nullptr;
+  /// Rendezvous and communicator creation (arguments already checked).
+  asio::awaitable<std::shared_ptr<nccl_backend>> (*create_nccl)(asio::any_io_executor ex,
+                                                                std::shared_ptr<store::store> store, int rank,
+                                                                int size, nccl_options opts) = nullptr;
+};
+
+/// The file name of the plugin.
+inline constexpr const char* cuda_plugin_file = "libcorodist-cuda.so";
+
+/// The plugin, loaded on first use (from the directory of libcorodist itself,
+/// else the loader's search path) and kept for the life of the process; null
+/// if it cannot be loaded, with the reason in `why`. Thread-safe.
+const cuda_plugin* load_cuda_plugin(std::string& why);
+
+} // namespace corodist::collective::detail
+
+/// The plugin's entry point.
+extern "C" const corodist::collective::detail::cuda_plugin* corodist_cuda_plugin_v1();

@@ -1,0 +1,443 @@
+// An NCCL communicator, the heart of libcorodist-cuda (the plugin that holds
+// the CUDA and NCCL calls): rendezvous through the store, collectives on the
+// group's stream, completion and deadlines polled on an Asio timer.
+#include <corodist/collective/errors.hpp>
+#include <corodist/core/error.hpp>
+#include <corodist/store/prefix_store.hpp>
+
+#include "collective/cuda_plugin.hpp"
+#include "collective/describe.hpp"
+#include "collective/work_state.hpp"
+#include "core/log.hpp"
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <fmt/format.h>
+
+#include <deque>
+#include <mutex>
+#include <random>
+
+namespace corodist::collective {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+using detail::work_state;
+
+std::string cuda_text(cudaError_t e) { return fmt::format("{} ({})", cudaGetErrorString(e), cudaGetErrorName(e)); }
+
+ncclDataType_t nccl_type(dtype t) {
+  switch (t) {
+  case dtype::float32: return ncclFloat32;
+  case dtype::float64: return ncclFloat64;
+  case dtype::float16: return ncclFloat16;
+  case dtype::bfloat16: return ncclBfloat16;
+  case dtype::int32: return ncclInt32;
+  case dtype::int64: return ncclInt64;
+  case dtype::uint8: return ncclUint8;
+  }
+  throw usage_error("nccl: invalid dtype");
+}
+
+ncclRedOp_t nccl_op(reduce_op op) {
+  switch (op) {
+  case reduce_op::sum: return ncclSum;
+  case reduce_op::avg: return ncclAvg;
+  case reduce_op::min: return ncclMin;
+  case reduce_op::max: return ncclMax;
+  case reduce_op::product: return ncclProd;
+  }
+  throw usage_error("nccl: invalid reduce_op");
+}
+
+struct pending_op {
+  std::uint64_t seq = 0;
+  collective_call call;
+  clock::time_point deadline;
+  cudaEvent_t done = nullptr;
+  std::shared_ptr<work_state> state;
+};
+
+class nccl_comm final : public detail::nccl_backend, public std::enable_shared_from_this<nccl_comm> {
+public:
+  /// Rendezvous and communicator creation; see nccl_group::create.
+  static asio::awaitable<std::shared_ptr<detail::nccl_backend>> create(asio::any_io_executor ex,
+                                                                       std::shared_ptr<store::store> store, int rank,
+                                                                       int size, nccl_options opts);
+
+  nccl_comm(asio::any_io_executor e, int r, int n, nccl_options o)
+      : ex_(std::move(e)), rank_(r), size_(n), opts_(std::move(o)) {
+    label_ = fmt::format("nccl group '{}'", opts_.prefix);
+  }
+
+  ~nccl_comm() override {
+    if (comm_) {
+      if (aborted_ || !inflight_.empty())
+        ncclCommAbort(comm_);
+      else
+        ncclCommDestroy(comm_);
+    }
+    cudaSetDevice(device_);
+    for (auto& op : inflight_)
+      if (op->done)
+        cudaEventDestroy(op->done);
+    if (ready_)
+      cudaEventDestroy(ready_);
+    if (stream_)
+      cudaStreamDestroy(stream_);
+    if (scratch_)
+      cudaFree(scratch_);
+  }
+
+  std::string where(const pending_op& op) const { return detail::where(op.call, op.seq, rank_, size_, label_); }
+
+  collective_error error_of(const pending_op& op, const std::string& what) const {
+    return detail::error_at({op.call, op.seq, rank_, size_, label_}, what);
+  }
+
+  // Waits (yielding the thread) while a non-blocking communicator reports
+  // ncclInProgress for the call just made; bounded by `deadline`.
+  ncclResult_t settle(ncclResult_t r, clock::time_point deadline) {
+    while (r == ncclInProgress) {
+      if (clock::now() >= deadline)
+        return ncclInProgress;
+      std::this_thread::yield();
+      ncclResult_t state = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &state);
+      r = state;
+    }
+    return r;
+  }
+
+  void enqueue(const collective_call& call, clock::time_point deadline) {
+    auto check = [&](ncclResult_t r, const char* what) {
+      r = settle(r, deadline);
+      if (r != ncclSuccess)
+        throw collective_error(fmt::format("{}: {} failed: {} ({})", label_, what, ncclGetErrorString(r),
+                                           ncclGetLastError(comm_)),
+                               std::string(to_string(call.kind)), rank_, next_seq_ - 1);
+    };
+    const auto& t = call.tensors;
+    check(ncclGroupStart(), "ncclGroupStart");
+    switch (call.kind) {
+    case collective_kind::allreduce:
+      check(ncclAllReduce(t[0].data(), t[0].data(), t[0].count(), nccl_type(t[0].type()), nccl_op(call.op), comm_,
+                          stream_),
+            "ncclAllReduce");
+      break;
+    case collective_kind::broadcast:
+      check(ncclBroadcast(t[0].data(), t[0].data(), t[0].count(), nccl_type(t[0].type()), call.root, comm_, stream_),
+            "ncclBroadcast");
+      break;
+    case collective_kind::allgather:
+      check(ncclAllGather(t[0].data(), t[1].data(), t[0].count(), nccl_type(t[0].type()), comm_, stream_),
+            "ncclAllGather");
+      break;
+    case collective_kind::reduce_scatter:
+      check(ncclReduceScatter(t[0].data(), t[1].data(), t[1].count(), nccl_type(t[0].type()), nccl_op(call.op), comm_,
+                              stream_),
+            "ncclReduceScatter");
+      break;
+    case collective_kind::barrier:
+      check(ncclAllReduce(scratch_, scratch_, 1, ncclInt32, ncclSum, comm_, stream_), "ncclAllReduce (barrier)");
+      break;
+    case collective_kind::allreduce_coalesced:
+      for (const auto& x : t)
+        if (x.count() > 0)
+          check(ncclAllReduce(x.data(), x.data(), x.count(), nccl_type(x.type()), nccl_op(call.op), comm_, stream_),
+                "ncclAllReduce");
+      break;
+    case collective_kind::broadcast_coalesced:
+      for (const auto& x : t)
+        if (x.count() > 0)
+          check(ncclBroadcast(x.data(), x.data(), x.count(), nccl_type(x.type()), call.root, comm_, stream_),
+                "ncclBroadcast");
+      break;
+    }
+    check(ncclGroupEnd(), "ncclGroupEnd");
+  }
+
+  work submit(collective_call call) override {
+    for (const auto& t : call.tensors)
+      if (t.where() != device::cuda(device_))
+        throw usage_error(fmt::format("{}: the nccl group of rank {} takes buffers on cuda:{}, not {}",
+                                      to_string(call.kind), rank_, device_, t.where().to_string()));
+    std::unique_lock lk(mutex_);
+    auto op = std::make_shared<pending_op>();
+    op->seq = next_seq_++;
+    op->deadline = clock::now() + call.timeout;
+    op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), op->seq);
+    op->call = std::move(call);
+    work w(op->state);
+    if (aborted_) {
+      auto why = abort_reason_;
+      lk.unlock();
+      op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + why)));
+      return w;
+    }
+    try {
+      cudaSetDevice(device_);
+      // After the work already queued on the device's legacy default stream.
+      if (auto e = cudaEventRecord(ready_, cudaStreamLegacy); e != cudaSuccess)
+        throw error_of(*op, "cudaEventRecord: " + cuda_text(e));
+      if (auto e = cudaStreamWaitEvent(stream_, ready_, 0); e != cudaSuccess)
+        throw error_of(*op, "cudaStreamWaitEvent: " + cuda_text(e));
+      op->state->mark_started();
+      enqueue(op->call, op->deadline);
+      if (auto e = cudaEventCreateWithFlags(&op->done, cudaEventDisableTiming); e != cudaSuccess)
+        throw error_of(*op, "cudaEventCreate: " + cuda_text(e));
+      if (auto e = cudaEventRecord(op->done, stream_); e != cudaSuccess)
+        throw error_of(*op, "cudaEventRecord: " + cuda_text(e));
+    } catch (const std::exception& e) {
+      const std::string why = e.what();
+      lk.unlock();
+      abort_now(why);
+      op->state->complete(std::current_exception());
+      return w;
+    }
+    inflight_.push_back(op);
+    const bool start = !polling_;
+    polling_ = true;
+    lk.unlock();
+    if (start)
+      asio::co_spawn(ex_, poll(shared_from_this()), asio::detached);
+    return w;
+  }
+
+  // The poller and watchdog: completes finished collectives in order, and
+  // aborts on an asynchronous NCCL error or a passed deadline. Runs while
+  // collectives are in flight.
+  static asio::awaitable<void> poll(std::shared_ptr<nccl_comm> self) {
+    asio::steady_timer timer(self->ex_);
+    auto interval = self->opts_.poll_interval;
+    for (;;) {
+      std::shared_ptr<pending_op> front;
+      std::string aborted_why;
+      {
+        std::lock_guard lk(self->mutex_);
+        if (self->inflight_.empty()) {
+          self->polling_ = false;
+          co_return;
+        }
+        front = self->inflight_.front();
+        if (self->aborted_)
+          aborted_why = self->abort_reason_;
+      }
+      if (!aborted_why.empty()) { // aborted elsewhere (abort(), destruction): fail what is left
+        self->fail_all(aborted_why, false);
+        continue;
+      }
+      cudaSetDevice(self->device_);
+      const auto q = cudaEventQuery(front->done);
+      if (q == cudaSuccess) {
+        self->pop_front();
+        front->state->complete(nullptr);
+        interval = self->opts_.poll_interval;
+        continue;
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(self->comm_, &async);
+      if (q != cudaErrorNotReady || (async != ncclSuccess && async != ncclInProgress)) {
+        const auto why = q != cudaErrorNotReady ? "CUDA error: " + cuda_text(q)
+                                                : fmt::format("NCCL error: {} ({})", ncclGetErrorString(async),
+                                                              ncclGetLastError(self->comm_));
+        self->fail_all(self->where(*front) + ": " + why + "; the group is aborted", false);
+        continue;
+      }
+      if (clock::now() >= front->deadline) {
+        self->fail_all(self->where(*front) + fmt::format(": timed out after {} ms ({}); the group is aborted",
+                                                         front->call.timeout.count(), detail::describe(front->call)),
+                       true);
+        continue;
+      }
+      timer.expires_after(interval);
+      co_await timer.async_wait(asio::use_awaitable);
+      interval = std::min(interval * 2, self->opts_.max_poll_interval);
+    }
+  }
+
+  void pop_front() {
+    std::lock_guard lk(mutex_);
+    if (!inflight_.empty()) {
+      cudaEventDestroy(inflight_.front()->done);
+      inflight_.pop_front();
+    }
+  }
+
+  // Aborts the communicator and fails every collective in flight; the first
+  // with a timeout error when `timed_out`.
+  void fail_all(const std::string& why, bool timed_out) {
+    abort_now(why);
+    std::deque<std::shared_ptr<pending_op>> ops;
+    {
+      std::lock_guard lk(mutex_);
+      ops.swap(inflight_);
+    }
+    bool first = true;
+    for (auto& op : ops) {
+      cudaEventDestroy(op->done);
+      op->done = nullptr;
+      if (first && timed_out)
+        op->state->complete(std::make_exception_ptr(
+            collective_timeout_error(why, std::string(to_string(op->call.kind)), rank_, op->seq)));
+      else
+        op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + why)));
+      first = false;
+    }
+  }
+
+  void abort_now(const std::string& why) {
+    {
+      std::lock_guard lk(mutex_);
+      if (aborted_)
+        return;
+      aborted_ = true;
+      abort_reason_ = why;
+    }
+    CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label_, rank_, size_, why);
+    if (comm_)
+      ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+
+  std::uint64_t sequence_number() const noexcept override {
+    std::lock_guard lk(mutex_);
+    return next_seq_;
+  }
+
+  // The poller fails what is in flight when it next looks.
+  void abort(const std::string& reason) override { abort_now("aborted by the user: " + reason); }
+
+  bool aborted() const noexcept override {
+    std::lock_guard lk(mutex_);
+    return aborted_;
+  }
+
+  int cuda_device() const noexcept override { return device_; }
+  void* stream() const noexcept override { return stream_; }
+
+  void group_destroyed() noexcept override {
+    std::lock_guard lk(mutex_);
+    if (!inflight_.empty() && !aborted_) {
+      // The poller fails them once it sees the abort; the communicator goes with the last reference.
+      aborted_ = true;
+      abort_reason_ = "the group was destroyed with collectives in flight";
+      if (comm_)
+        ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+  }
+
+private:
+  asio::any_io_executor ex_;
+  const int rank_;
+  const int size_;
+  const nccl_options opts_;
+  std::string label_;
+  int device_ = 0;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+  void* scratch_ = nullptr;
+
+  mutable std::mutex mutex_;
+  std::uint64_t next_seq_ = 0;
+  bool aborted_ = false;
+  std::string abort_reason_;
+  bool polling_ = false;
+  std::deque<std::shared_ptr<pending_op>> inflight_;
+};
+
+std::string unavailable_reason() {
+  int n = 0;
+  if (auto e = cudaGetDeviceCount(&n); e != cudaSuccess)
+    return "no CUDA device: " + cuda_text(e);
+  if (n == 0)
+    return "no CUDA device: cudaGetDeviceCount found none";
+  return {};
+}
+
+// The rendezvous: rank 0 publishes the ncclUniqueId under the group's prefix,
+// every rank creates a non-blocking communicator, polled until ready or the deadline.
+asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::create(asio::any_io_executor ex,
+                                                                         std::shared_ptr<store::store> store,
+                                                                         int rank, int size, nccl_options opts) {
+  const auto what = fmt::format("nccl_group create (prefix '{}', rank {} of {})", opts.prefix, rank, size);
+  if (auto why = unavailable_reason(); !why.empty())
+    throw collective_error(what + ": " + why, "create", rank, 0);
+  int count = 0;
+  cudaGetDeviceCount(&count);
+  auto st = std::make_shared<nccl_comm>(ex, rank, size, opts);
+  st->device_ = opts.device >= 0 ? opts.device : rank % count;
+  if (st->device_ >= count)
+    throw usage_error(fmt::format("{}: CUDA device {} does not exist ({} found)", what, st->device_, count));
+  auto group_store = std::make_shared<store::prefix_store>(opts.prefix, store);
+  {
+    std::random_device rd;
+    const auto token = fmt::format("{:08x}{:08x}", rd(), rd());
+    if (co_await group_store->compare_set("claimed/" + std::to_string(rank), "", token) != token)
+      throw usage_error(what + ": the prefix is already used by another group on this store");
+  }
+  ncclUniqueId id{};
+  if (rank == 0) {
+    if (auto r = ncclGetUniqueId(&id); r != ncclSuccess)
+      throw collective_error(what + ": ncclGetUniqueId: " + ncclGetErrorString(r), "create", rank, 0);
+    co_await group_store->set("nccl_id", std::string(id.internal, sizeof id.internal));
+  } else {
+    auto bytes = co_await group_store->get("nccl_id", opts.timeout);
+    if (bytes.size() != sizeof id.internal)
+      throw collective_error(what + ": the published ncclUniqueId has the wrong size", "create", rank, 0);
+    std::memcpy(id.internal, bytes.data(), sizeof id.internal);
+  }
+  cudaSetDevice(st->device_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  auto r = ncclCommInitRankConfig(&st->comm_, size, id, rank, &config);
+  const auto deadline = clock::now() + opts.timeout;
+  asio::steady_timer timer(ex);
+  auto interval = opts.poll_interval;
+  while (r == ncclInProgress) {
+    if (clock::now() >= deadline) {
+      ncclCommAbort(st->comm_);
+      st->comm_ = nullptr;
+      throw timeout_error(fmt::format("{}: not every rank joined the NCCL communicator within {} ms", what,
+                                      opts.timeout.count()));
+    }
+    timer.expires_after(interval);
+    co_await timer.async_wait(asio::use_awaitable);
+    interval = std::min(interval * 2, opts.max_poll_interval);
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(st->comm_, &state);
+    r = state;
+  }
+  if (r != ncclSuccess)
+    throw collective_error(what + ": ncclCommInitRankConfig: " + ncclGetErrorString(r), "create", rank, 0);
+  if (auto e = cudaStreamCreateWithFlags(&st->stream_, cudaStreamNonBlocking); e != cudaSuccess)
+    throw collective_error(what + ": cudaStreamCreate: " + cuda_text(e), "create", rank, 0);
+  if (auto e = cudaEventCreateWithFlags(&st->ready_, cudaEventDisableTiming); e != cudaSuccess)
+    throw collective_error(what + ": cudaEventCreate: " + cuda_text(e), "create", rank, 0);
+  if (auto e = cudaMalloc(&st->scratch_, sizeof(std::int32_t)); e != cudaSuccess)
+    throw collective_error(what + ": cudaMalloc: " + cuda_text(e), "create", rank, 0);
+  cudaMemset(st->scratch_, 0, sizeof(std::int32_t));
+  co_return st;
+}
+
+} // namespace
+
+} // namespace corodist::collective
+
+extern "C" const corodist::collective::detail::cuda_plugin* corodist_cuda_plugin_v1() {
+  static const corodist::collective::detail::cuda_plugin plugin{
+      corodist::collective::detail::cuda_plugin::abi,
+      &corodist::collective::unavailable_reason,
+      &corodist::collective::nccl_comm::create,
+  };
+  return &plugin;
+}
