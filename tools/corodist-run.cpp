@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -318,6 +319,10 @@ private:
         }
         if (!stop_signal_)
           stop_signal_ = sig;
+        // The same signal again (coreutils' timeout sends it to the launcher,
+        // then to its process group): the ranks already have it.
+        if (!signals_seen_.insert(sig).second)
+          continue;
         say("got " + signal_name(sig) + ", passing it to the ranks");
         start_teardown(sig);
       }
@@ -409,6 +414,7 @@ private:
   std::string failure_;
   int failed_code_ = 1;
   std::optional<int> stop_signal_;
+  std::set<int> signals_seen_; // passed on to the ranks already
 };
 
 } // namespace

@@ -68,12 +68,14 @@ public:
 
   pid_t pid() const { return pid_; }
 
-  /// Reads until `count` complete stdout lines contain `text`; false at the deadline or end of output.
-  bool wait_for_lines(const std::string& text, int count, std::chrono::milliseconds timeout = 20s) {
+  /// Reads until `count` complete stdout lines (stderr lines with `from_stderr`)
+  /// contain `text`; false at the deadline or end of output.
+  bool wait_for_lines(const std::string& text, int count, std::chrono::milliseconds timeout = 20s,
+                      bool from_stderr = false) {
     auto deadline = clock_type::now() + timeout;
     for (;;) {
       int seen = 0;
-      for (auto& l : lines(out_text_))
+      for (auto& l : lines(from_stderr ? err_text_ : out_text_))
         seen += l.find(text) != std::string::npos;
       if (seen >= count)
         return true;
@@ -271,6 +273,23 @@ BOOST_AUTO_TEST_CASE(a_signal_to_the_launcher_reaches_every_rank, *utf::timeout(
     BOOST_TEST((reached == std::set<int>{0, 1, 2}), "ranks that saw " << got);
     BOOST_TEST(l.err().find(std::string("stopped by SIG") + ::sigabbrev_np(sig)) != std::string::npos);
   }
+}
+
+// coreutils' timeout sends its signal to the launcher and then to its own
+// process group, the launcher included: a signal that comes again is passed on
+// and said once.
+BOOST_AUTO_TEST_CASE(a_signal_that_comes_twice_is_said_once, *utf::timeout(60)) {
+  launched l({"--nproc", "1", "--grace-period", "2", "--", rank_path, "ignore-term"});
+  BOOST_REQUIRE(l.wait_for_lines("ready", 1));
+  ::kill(l.pid(), SIGTERM);
+  BOOST_REQUIRE(l.wait_for_lines("passing it to the ranks", 1, 20s, true));
+  ::kill(l.pid(), SIGTERM);
+  int st = l.finish();
+  BOOST_TEST(WEXITSTATUS(st) == 128 + SIGTERM);
+  std::size_t said = 0;
+  for (auto& line : launched::lines(l.err()))
+    said += line.find("got SIGTERM, passing it to the ranks") != std::string::npos;
+  BOOST_TEST(said == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_that_ignores_sigterm_is_killed_after_the_grace_period, *utf::timeout(60)) {
