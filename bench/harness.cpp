@@ -68,6 +68,7 @@ std::string cell(double v, int decimals) {
 }
 
 double ratio_of(const record& r) {
+  if (r.kind == kind_error_path) return not_applicable; // a failure's time is not a round trip
   if (present(r.p50_us) && present(r.raw_p50_us) && r.raw_p50_us > 0) return r.p50_us / r.raw_p50_us;
   if (present(r.gbytes_per_s) && present(r.raw_gbytes_per_s) && r.raw_gbytes_per_s > 0)
     return r.gbytes_per_s / r.raw_gbytes_per_s;
@@ -124,7 +125,7 @@ const char* backend_name() noexcept {
 }
 
 double speedup_vs_peer(const record& r, const peer_result& p) {
-  if (!p.status.empty()) return not_applicable;
+  if (!p.status.empty() || !p.comparable) return not_applicable;
   if (present(p.p50_us)) return present(r.p50_us) && r.p50_us > 0 ? p.p50_us / r.p50_us : not_applicable;
   if (present(p.ops_per_s)) return present(r.ops_per_s) && p.ops_per_s > 0 ? r.ops_per_s / p.ops_per_s : not_applicable;
   if (present(p.gbytes_per_s))
@@ -153,7 +154,7 @@ void context::report(record r) {
     fmt::print(table_out, row_format, r.suite, r.name, cell(r.p50_us, 2), cell(r.p99_us, 2), cell(r.ops_per_s, 0),
                cell(r.gbytes_per_s, 2), cell(ratio_of(r), 2), p ? p->name : "", p ? peer_figure(*p) : "",
                p ? cell(speedup_vs_peer(r, *p), 2) : "");
-    fmt::print(table_out, "{}\n", p == peers.front() ? notes : "");
+    fmt::print(table_out, "{}{}\n", p == peers.front() ? notes : "", p && !p->note.empty() ? "  (" + p->note + ")" : "");
   }
   std::fflush(table_out);
   if (status != nullptr) status->case_reported(r.name);
@@ -172,6 +173,10 @@ void context::report(record r) {
     append_json_number(out, "raw_p50_us", r.raw_p50_us);
     append_json_number(out, "raw_gbytes_per_s", r.raw_gbytes_per_s);
     for (const auto& [key, value] : r.extra) append_json_number(out, key, value);
+    if (!r.kind.empty()) {
+      out.append(std::string_view(",\"kind\":"));
+      append_json_string(out, r.kind);
+    }
     if (p != nullptr) {
       out.append(std::string_view(",\"peer\":"));
       append_json_string(out, p->name);
@@ -183,10 +188,14 @@ void context::report(record r) {
       append_json_number(out, "peer_ops_per_s", p->ops_per_s);
       append_json_number(out, "peer_gbytes_per_s", p->gbytes_per_s);
       append_json_number(out, "speedup_vs_peer", speedup_vs_peer(r, *p));
+      if (!p->note.empty()) {
+        out.append(std::string_view(",\"peer_note\":"));
+        append_json_string(out, p->note);
+      }
     }
     out.append(std::string_view(",\"backend\":"));
     append_json_string(out, backend);
-    fmt::format_to(std::back_inserter(out), ",\"pinned\":{}}}\n", pinned);
+    fmt::format_to(std::back_inserter(out), ",\"mode\":\"{}\",\"pinned\":{}}}\n", quick ? "quick" : "full", pinned);
     std::fwrite(out.data(), 1, out.size(), json_out);
   }
   std::fflush(json_out);

@@ -27,6 +27,10 @@ struct peer_result {
   double ops_per_s = not_applicable;          ///< compared with ops_per_s (when no p50)
   double gbytes_per_s = not_applicable;       ///< compared with gbytes_per_s (when neither)
   std::string status;                         ///< empty when measured, else e.g. "not installed"
+  /// False when the peer's figure measures something else than ours (no
+  /// speedup is given); `note` then says what, next to the row.
+  bool comparable = true;
+  std::string note;
 
   /// A peer that could not be measured: reported with `why`, never as zero.
   static peer_result missing(std::string name, std::string why = "not installed") {
@@ -48,15 +52,23 @@ struct record {
   double raw_p50_us = not_applicable;   ///< filled from the context when NaN
   double raw_gbytes_per_s = not_applicable; ///< filled from the context when NaN
   std::vector<std::pair<std::string, double>> extra; ///< extra JSON keys (not in the table)
+  /// "" for an operation; kind_error_path for how long a failure takes to
+  /// surface (an error, or a deadline's overrun): plotted apart from the
+  /// operations, with no ratio to the floor. Written to the JSON as "kind".
+  std::string kind;
   /// Peers of this case. Each becomes one table row and one JSON line with the
   /// case's own figures repeated and `peer`, `peer_p50_us` / `peer_ops_per_s` /
   /// `peer_gbytes_per_s`, `speedup_vs_peer` (or `peer_status`); none: one row.
   std::vector<peer_result> peers;
 };
 
+/// record::kind of a case that times a failure path.
+inline constexpr const char* kind_error_path = "error_path";
+
 /// How much better corodist is than `peer` on `r` (> 1: corodist is better):
 /// the peer's p50 over ours when the peer has a p50, else our ops/s over the
-/// peer's, else our GB/s over the peer's; NaN when there is nothing to compare.
+/// peer's, else our GB/s over the peer's; NaN when there is nothing to compare
+/// (or the peer is not `comparable`).
 double speedup_vs_peer(const record& r, const peer_result& peer);
 
 /// Collects latency samples (stored as integer nanoseconds) and answers

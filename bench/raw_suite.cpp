@@ -33,11 +33,23 @@ constexpr std::size_t pingpong_warmup = 2'000;
 constexpr int fanin_connections = 64;
 constexpr std::size_t fanin_bytes = 64;
 constexpr std::size_t bulk_chunk = std::size_t{1} << 20; // 1 MiB
+constexpr int raw_bulk_runs = 3;                         // the floor's bulk figure: the best of these
 
 std::size_t pingpong_samples(bool quick) { return quick ? 20'000 : 200'000; }
 double pingpong_budget_s(bool quick) { return quick ? 5.0 : 30.0; } // timed-loop cap
 std::uint64_t bulk_total(bool quick) {
   return quick ? std::uint64_t{512} << 20 : std::uint64_t{2} << 30;
+}
+
+// The floor is a ceiling for throughput: the best of a few transfers (one
+// stream's rate varies by a third between runs on this VM, and a single low
+// one let per-call cases "beat" it).
+bulk_result best_raw_bulk(bool quick) {
+  bulk_result best;
+  for (int i = 0; i < raw_bulk_runs; ++i)
+    if (auto b = raw_bulk(bulk_total(quick), bulk_chunk); i == 0 || b.gbytes_per_s > best.gbytes_per_s)
+      best = b;
+  return best;
 }
 
 double seconds_between(clock_type::time_point a, clock_type::time_point b) {
@@ -309,7 +321,7 @@ void run_raw_suite(context& ctx) {
              {"message_bytes", static_cast<double>(pingpong_bytes)}};
   ctx.report(std::move(r));
 
-  const auto bulk = raw_bulk(bulk_total(ctx.quick), bulk_chunk);
+  const auto bulk = best_raw_bulk(ctx.quick);
   record b;
   b.suite = "raw";
   b.name = "bulk";
@@ -423,6 +435,6 @@ double measure_raw_floor(bool quick) {
                       pingpong_budget_s(quick)).latency.percentile(0.5);
 }
 
-double measure_raw_bulk(bool quick) { return raw_bulk(bulk_total(quick), bulk_chunk).gbytes_per_s; }
+double measure_raw_bulk(bool quick) { return best_raw_bulk(quick).gbytes_per_s; }
 
 } // namespace corodist::bench

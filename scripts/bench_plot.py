@@ -1,7 +1,9 @@
 """Draws one corodist-bench run (its --json lines) as a PNG: latency per case
-against the raw floor and the peers (log scale), then the throughput cases
-(ops/s, and GB/s for bulk transfers) with theirs. Needs matplotlib
-(Debian's python3-matplotlib, under /usr/bin/python3).
+against the raw floor and the peers (log scale), the failure paths apart (how
+long an error takes to surface), then the throughput cases (ops/s, and GB/s
+for bulk transfers) with theirs. A peer figure that measures something else
+(a peer_note) is drawn hatched, with its note. A --quick run says so in the
+title. Needs matplotlib (Debian's python3-matplotlib, under /usr/bin/python3).
 
 Usage: /usr/bin/python3 scripts/bench_plot.py RUN.jsonl [-o RUN.png]
 """
@@ -49,6 +51,8 @@ def size_of(r):
 
 
 def kind(r, peers):
+    if r.get("kind") == "error_path":
+        return "errors"
     if finite(r.get("ops_per_s")) and (any(k in r for k in THROUGHPUT_KEYS) or
                                        any(finite(p.get("peer_ops_per_s")) for p in peers)):
         return "ops"
@@ -65,18 +69,21 @@ def bars(ax, rows, value_key, peer_key, fmt, log):
     seen = set()
     for name, r, peers in rows:
         if r.get("suite") == "raw":  # the floor's own cases: bare sockets, not corodist
-            group = [("raw sockets", r.get(value_key), "#e8a09a", "")]
+            group = [("raw sockets", r.get(value_key), "#e8a09a", "", "")]
         else:
-            group = [("corodist", r.get(value_key), OURS, "")]
+            group = [("corodist", r.get(value_key), OURS, "", "")]
         for p in peers:
             status = p.get("peer_status", "")
-            group.append((p["peer"], p.get(peer_key), PEER_COLORS.get(p["peer"], "#999999"), status))
+            group.append((p["peer"], p.get(peer_key), PEER_COLORS.get(p["peer"], "#999999"), status,
+                          p.get("peer_note", "")))
         top = y
-        for who, v, color, status in group:
+        for who, v, color, status, note in group:
             label = who if who not in seen else None
             if finite(v) and v > 0:
-                ax.barh(y, v, height=0.8, color=color, label=label)
-                ax.text(v, y, " " + fmt(v), va="center", fontsize=7)
+                # A figure of something else (e.g. a one-way send against our round trip): hatched, with its note.
+                ax.barh(y, v, height=0.8, color=color, label=label, hatch="///" if note else None,
+                        edgecolor="white" if note else None)
+                ax.text(v, y, " " + fmt(v) + (f"  ({note}; not compared)" if note else ""), va="center", fontsize=7)
                 seen.add(who)
             else:
                 why = status or ("not yet" if who == "corodist" else "no figure")
@@ -102,15 +109,16 @@ def main():
     cases = load(a.json)
     if not cases:
         sys.exit(f"bench_plot: no records in {a.json}")
-    groups = {"latency": [], "ops": [], "gbytes": []}
+    groups = {"latency": [], "errors": [], "ops": [], "gbytes": []}
     for (suite, name), c in cases.items():
         k = kind(c["rec"], c["peers"])
         if k:
             groups[k].append((f"{suite} {name}", c["rec"], c["peers"]))
     first = next(iter(cases.values()))["rec"]
-    panels = [k for k in ("latency", "ops", "gbytes") if groups[k]]
+    panels = [k for k in ("latency", "errors", "ops", "gbytes") if groups[k]]
     heights = [max(2.0, 0.28 * sum(1 + len(p) for _, _, p in groups[k]) + 0.8) for k in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(13, sum(heights) + 1.2),
+    total = sum(heights) + 1.2
+    fig, axes = plt.subplots(len(panels), 1, figsize=(13, total),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, k in zip(axes[:, 0], panels):
         rows = groups[k]
@@ -125,6 +133,14 @@ def main():
                            label=f"raw floor {floor:.1f} µs (64 B TCP ping-pong)")
             ax.set_title("p50 latency (lower is better; log scale)", fontsize=10, loc="left")
             ax.set_xlabel("µs")
+        elif k == "errors":
+            vals = [r.get("p50_us") for _, r, _ in rows]
+            vals = [v for v in vals if finite(v) and v > 0]
+            ax.set_xlim(min(vals) / 2, max(vals) * 4)
+            bars(ax, rows, "p50_us", "peer_p50_us", lambda v: f"{v:.1f} µs", log=True)
+            ax.set_title("failure paths: how long until the error, or past the deadline (lower is better; log scale)",
+                         fontsize=10, loc="left")
+            ax.set_xlabel("µs (p50)")
         elif k == "ops":
             vals = [r.get("ops_per_s") for _, r, _ in rows] + [p.get("peer_ops_per_s") for _, _, ps in rows for p in ps]
             vals += [r.get("raw_fanin_ops_per_s") for _, r, _ in rows]
@@ -149,9 +165,13 @@ def main():
             ax.set_title("bulk transfer (higher is better)", fontsize=10, loc="left")
             ax.set_xlabel("GB/s (1e9 bytes / s)")
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    fig.suptitle(f"corodist-bench — {first.get('backend', '?')}, pinned={'yes' if first.get('pinned') else 'no'}; "
-                 "peers measured in the same run with the same pinning", fontsize=10)
-    fig.tight_layout()
+    quick = first.get("mode") == "quick"
+    title = (f"corodist-bench — {first.get('backend', '?')}, pinned={'yes' if first.get('pinned') else 'no'}; "
+             "peers measured in the same run with the same pinning")
+    if quick:
+        title = "QUICK RUN (--quick: fewer samples, a smoke test, not figures to compare) — " + title
+    fig.suptitle(title, fontsize=10, y=1 - 0.15 / total, va="top", color="#c0392b" if quick else "black")
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.55 / total))  # room for the title above the first panel
     out = a.output or a.json.rsplit(".", 1)[0] + ".png"
     fig.savefig(out, dpi=110, bbox_inches="tight")
     print(f"bench_plot: wrote {out}")
