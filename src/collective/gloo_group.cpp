@@ -82,10 +82,18 @@ gloo::transport::tcp::attr device_attr(const gloo_options& opts) {
 
 // ---- the group's state and threads ----------------------------------------------
 
-gloo_group::impl::impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s)
+gloo_group::impl::impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s,
+                       std::shared_ptr<store::store> group_keys)
     : rank(r), size(n), opts(std::move(o)), store(std::move(s)) {
   label = opts.pytorch ? fmt::format("gloo group {} of a PyTorch job", opts.pytorch->group_index)
                        : fmt::format("gloo group '{}'", opts.prefix);
+  // PyTorch's ranks use plain tags: there a mismatch is as it is between
+  // PyTorch ranks. The call check finds calls that differ before data moves;
+  // the probe then looks only for options that make a call's messages differ.
+  if (opts.mismatch_probe_delay.count() > 0 && !opts.pytorch && size > 1)
+    probe = std::make_shared<detail::stall_probe>(
+        std::move(group_keys), label, checks(),
+        [this](std::uint64_t seq, const std::string& text) { mismatch_found(seq, text); });
   worker_thread_options wo;
   wo.threads = opts.threads;
   wo.name = "corodist-gloo";
@@ -197,6 +205,8 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     throw usage_error("gloo_group::create: threads must be at least 1");
   if (opts.bucket_bytes == 0)
     throw usage_error("gloo_group::create: bucket_bytes must be positive");
+  if (opts.mismatch_probe_delay.count() < 0)
+    throw usage_error("gloo_group::create: mismatch_probe_delay must not be negative");
   if (opts.pytorch && opts.pytorch->group_index < 0)
     throw usage_error("gloo_group::create: pytorch.group_index must be >= 0");
   if (const char* env = std::getenv("CORODIST_CHECK_COLLECTIVES"); env && (std::strcmp(env, "1") == 0 ||
@@ -215,7 +225,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
                                "sharing a store its own gloo_options::prefix");
   }
 
-  auto state = std::make_unique<impl>(rank, size, opts, store);
+  auto state = std::make_unique<impl>(rank, size, opts, store, stores.group);
   auto* st = state.get();
   auto gloo_keys = stores.gloo;
   std::exception_ptr failure;

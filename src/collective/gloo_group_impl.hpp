@@ -1,13 +1,14 @@
 #pragma once
 // The state behind a gloo_group, shared by the files that do its jobs:
-// creation (gloo_group.cpp), the issue queue (gloo_issue.cpp), and the
-// watchdog and abort (gloo_watchdog.cpp).
+// creation (gloo_group.cpp), the issue queue (gloo_issue.cpp), the watchdog
+// and abort (gloo_watchdog.cpp), and the stall probe (gloo_probe.cpp).
 
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/worker_thread.hpp>
 
 #include "collective/gloo_ops.hpp"
+#include "collective/gloo_probe.hpp"
 #include "collective/gloo_store.hpp"
 #include "collective/work_state.hpp"
 
@@ -45,6 +46,12 @@ struct pending_op {
   // thread wakes up.
   std::shared_ptr<header_inbox> inbox;
   std::shared_ptr<header_outbox> header;
+  /// When a communication thread started it (clock::rep; 0: not yet).
+  std::atomic<clock::rep> started{0};
+  /// The watchdog's: probe it once it has run this long (grows per probe).
+  clock::duration probe_after{};
+  /// The stall probe's finding (under the group's mutex): the ranks' calls differ.
+  std::string mismatch;
 };
 
 } // namespace detail
@@ -53,8 +60,9 @@ struct gloo_group::impl {
   using clock = std::chrono::steady_clock;
   using pending_op = detail::pending_op;
 
-  /// Starts the communication threads and the watchdog (gloo_group.cpp).
-  impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s);
+  /// Starts the communication threads and the watchdog (gloo_group.cpp);
+  /// `group_keys` is the store under the group's prefix (the stall probe's).
+  impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s, std::shared_ptr<store::store> group_keys);
   ~impl() { shutdown(); }
 
   // ---- the issue queue (gloo_issue.cpp) ----
@@ -63,6 +71,9 @@ struct gloo_group::impl {
   work submit(collective_call call);
   /// Runs `op` on a communication thread and completes its work.
   void run(pending_op& op);
+  /// Completes `op`'s work with the error of a Gloo call that threw `what`
+  /// (a timeout, an abort, or a failure that aborts the group).
+  void failed(pending_op& op, const char* what);
   /// Completes `op`'s work with `e` (null: success) and drops it from `inflight`.
   void finish(const pending_op& op, std::exception_ptr e);
   /// For a barrier: waits until every collective issued before `op` has
@@ -92,6 +103,18 @@ struct gloo_group::impl {
   /// Aborts what is in flight, joins the watchdog, stops the communication threads.
   void shutdown() noexcept;
 
+  // ---- the stall probe (gloo_probe.cpp) ----
+
+  /// On the watchdog, under `mutex`: starts a probe of the oldest collective
+  /// that has run past its probe time (unless a probe runs).
+  void probe_stalled(clock::time_point now);
+  /// The probe's report: the ranks' calls of collective `seq` differ (`text`); aborts.
+  void mismatch_found(std::uint64_t seq, const std::string& text);
+
+  /// How long a collective that a peer's abort failed looks in the store
+  /// for the difference that peer found.
+  static constexpr std::chrono::milliseconds found_by_peer_limit{500};
+
   // ---- state ----
 
   const int rank;
@@ -118,6 +141,11 @@ struct gloo_group::impl {
   std::condition_variable finished_cv; // a collective finished (barriers wait for earlier ones)
   std::thread watchdog;
   std::unique_ptr<worker_thread> comm;
+  /// Null unless stalled collectives are compared (mismatch_probe_delay > 0,
+  /// not a PyTorch job, more than one rank).
+  std::shared_ptr<detail::stall_probe> probe;
+  bool watchdog_parked = false;       // idle: the next collective issued wakes the watchdog
+  std::uint64_t seq_at_last_look = 0; // next_seq when the watchdog last looked (with the stall probe)
 };
 
 } // namespace corodist::collective

@@ -21,6 +21,7 @@ work gloo_group::impl::submit(collective_call call) {
   op->deadline = clock::now() + call.timeout;
   op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), seq);
   op->call = std::move(call);
+  op->probe_after = opts.mismatch_probe_delay;
   work w(op->state);
   if (aborted) {
     auto reason = abort_reason;
@@ -36,11 +37,12 @@ work gloo_group::impl::submit(collective_call call) {
       detail::sigpipe_guard no_sigpipe; // Gloo may write to a dead peer from this (the caller's) thread
       op->inbox = detail::post_header_inbox(context, static_cast<std::uint32_t>(seq));
       op->header = detail::post_header_outbox(context, op->call, seq, static_cast<std::uint32_t>(seq));
-    } catch (const std::exception&) {
+    } catch (...) { // nothing of Gloo's leaves the caller's thread
     }
   }
   comm->post([this, op] { run(*op); }); // under the lock: queue order = sequence order
-  const bool wake = op->deadline < watchdog_wakes_at;
+  const bool wake = op->deadline < watchdog_wakes_at || watchdog_parked;
+  watchdog_parked = false;
   lk.unlock();
   if (wake)
     watchdog_cv.notify_one();
@@ -82,6 +84,7 @@ bool gloo_group::impl::wait_for_earlier(const pending_op& op) {
 
 void gloo_group::impl::run(pending_op& op) {
   op.state->mark_started();
+  op.started.store(clock::now().time_since_epoch().count(), std::memory_order_release);
   if (clock::now() >= op.deadline) {
     const auto text = timed_out_text(op) + " before it could start";
     abort(where(op) + ": " + text);
@@ -90,14 +93,21 @@ void gloo_group::impl::run(pending_op& op) {
   if (aborted_flag.load(std::memory_order_acquire))
     return finish(op, std::make_exception_ptr(error_of(op, "the group was aborted: " + reason())));
   std::vector<std::shared_ptr<void>> gloo_objects; // released after the work completes
-  detail::gloo_call_context cc{context, static_cast<std::uint32_t>(op.seq), op.deadline, opts.bucket_bytes,
-                               opts.pytorch ? 0 : opts.bcube_max_bytes, &gloo_objects};
+  // The data's tag carries a digest of the call (call_header.hpp): ranks whose
+  // calls differ exchange no data. PyTorch's ranks count 0, 1, 2, ...
+  const auto tag = opts.pytorch ? static_cast<std::uint32_t>(op.seq)
+                                : detail::data_tag(op.seq, detail::tag_digest(detail::record_of(
+                                                               op.call, op.seq, rank, opts.bcube_max_bytes,
+                                                               opts.bucket_bytes)));
+  detail::gloo_call_context cc{context, tag, op.deadline, opts.bucket_bytes, opts.pytorch ? 0 : opts.bcube_max_bytes,
+                               &gloo_objects};
   try {
     if (checks()) {
+      const auto header_tag = static_cast<std::uint32_t>(op.seq); // the same on every rank, whatever the call
       if (!op.inbox)
-        op.inbox = detail::post_header_inbox(context, cc.tag);
+        op.inbox = detail::post_header_inbox(context, header_tag);
       if (!op.header)
-        op.header = detail::post_header_outbox(context, op.call, op.seq, cc.tag);
+        op.header = detail::post_header_outbox(context, op.call, op.seq, header_tag);
       auto mismatch = detail::check_call(cc, *op.inbox, *op.header);
       if (!mismatch.empty()) // every rank sees it and skips the data: the group stays usable
         return finish(op, std::make_exception_ptr(error_of(op, mismatch)));
@@ -107,22 +117,41 @@ void gloo_group::impl::run(pending_op& op) {
     detail::run_collective(cc, op.call);
     finish(op, nullptr);
   } catch (const std::exception& e) {
-    const bool was_aborted = aborted_flag.load(std::memory_order_acquire);
-    const bool timed_out = clock::now() >= op.deadline || std::strstr(e.what(), "Timed out") != nullptr;
-    std::exception_ptr err;
-    if (timed_out) {
-      const auto text = timed_out_text(op);
-      abort(where(op) + ": " + text);
-      err = std::make_exception_ptr(timeout_of(op, text));
-    } else if (was_aborted) {
-      err = std::make_exception_ptr(error_of(op, "the group was aborted: " + reason()));
-    } else {
-      const auto text = fmt::format("{} failed: {}; the group is aborted", detail::describe(op.call), e.what());
-      abort(where(op) + ": " + text);
-      err = std::make_exception_ptr(error_of(op, text));
-    }
-    finish(op, err);
+    failed(op, e.what());
+  } catch (...) { // Gloo throws std::exceptions; nothing may leave a communication thread
+    failed(op, "an exception of an unknown type");
   }
+}
+
+void gloo_group::impl::failed(pending_op& op, const char* what) {
+  const bool was_aborted = aborted_flag.load(std::memory_order_acquire);
+  const bool timed_out = clock::now() >= op.deadline || std::strstr(what, "Timed out") != nullptr;
+  std::exception_ptr err;
+  if (timed_out) {
+    const auto text = timed_out_text(op);
+    abort(where(op) + ": " + text);
+    err = std::make_exception_ptr(timeout_of(op, text));
+  } else if (was_aborted) {
+    std::string mismatch;
+    {
+      std::lock_guard lk(mutex);
+      mismatch = op.mismatch;
+    }
+    err = std::make_exception_ptr(error_of(op, mismatch.empty() ? "the group was aborted: " + reason()
+                                                                 : mismatch + "; the group is aborted"));
+  } else {
+    // A peer ended the connections. If it found that the ranks' calls of this
+    // collective differ, it left the difference in the store.
+    std::string text;
+    if (probe)
+      if (auto found = probe->found_by_peer(op.seq, found_by_peer_limit))
+        text = *found + "; the group is aborted";
+    if (text.empty())
+      text = fmt::format("{} failed: {}; the group is aborted", detail::describe(op.call), what);
+    abort(where(op) + ": " + text);
+    err = std::make_exception_ptr(error_of(op, text));
+  }
+  finish(op, err);
 }
 
 } // namespace corodist::collective

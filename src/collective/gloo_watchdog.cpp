@@ -8,6 +8,7 @@
 
 #include <gloo/transport/tcp/address.h>
 
+#include <algorithm>
 #include <string>
 
 namespace corodist::collective {
@@ -60,7 +61,8 @@ void gloo_group::impl::record_endpoints(detail::gloo_store& keys) {
 
 // Aborts the group when the earliest deadline of a collective in flight
 // passes (Gloo's own per-call timeouts cover a running call; this also
-// covers calls queued behind a long one).
+// covers calls queued behind a long one). With the stall probe, it also
+// looks at what is in flight every mismatch_probe_delay.
 void gloo_group::impl::watch() {
   std::unique_lock lk(mutex);
   while (!stopping) {
@@ -69,6 +71,7 @@ void gloo_group::impl::watch() {
       watchdog_cv.wait(lk, [&] { return stopping; });
       break;
     }
+    const auto now = clock::now();
     auto next = clock::time_point::max();
     const pending_op* first = nullptr;
     for (const auto& [seq, op] : inflight)
@@ -76,24 +79,40 @@ void gloo_group::impl::watch() {
         next = op->deadline;
         first = op.get();
       }
-    if (first && clock::now() >= next) {
+    if (first && now >= next) {
       const auto why = where(*first) + ": " + timed_out_text(*first);
       lk.unlock();
       abort(why);
       lk.lock();
       continue;
     }
+    if (probe) {
+      // While the group is busy, look again after a probe delay; once it has
+      // been idle since the last look (nothing in flight, nothing issued),
+      // park: the next collective issued wakes the watchdog. (Parking
+      // whenever nothing happens to be in flight would make back-to-back
+      // collectives wake it one after another.)
+      watchdog_parked = inflight.empty() && next_seq == seq_at_last_look;
+      seq_at_last_look = next_seq;
+      if (!watchdog_parked) {
+        probe_stalled(now);
+        next = std::min(next, now + opts.mismatch_probe_delay);
+      }
+    }
     // With nothing earlier in flight, sleep one group timeout: a collective
     // issued meanwhile with the default timeout is due later, so issuing
-    // it wakes no one; only a shorter per-call deadline does.
+    // it wakes no one; only a shorter per-call deadline does (or, with the
+    // stall probe, the first one issued while the watchdog is parked).
     if (next == clock::time_point::max())
-      next = clock::now() + opts.timeout;
+      next = now + opts.timeout;
     watchdog_wakes_at = next;
     watchdog_cv.wait_until(lk, next);
   }
 }
 
 void gloo_group::impl::shutdown() noexcept {
+  if (probe)
+    probe->detach(); // no report into a group being destroyed
   bool busy;
   {
     std::lock_guard lk(mutex);
