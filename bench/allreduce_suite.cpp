@@ -3,8 +3,9 @@
 /// 2 and 4 ranks as processes (forked from this one) over loopback. Each rank
 /// times, in turn on the same buffer,
 ///   * ours: `co_await pg->allreduce(buf)` from a coroutine on an event loop,
-///     corodist::collective::gloo_group with its defaults (one communication
-///     thread; bcube up to 1 MiB, the ring above);
+///     corodist::collective::gloo_group with its defaults (two communication
+///     threads; bcube up to 1 MiB, the ring above; digest-carrying tags and
+///     the stall probe, which a healthy collective never wakes);
 ///   * checked: the same with `check_calls = true` (the call-header check's share);
 ///   * bare: `gloo::allreduce` with the same algorithm, called directly from
 ///     the rank's plain thread on a Gloo context of its own (gloo::sum<float>,

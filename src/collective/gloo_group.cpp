@@ -1,25 +1,17 @@
-// The Gloo backend: creation (rendezvous through the store, optionally in
-// PyTorch's layout), the issue queue on communication threads, the deadline
-// watchdog, and abort.
-#include <corodist/collective/errors.hpp>
-#include <corodist/collective/gloo_group.hpp>
+// The Gloo backend's public class and its creation: rendezvous through the
+// store (in PyTorch's layout, with PyTorch's handshake, when joining a
+// PyTorch job), the full mesh of connections, and the group's threads.
+#include "collective/gloo_group_impl.hpp"
+
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
-#include <corodist/core/worker_thread.hpp>
 #include <corodist/store/prefix_store.hpp>
 #include <corodist/store/rendezvous.hpp>
 
-#include "collective/describe.hpp"
-#include "collective/gloo_ops.hpp"
-#include "collective/gloo_store.hpp"
 #include "collective/sigpipe_guard.hpp"
-#include "collective/socket_shutdown.hpp"
-#include "collective/work_state.hpp"
 #include "core/log.hpp"
 
-#include <gloo/common/error.h>
 #include <gloo/rendezvous/context.h>
-#include <gloo/transport/tcp/address.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <asio/steady_timer.hpp>
@@ -28,14 +20,10 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <random>
-#include <thread>
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -46,20 +34,6 @@ namespace corodist::collective {
 namespace {
 
 using clock = std::chrono::steady_clock;
-using detail::work_state;
-
-/// One issued collective, from issue to completion.
-struct pending_op {
-  std::uint64_t seq = 0;
-  collective_call call;
-  clock::time_point deadline;
-  std::shared_ptr<work_state> state;
-  // Call checks: the peers' headers arrive here, ours leaves from here; both
-  // posted at issue, so that the exchange runs while the communication
-  // thread wakes up.
-  std::shared_ptr<detail::header_inbox> inbox;
-  std::shared_ptr<detail::header_outbox> header;
-};
 
 std::string random_token() {
   std::random_device rd;
@@ -106,272 +80,30 @@ gloo::transport::tcp::attr device_attr(const gloo_options& opts) {
 
 } // namespace
 
-struct gloo_group::impl {
-  impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s)
-      : rank(r), size(n), opts(std::move(o)), store(std::move(s)) {
-    label = opts.pytorch ? fmt::format("gloo group {} of a PyTorch job", opts.pytorch->group_index)
-                         : fmt::format("gloo group '{}'", opts.prefix);
-    worker_thread_options wo;
-    wo.threads = opts.threads;
-    wo.name = "corodist-gloo";
-    wo.spin = opts.spin;
-    // The communication threads (and Gloo's event-loop thread, which the
-    // first of them starts) inherit a mask with SIGPIPE blocked.
-    detail::sigpipe_guard no_sigpipe;
-    comm = std::make_unique<worker_thread>(wo);
-    watchdog = std::thread([this] { watch(); });
-  }
+// ---- the group's state and threads ----------------------------------------------
 
-  ~impl() { shutdown(); }
-
-  // ---- issue and run -----------------------------------------------------------
-
-  work submit(collective_call call) {
-    std::unique_lock lk(mutex);
-    const auto seq = next_seq++;
-    auto op = std::make_shared<pending_op>();
-    op->seq = seq;
-    op->deadline = clock::now() + call.timeout;
-    op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), seq);
-    op->call = std::move(call);
-    work w(op->state);
-    if (aborted) {
-      auto reason = abort_reason;
-      lk.unlock();
-      op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + reason)));
-      return w;
-    }
-    inflight.emplace(seq, op);
-    if (checks()) {
-      // Under the lock, so that every header is posted before a later
-      // collective's data; a failure here (a closed connection) shows again in run().
-      try {
-        detail::sigpipe_guard no_sigpipe; // Gloo may write to a dead peer from this (the caller's) thread
-        op->inbox = detail::post_header_inbox(context, static_cast<std::uint32_t>(seq));
-        op->header = detail::post_header_outbox(context, op->call, seq, static_cast<std::uint32_t>(seq));
-      } catch (const std::exception&) {
-      }
-    }
-    comm->post([this, op] { run(*op); }); // under the lock: queue order = sequence order
-    const bool wake = op->deadline < watchdog_wakes_at;
-    lk.unlock();
-    if (wake)
-      watchdog_cv.notify_one();
-    return w;
-  }
-
-  std::string where(const pending_op& op) const { return detail::where(op.call, op.seq, rank, size, label); }
-
-  collective_error error_of(const pending_op& op, const std::string& what) const {
-    return detail::error_at({op.call, op.seq, rank, size, label}, what);
-  }
-
-  collective_timeout_error timeout_of(const pending_op& op, const std::string& what) const {
-    return detail::timeout_at({op.call, op.seq, rank, size, label}, what);
-  }
-
-  std::string timed_out_text(const pending_op& op) const {
-    return fmt::format("timed out after {} ms ({}); the group is aborted", op.call.timeout.count(),
-                       detail::describe(op.call));
-  }
-
-  void finish(const pending_op& op, std::exception_ptr e) {
-    op.state->complete(std::move(e)); // first: a barrier waiting on `inflight` then sees it completed
-    {
-      std::lock_guard lk(mutex);
-      inflight.erase(op.seq);
-    }
-    finished_cv.notify_all();
-  }
-
-  // A barrier completes after every collective issued before it (as
-  // PyTorch's): with two communication threads an earlier one may still run.
-  // False if the deadline passed first.
-  bool wait_for_earlier(const pending_op& op) {
-    std::unique_lock lk(mutex);
-    return finished_cv.wait_until(lk, op.deadline, [&] {
-      return aborted || inflight.empty() || inflight.begin()->first >= op.seq;
-    });
-  }
-
-  // On a communication thread.
-  void run(pending_op& op) {
-    op.state->mark_started();
-    if (clock::now() >= op.deadline) {
-      const auto text = timed_out_text(op) + " before it could start";
-      abort(where(op) + ": " + text);
-      return finish(op, std::make_exception_ptr(timeout_of(op, text)));
-    }
-    if (aborted_flag.load(std::memory_order_acquire))
-      return finish(op, std::make_exception_ptr(error_of(op, "the group was aborted: " + reason())));
-    std::vector<std::shared_ptr<void>> gloo_objects; // released after the work completes
-    detail::gloo_call_context cc{context, static_cast<std::uint32_t>(op.seq), op.deadline, opts.bucket_bytes,
-                                 opts.pytorch ? 0 : opts.bcube_max_bytes, &gloo_objects};
-    try {
-      if (checks()) {
-        if (!op.inbox)
-          op.inbox = detail::post_header_inbox(context, cc.tag);
-        if (!op.header)
-          op.header = detail::post_header_outbox(context, op.call, op.seq, cc.tag);
-        auto mismatch = detail::check_call(cc, *op.inbox, *op.header);
-        if (!mismatch.empty()) // every rank sees it and skips the data: the group stays usable
-          return finish(op, std::make_exception_ptr(error_of(op, mismatch)));
-      }
-      if (op.call.kind == collective_kind::barrier && !wait_for_earlier(op))
-        throw timeout_error("Timed out waiting for the collectives issued before the barrier");
-      detail::run_collective(cc, op.call);
-      finish(op, nullptr);
-    } catch (const std::exception& e) {
-      const bool was_aborted = aborted_flag.load(std::memory_order_acquire);
-      const bool timed_out = clock::now() >= op.deadline || std::strstr(e.what(), "Timed out") != nullptr;
-      std::exception_ptr err;
-      if (timed_out) {
-        const auto text = timed_out_text(op);
-        abort(where(op) + ": " + text);
-        err = std::make_exception_ptr(timeout_of(op, text));
-      } else if (was_aborted) {
-        err = std::make_exception_ptr(error_of(op, "the group was aborted: " + reason()));
-      } else {
-        const auto text = fmt::format("{} failed: {}; the group is aborted", detail::describe(op.call), e.what());
-        abort(where(op) + ": " + text);
-        err = std::make_exception_ptr(error_of(op, text));
-      }
-      finish(op, err);
-    }
-  }
-
-  bool checks() const noexcept { return opts.check_calls && !opts.pytorch && size > 1; }
-
-  std::string reason() const {
-    std::lock_guard lk(mutex);
-    return abort_reason;
-  }
-
-  // ---- abort and the watchdog ------------------------------------------------
-
-  void abort(const std::string& why) {
-    {
-      std::lock_guard lk(mutex);
-      if (aborted)
-        return;
-      aborted = true;
-      abort_reason = why;
-      aborted_flag.store(true, std::memory_order_release);
-    }
-    watchdog_cv.notify_all();
-    finished_cv.notify_all();
-    CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label, rank, size, why);
-    signal_pairs("corodist: " + why);
-  }
-
-  // Ends every connection of the group: our blocked Gloo calls fail at once
-  // (Gloo's event loop sees the connections end), and so do the peers'.
-  void signal_pairs(const std::string& why) {
-    if (!connected.load(std::memory_order_acquire))
-      return;
-    const auto n = detail::shutdown_sockets(local_ends, remote_ends);
-    CORODIST_LOG_DEBUG("{} (rank {}): shut down {} connection(s): {}", label, rank, n, why);
-  }
-
-  // After connectFullMesh: the addresses that identify the group's sockets
-  // (each pair's own listening address, and each peer's for this pair).
-  void record_endpoints(detail::gloo_store& keys) {
-    for (int i = 0; i < size; ++i) {
-      if (i == rank)
-        continue;
-      local_ends.push_back(gloo::transport::tcp::Address(context->getPair(i)->address().bytes()).getSockaddr());
-      // Rank i published its pairs' addresses for every other rank in order,
-      // without itself (as gloo::rendezvous::Context lays them out).
-      auto all = keys.get(std::to_string(i));
-      const std::size_t one = all.size() / static_cast<std::size_t>(size - 1);
-      const std::size_t slot = static_cast<std::size_t>(rank > i ? rank - 1 : rank);
-      std::vector<char> mine(all.begin() + static_cast<std::ptrdiff_t>(slot * one),
-                             all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * one));
-      remote_ends.push_back(gloo::transport::tcp::Address(mine).getSockaddr());
-    }
-  }
-
-  // The watchdog thread: aborts the group when the earliest deadline of a
-  // collective in flight passes (Gloo's own per-call timeouts cover a running
-  // call; this also covers calls queued behind a long one).
-  void watch() {
-    std::unique_lock lk(mutex);
-    while (!stopping) {
-      if (aborted) { // nothing left to time: in-flight calls fail promptly now
-        watchdog_wakes_at = clock::time_point::min();
-        watchdog_cv.wait(lk, [&] { return stopping; });
-        break;
-      }
-      auto next = clock::time_point::max();
-      const pending_op* first = nullptr;
-      for (const auto& [seq, op] : inflight)
-        if (op->deadline < next && !op->state->completed()) {
-          next = op->deadline;
-          first = op.get();
-        }
-      if (first && clock::now() >= next) {
-        const auto why = where(*first) + ": " + timed_out_text(*first);
-        lk.unlock();
-        abort(why);
-        lk.lock();
-        continue;
-      }
-      // With nothing earlier in flight, sleep one group timeout: a collective
-      // issued meanwhile with the default timeout is due later, so issuing
-      // it wakes no one; only a shorter per-call deadline does.
-      if (next == clock::time_point::max())
-        next = clock::now() + opts.timeout;
-      watchdog_wakes_at = next;
-      watchdog_cv.wait_until(lk, next);
-    }
-  }
-
-  void shutdown() noexcept {
-    bool busy;
-    {
-      std::lock_guard lk(mutex);
-      busy = !inflight.empty();
-    }
-    if (busy)
-      abort("the group was destroyed with collectives in flight");
-    {
-      std::lock_guard lk(mutex);
-      stopping = true;
-    }
-    watchdog_cv.notify_all();
-    if (watchdog.joinable())
-      watchdog.join();
-    if (comm)
-      comm->stop(); // queued collectives fail fast (aborted) or finish
-  }
-
-  // ---- state -------------------------------------------------------------------
-
-  const int rank;
-  const int size;
-  const gloo_options opts;
-  std::shared_ptr<store::store> store; // kept alive (a rendezvous' rank 0 holds the server)
-  std::string label;
-  std::shared_ptr<gloo::transport::Device> device;
-  std::shared_ptr<gloo::rendezvous::Context> context;
-  std::atomic<bool> connected{false};
-  std::string address;
-  std::vector<sockaddr_storage> local_ends;  // this rank's side of each connection
-  std::vector<sockaddr_storage> remote_ends; // the peers' listening addresses
-
-  mutable std::mutex mutex;
-  std::uint64_t next_seq = 0;
-  bool aborted = false;
-  std::atomic<bool> aborted_flag{false};
-  std::string abort_reason;
-  std::map<std::uint64_t, std::shared_ptr<pending_op>> inflight;
-  bool stopping = false;
-  clock::time_point watchdog_wakes_at = clock::time_point::max();
-  std::condition_variable watchdog_cv;
-  std::condition_variable finished_cv; // a collective finished (barriers wait for earlier ones)
-  std::thread watchdog;
-  std::unique_ptr<worker_thread> comm;
-};
+gloo_group::impl::impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s,
+                       std::shared_ptr<store::store> group_keys)
+    : rank(r), size(n), opts(std::move(o)), store(std::move(s)) {
+  label = opts.pytorch ? fmt::format("gloo group {} of a PyTorch job", opts.pytorch->group_index)
+                       : fmt::format("gloo group '{}'", opts.prefix);
+  // PyTorch's ranks use plain tags: there a mismatch is as it is between
+  // PyTorch ranks. The call check finds calls that differ before data moves;
+  // the probe then looks only for options that make a call's messages differ.
+  if (opts.mismatch_probe_delay.count() > 0 && !opts.pytorch && size > 1)
+    probe = std::make_shared<detail::stall_probe>(
+        std::move(group_keys), label, checks(),
+        [this](std::uint64_t seq, const std::string& text) { mismatch_found(seq, text); });
+  worker_thread_options wo;
+  wo.threads = opts.threads;
+  wo.name = "corodist-gloo";
+  wo.spin = opts.spin;
+  // The communication threads (and Gloo's event-loop thread, which the
+  // first of them starts) inherit a mask with SIGPIPE blocked.
+  detail::sigpipe_guard no_sigpipe;
+  comm = std::make_unique<worker_thread>(wo);
+  watchdog = std::thread([this] { watch(); });
+}
 
 // ---- creation -------------------------------------------------------------------
 
@@ -473,6 +205,8 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     throw usage_error("gloo_group::create: threads must be at least 1");
   if (opts.bucket_bytes == 0)
     throw usage_error("gloo_group::create: bucket_bytes must be positive");
+  if (opts.mismatch_probe_delay.count() < 0)
+    throw usage_error("gloo_group::create: mismatch_probe_delay must not be negative");
   if (opts.pytorch && opts.pytorch->group_index < 0)
     throw usage_error("gloo_group::create: pytorch.group_index must be >= 0");
   if (const char* env = std::getenv("CORODIST_CHECK_COLLECTIVES"); env && (std::strcmp(env, "1") == 0 ||
@@ -491,7 +225,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
                                "sharing a store its own gloo_options::prefix");
   }
 
-  auto state = std::make_unique<impl>(rank, size, opts, store);
+  auto state = std::make_unique<impl>(rank, size, opts, store, stores.group);
   auto* st = state.get();
   auto gloo_keys = stores.gloo;
   std::exception_ptr failure;

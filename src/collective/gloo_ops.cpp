@@ -1,4 +1,8 @@
+// Running one collective on a connected Gloo context (the call-header check
+// between ranks, then Gloo's algorithms; reduce_scatter as our own ring), and
+// the record of what decides a call's messages.
 #include "collective/gloo_ops.hpp"
+#include "collective/call_header.hpp"
 #include "collective/reduce.hpp"
 
 #include <corodist/core/error.hpp>
@@ -32,91 +36,6 @@ constexpr std::uint8_t reduce_scatter_slot_prefix = 0xc2;
 std::chrono::milliseconds left(const gloo_call_context& cc) {
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(cc.deadline - clock::now());
   return std::max(ms, std::chrono::milliseconds(1));
-}
-
-// ---- call headers ----------------------------------------------------------
-
-struct call_header {
-  std::uint64_t seq = 0;
-  std::uint8_t kind = 0;
-  std::uint8_t type = 0;
-  std::uint8_t op = 0;
-  std::uint8_t pad = 0;
-  std::int32_t root = 0;
-  std::uint64_t count0 = 0; // elements of the (first) buffer
-  std::uint64_t count1 = 0; // elements of the output (allgather, reduce_scatter) or number of buffers
-  std::uint64_t digest = 0; // coalesced: FNV-1a of every buffer's (dtype, count)
-
-  bool operator==(const call_header&) const = default;
-};
-static_assert(sizeof(call_header) == 40);
-
-call_header header_of(const collective_call& call, std::uint64_t seq) {
-  call_header h;
-  h.seq = seq;
-  h.kind = static_cast<std::uint8_t>(call.kind);
-  const bool reduces = call.kind == collective_kind::allreduce || call.kind == collective_kind::reduce_scatter ||
-                       call.kind == collective_kind::allreduce_coalesced;
-  h.op = reduces ? static_cast<std::uint8_t>(call.op) : 0;
-  const bool rooted = call.kind == collective_kind::broadcast || call.kind == collective_kind::broadcast_coalesced;
-  h.root = rooted ? call.root : 0;
-  switch (call.kind) {
-  case collective_kind::allreduce:
-  case collective_kind::broadcast:
-    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
-    h.count0 = call.tensors[0].count();
-    break;
-  case collective_kind::allgather:
-  case collective_kind::reduce_scatter:
-    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
-    h.count0 = call.tensors[0].count();
-    h.count1 = call.tensors[1].count();
-    break;
-  case collective_kind::barrier:
-    break;
-  case collective_kind::allreduce_coalesced:
-  case collective_kind::broadcast_coalesced: {
-    std::uint64_t hash = 1469598103934665603ull;
-    auto mix = [&](std::uint64_t v) {
-      for (int i = 0; i < 8; ++i) {
-        hash ^= (v >> (8 * i)) & 0xff;
-        hash *= 1099511628211ull;
-      }
-    };
-    for (const auto& t : call.tensors) {
-      mix(static_cast<std::uint64_t>(t.type()));
-      mix(t.count());
-      h.count0 += t.count();
-    }
-    h.count1 = call.tensors.size();
-    h.digest = hash;
-    break;
-  }
-  }
-  return h;
-}
-
-std::string header_text(const call_header& h) {
-  const auto kind = static_cast<collective_kind>(h.kind);
-  const auto type = to_string(static_cast<dtype>(h.type));
-  const auto op = to_string(static_cast<reduce_op>(h.op));
-  std::string args;
-  switch (kind) {
-  case collective_kind::allreduce: args = fmt::format("{} x {}, {}", type, h.count0, op); break;
-  case collective_kind::broadcast: args = fmt::format("{} x {}, root {}", type, h.count0, h.root); break;
-  case collective_kind::allgather: args = fmt::format("in {} x {}, out {} x {}", type, h.count0, type, h.count1); break;
-  case collective_kind::reduce_scatter:
-    args = fmt::format("in {} x {}, out {} x {}, {}", type, h.count0, type, h.count1, op);
-    break;
-  case collective_kind::barrier: break;
-  case collective_kind::allreduce_coalesced:
-  case collective_kind::broadcast_coalesced:
-    args = fmt::format("{} buffers, {} elements in all, layout digest {:016x}, ", h.count1, h.count0, h.digest);
-    args += kind == collective_kind::allreduce_coalesced ? std::string(op) : fmt::format("root {}", h.root);
-    break;
-  default: return fmt::format("an unknown collective (kind {})", h.kind);
-  }
-  return fmt::format("{}({})", to_string(kind), args);
 }
 
 // ---- Gloo calls --------------------------------------------------------------
@@ -173,7 +92,7 @@ std::pair<std::size_t, std::size_t> ring_owned_bytes(std::size_t total, std::siz
 // Small buffers go through bcube (recursive halving/doubling: the fewest
 // messages), large ones through the ring (as PyTorch's ProcessGroupGloo),
 // whose pipelined segments use the bandwidth.
-bool on_ring(const gloo_call_context& cc, std::size_t bytes) { return bytes > cc.bcube_max_bytes; }
+bool on_ring(std::size_t bcube_max_bytes, std::size_t bytes) { return bytes > bcube_max_bytes; }
 
 // Gloo's allreduce of `count` elements of `esize` bytes at `data`, in place,
 // with reduction `fn`, on the ring or bcube (on_ring()).
@@ -181,13 +100,18 @@ void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, 
                     gloo::AllreduceOptions::Func fn) {
   auto& o = kept<gloo::AllreduceOptions>(cc, cc.context);
   set_output(o, data, count, esize);
-  o.setAlgorithm(on_ring(cc, count * esize) ? gloo::AllreduceOptions::Algorithm::RING
-                                            : gloo::AllreduceOptions::Algorithm::BCUBE);
+  o.setAlgorithm(on_ring(cc.bcube_max_bytes, count * esize) ? gloo::AllreduceOptions::Algorithm::RING
+                                                             : gloo::AllreduceOptions::Algorithm::BCUBE);
   o.setMaxSegmentSize(ring_max_segment_bytes);
   o.setReduceFunction(std::move(fn));
   o.setTag(cc.tag);
   o.setTimeout(left(cc));
   gloo::allreduce(o);
+}
+
+// The bytes an allreduce of `t` with `op` reduces: integers averaged are summed in int64.
+std::size_t reduced_bytes(const tensor_view& t, reduce_op op) {
+  return t.count() * (op == reduce_op::avg && !is_floating(t.type()) ? 8 : element_size(t.type()));
 }
 
 // Allreduce of `t` with `op`, avg included (integers via int64). A floating
@@ -206,7 +130,7 @@ void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op 
   }
   const std::size_t esize = element_size(t.type());
   const auto sum = reduce_function(t.type(), op);
-  if (op != reduce_op::avg || n == 1 || !on_ring(cc, t.count() * esize)) {
+  if (op != reduce_op::avg || n == 1 || !on_ring(cc.bcube_max_bytes, t.count() * esize)) {
     gloo_allreduce(cc, t.data(), t.count(), esize, sum);
     if (op == reduce_op::avg && n > 1)
       divide(t, n);
@@ -445,6 +369,25 @@ std::string check_call(const gloo_call_context& cc, header_inbox& inbox, header_
     return text;
   }
   return {};
+}
+
+call_record record_of(const collective_call& call, std::uint64_t seq, int rank, std::size_t bcube_max_bytes,
+                      std::size_t bucket_bytes) {
+  call_record r;
+  r.header = header_of(call, seq);
+  r.rank = rank;
+  switch (call.kind) {
+  case collective_kind::allreduce:
+    r.ring = on_ring(bcube_max_bytes, reduced_bytes(call.tensors[0], call.op));
+    break;
+  case collective_kind::allreduce_coalesced:
+    r.bcube_max_bytes = bcube_max_bytes;
+    r.bucket_bytes = bucket_bytes;
+    break;
+  case collective_kind::broadcast_coalesced: r.bucket_bytes = bucket_bytes; break;
+  default: break;
+  }
+  return r;
 }
 
 void run_collective(const gloo_call_context& cc, const collective_call& call) {

@@ -1,9 +1,12 @@
 #pragma once
 // Running one collective on a connected Gloo context, on the calling
 // (communication) thread: the call-header check between ranks, then the
-// data movement (Gloo's algorithms; reduce_scatter as our own ring).
+// data movement (Gloo's algorithms; reduce_scatter as our own ring); and the
+// record of what decides a call's messages.
 
 #include <corodist/collective/process_group.hpp>
+
+#include "collective/call_header.hpp"
 
 #include <gloo/context.h>
 
@@ -18,7 +21,7 @@ namespace corodist::collective::detail {
 
 struct gloo_call_context {
   std::shared_ptr<gloo::Context> context;
-  std::uint32_t tag = 0;                        ///< Gloo tag (PyTorch: one per collective, 0, 1, ...)
+  std::uint32_t tag = 0;                        ///< Gloo tag of the data (data_tag(); PyTorch: 0, 1, 2, ...)
   std::chrono::steady_clock::time_point deadline; ///< every wait gives up here
   std::size_t bucket_bytes = 0;                 ///< staging size of coalesced calls
   std::size_t bcube_max_bytes = 0;              ///< allreduces up to this size use bcube, larger the ring
@@ -51,6 +54,12 @@ std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Co
 /// rank's call and the first different one ("rank 0 called ..., rank 2 called ...").
 /// Throws Gloo's exceptions on I/O failure or timeout.
 std::string check_call(const gloo_call_context& cc, header_inbox& inbox, header_outbox& outbox);
+
+/// The record of `call` (collective `seq` on `rank`) in a group whose
+/// allreduces up to `bcube_max_bytes` use bcube and whose coalesced calls
+/// stage `bucket_bytes`: what decides its messages.
+call_record record_of(const collective_call& call, std::uint64_t seq, int rank, std::size_t bcube_max_bytes,
+                      std::size_t bucket_bytes);
 
 /// Runs `call`; throws Gloo's exceptions on I/O failure or timeout.
 void run_collective(const gloo_call_context& cc, const collective_call& call);

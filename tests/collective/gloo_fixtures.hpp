@@ -5,6 +5,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/hash_store.hpp>
+#include <corodist/store/tcp_store.hpp>
 
 #include <boost/test/unit_test.hpp>
 
@@ -58,6 +59,15 @@ inline collective::gloo_options gloo_test_options(std::string prefix = "test/pg"
   o.prefix = std::move(prefix);
   o.timeout = timeout;
   return o;
+}
+
+/// A client on `loop` of the test's store server on 127.0.0.1:`port` (rank processes meet there).
+inline std::shared_ptr<store::store> connect_test_store(event_loop& loop, std::uint16_t port) {
+  store::tcp_store_options o;
+  o.port = port;
+  o.auth_token = "";
+  o.timeout = std::chrono::seconds(20);
+  return store::tcp_store::connect_sync(loop.get_executor(), o);
 }
 
 /// A count of events that threads wait for, with a deadline.

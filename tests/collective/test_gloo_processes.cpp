@@ -1,26 +1,29 @@
 // The Gloo backend with ranks as real processes (fork) over loopback, meeting
 // at a store server in the test process: every collective on 2, 3 and 4
-// ranks, a 64 MiB allreduce, and a rank killed in the middle of collectives.
+// ranks, a 64 MiB allreduce, a rank killed in the middle of collectives, and
+// ranks whose calls differ (which must not end a process).
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/gloo_group.hpp>
-#include <corodist/store/tcp_store.hpp>
 
 #include "collective/collective_checks.hpp"
 #include "collective/gloo_fixtures.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 
+#include <fmt/format.h>
+
 #include <poll.h>
 
+#include <csignal>
 #include <cstdio>
 #include <memory>
+#include <utility>
 
 using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
 namespace cc = corodist::collective;
-namespace cs = corodist::store;
 using corodist::event_loop;
 using corodist::test::child_process;
 using corodist::test::pipe_pair;
@@ -37,11 +40,7 @@ int rank_process(std::uint16_t port, int rank, int size, const std::string& pref
                  const std::function<int(cc::gloo_group&)>& body, bool check_calls = false) {
   event_loop loop;
   loop.start();
-  cs::tcp_store_options o;
-  o.port = port;
-  o.auth_token = "";
-  o.timeout = 20s;
-  auto store = cs::tcp_store::connect_sync(loop.get_executor(), o);
+  auto store = corodist::test::connect_test_store(loop, port);
   auto opts = corodist::test::gloo_test_options(prefix, 30s);
   opts.check_calls = check_calls;
   auto pg = cc::gloo_group::create_sync(store, rank, size, opts);
@@ -72,6 +71,126 @@ std::vector<int> run_processes(store_host& host, int size, const std::string& pr
 bool wait_readable(int fd, std::chrono::milliseconds timeout) {
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
+}
+
+
+/// Issues one rank's collective of a mismatch test on a buffer it sizes (the
+/// buffer outlives the work).
+using mismatched_call = std::function<cc::work(cc::gloo_group&, std::vector<float>&)>;
+
+/// How one rank of a mismatch test ends (its exit code).
+enum mismatch_exit : int {
+  as_expected = 0,   // the collective failed naming the op (and both calls), later calls fail, a new group works
+  wrong_text = 10,   // collective_error, but its text lacks the op or a call
+  timed_out = 11,    // collective_timeout_error: the mismatch was not found before the deadline
+  completed = 12,    // the mismatched collective completed
+  not_aborted = 13,  // a later collective did not fail with "the group was aborted"
+  new_group = 14,    // a new group under a new prefix on the same store failed
+  other_error = 15,  // another exception
+};
+
+/// A mismatch test: what each rank calls, and what its error must name.
+struct mismatch_case {
+  std::string prefix;
+  int size = 2;
+  mismatched_call call;
+  std::vector<std::string> ops;   ///< rank r's collective ("allreduce"): its error names "<op> #0"
+  std::vector<std::string> calls; ///< texts every rank's error names (the calls that differ)
+  bool check_calls = false;       ///< the call check on
+  bool stays_usable = false;      ///< the group must stay usable (else: aborted, and a new group works)
+  std::function<void(int, cc::gloo_options&)> options = [](int, cc::gloo_options&) {};
+};
+
+/// One rank of a mismatch test: joins the group, issues its call, and
+/// expects a collective_error naming its collective and both calls; then a
+/// later collective must fail with "the group was aborted", and a new group
+/// under another prefix on the same store must work. Or the group must still
+/// work, when the call check caught the difference.
+int mismatched_rank(std::uint16_t port, int rank, const mismatch_case& c) {
+  const int size = c.size;
+  const auto& prefix = c.prefix;
+  const bool check_calls = c.check_calls;
+  ::signal(SIGABRT, SIG_DFL); // a process ended by std::terminate shows as such (not as Boost.Test's report)
+  event_loop loop;
+  loop.start();
+  auto store = corodist::test::connect_test_store(loop, port);
+  auto opts = corodist::test::gloo_test_options(prefix, 20s);
+  opts.check_calls = check_calls;
+  opts.mismatch_probe_delay = 50ms; // found well before the 20 s deadline
+  c.options(rank, opts);
+  auto pg = cc::gloo_group::create_sync(store, rank, size, opts);
+  std::string text;
+  std::vector<float> buf;
+  try {
+    c.call(*pg, buf).get();
+    std::fprintf(stderr, "rank %d: the mismatched collective completed\n", rank);
+    return completed;
+  } catch (const cc::collective_timeout_error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    return timed_out;
+  } catch (const cc::collective_error& e) {
+    text = e.what();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    return other_error;
+  }
+  std::fprintf(stderr, "rank %d failed as expected: %s\n", rank, text.c_str());
+  bool named = text.find(c.ops[static_cast<std::size_t>(rank)] + " #0") != std::string::npos;
+  for (const auto& t : c.calls)
+    named = named && text.find(t) != std::string::npos;
+  if (!named)
+    return wrong_text;
+  std::vector<float> v(100, 1.0f);
+  if (c.stays_usable) {
+    pg->allreduce(v).get();
+    return v[0] == static_cast<float>(size) && !pg->aborted() ? as_expected : not_aborted;
+  }
+  try {
+    pg->allreduce(v).get();
+    return not_aborted;
+  } catch (const cc::collective_error& e) {
+    if (std::string(e.what()).find("the group was aborted") == std::string::npos) {
+      std::fprintf(stderr, "rank %d: the later allreduce: %s\n", rank, e.what());
+      return not_aborted;
+    }
+  }
+  try {
+    auto again = cc::gloo_group::create_sync(store, rank, size, corodist::test::gloo_test_options(prefix + "/again", 20s));
+    again->allreduce(v).get();
+    return v[0] == static_cast<float>(size) ? as_expected : new_group;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: the new group: %s\n", rank, e.what());
+    return new_group;
+  }
+}
+
+/// A mismatch test in which rank r allreduces (sums) counts[r] floats.
+mismatch_case allreduce_sizes(std::string prefix, std::vector<std::size_t> counts) {
+  mismatch_case c;
+  c.prefix = std::move(prefix);
+  c.size = static_cast<int>(counts.size());
+  c.call = [counts](cc::gloo_group& pg, std::vector<float>& v) {
+    v.assign(counts[static_cast<std::size_t>(pg.rank())], 1.0f);
+    return pg.allreduce(v);
+  };
+  c.ops.assign(counts.size(), "allreduce");
+  return c;
+}
+
+/// Runs a mismatch test on rank processes and checks that every rank ended
+/// as expected (see mismatched_rank).
+void expect_mismatch_caught(const mismatch_case& c) {
+  store_host host;
+  const auto port = host.port();
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < c.size; ++r)
+    kids.push_back(std::make_unique<child_process>([=] { return mismatched_rank(port, r, c); }));
+  for (int r = 0; r < c.size; ++r) {
+    const int code = kids[static_cast<std::size_t>(r)]->wait_for(60s);
+    BOOST_TEST(code == static_cast<int>(as_expected),
+               "rank " << r << " of " << c.size << " ended with " << code
+                       << (code == 128 + SIGABRT ? " (SIGABRT: the process died)" : ""));
+  }
 }
 
 } // namespace
@@ -165,6 +284,89 @@ BOOST_AUTO_TEST_CASE(rank_killed_mid_collective, *utf::timeout(120)) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("survivors failed " << s << " s after the kill");
   BOOST_TEST(s < 10.0);
+}
+
+// The issue's case, with the default options: rank 0 allreduces 1000
+// floats, rank 1 999. Gloo's event-loop thread used to end the process
+// (std::terminate on "op.preamble.length <= op.nbytes"); now each rank's
+// allreduce fails with collective_error naming it and both calls, the group
+// is aborted, and a new group on the same store works.
+BOOST_AUTO_TEST_CASE(mismatched_sizes_fail_every_rank_and_the_process_lives_on, *utf::timeout(120)) {
+  auto c = allreduce_sizes("mm/sizes", {1000, 999});
+  c.calls = {"rank 0 called allreduce(float32 x 1000, sum)", "rank 1 called allreduce(float32 x 999, sum)"};
+  expect_mismatch_caught(c);
+}
+
+// Sizes on either side of gloo_options::bcube_max_bytes (1 MiB: bcube on
+// rank 0, the ring on rank 1), and both above it (the ring on both).
+BOOST_AUTO_TEST_CASE(mismatched_sizes_on_bcube_and_on_the_ring, *utf::timeout(120)) {
+  const std::size_t edge = cc::gloo_options::default_bcube_max_bytes / sizeof(float);
+  for (auto [first, second] : {std::pair{edge, edge + 1}, std::pair{4 * edge, 4 * edge - 1}}) {
+    auto c = allreduce_sizes("mm/ring" + std::to_string(first), {first, second});
+    c.calls = {fmt::format("rank 0 called allreduce(float32 x {}, sum)", first),
+               fmt::format("rank 1 called allreduce(float32 x {}, sum)", second)};
+    expect_mismatch_caught(c);
+  }
+}
+
+// The same call on ranks whose gloo_options differ: bcube on rank 0, the
+// ring on rank 1 (bcube_max_bytes 0) send messages of other sizes; with and
+// without the call check.
+BOOST_AUTO_TEST_CASE(the_same_call_on_ranks_whose_options_differ, *utf::timeout(120)) {
+  for (bool check : {false, true}) { // (the call check compares calls, not options)
+    auto c = allreduce_sizes(check ? "mm/options-checked" : "mm/options", {1024, 1024});
+    c.check_calls = check;
+    c.options = [](int rank, cc::gloo_options& o) {
+      if (rank == 1)
+        o.bcube_max_bytes = 0;
+    };
+    c.calls = {"rank 0 called allreduce(float32 x 1024, sum) on bcube",
+               "rank 1 called allreduce(float32 x 1024, sum) on the ring", "gloo_options differ"};
+    expect_mismatch_caught(c);
+  }
+}
+
+// Different collectives: allreduce on rank 0, broadcast on rank 1.
+BOOST_AUTO_TEST_CASE(mismatched_kinds, *utf::timeout(120)) {
+  mismatch_case c;
+  c.prefix = "mm/kinds";
+  c.call = [](cc::gloo_group& pg, std::vector<float>& v) {
+    v.assign(1000, 1.0f);
+    return pg.rank() == 0 ? pg.allreduce(v) : pg.broadcast(v, 0);
+  };
+  c.ops = {"allreduce", "broadcast"};
+  c.calls = {"rank 0 called allreduce(float32 x 1000, sum)", "rank 1 called broadcast(float32 x 1000, root 0)"};
+  expect_mismatch_caught(c);
+}
+
+// A broadcast whose root the ranks disagree on.
+BOOST_AUTO_TEST_CASE(mismatched_roots, *utf::timeout(120)) {
+  mismatch_case c;
+  c.prefix = "mm/roots";
+  c.call = [](cc::gloo_group& pg, std::vector<float>& v) {
+    v.assign(1000, 1.0f);
+    return pg.broadcast(v, pg.rank());
+  };
+  c.ops = {"broadcast", "broadcast"};
+  c.calls = {"rank 0 called broadcast(float32 x 1000, root 0)", "rank 1 called broadcast(float32 x 1000, root 1)"};
+  expect_mismatch_caught(c);
+}
+
+// Three ranks, one of which (rank 2) calls with another size.
+BOOST_AUTO_TEST_CASE(three_ranks_with_one_odd_rank, *utf::timeout(120)) {
+  auto c = allreduce_sizes("mm/three", {1000, 1000, 999});
+  c.calls = {"called allreduce(float32 x 1000, sum)", "rank 2 called allreduce(float32 x 999, sum)"};
+  expect_mismatch_caught(c);
+}
+
+// With the call check on, the issue's case fails before any data moves, on
+// every rank, naming both calls, and the group stays usable.
+BOOST_AUTO_TEST_CASE(the_call_check_keeps_the_group_usable, *utf::timeout(120)) {
+  auto c = allreduce_sizes("mm/checked", {1000, 999});
+  c.check_calls = true;
+  c.stays_usable = true;
+  c.calls = {"allreduce(float32 x 1000, sum)", "allreduce(float32 x 999, sum)"};
+  expect_mismatch_caught(c);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,6 +1,6 @@
 // The Gloo backend with ranks as threads of this process over one in-memory
 // store: every collective, collectives in flight from coroutines, timeouts,
-// mismatched calls, abort, store keys, round robin, URL creation.
+// mismatched calls, a late rank, abort, store keys, round robin, URL creation.
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/collective/errors.hpp>
@@ -34,6 +34,19 @@ namespace {
 
 double seconds_since(clock_type::time_point t0) {
   return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+// Waits until `key` holds `want` (events of the store, no polling); throws after `timeout`.
+void wait_for_value(corodist::store::sync_store& s, const std::string& key, const std::string& want,
+                    std::chrono::milliseconds timeout) {
+  const auto deadline = clock_type::now() + timeout;
+  auto changes = s.watch_key(key);
+  std::vector<std::string> keys{key};
+  if (s.check(keys) && s.get(key) == want)
+    return;
+  while (s.next(changes, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now())).value !=
+         want) {
+  }
 }
 
 void require_all_ok(const std::vector<std::string>& errors) {
@@ -254,6 +267,33 @@ BOOST_AUTO_TEST_CASE(mismatched_calls_fail_on_every_rank_naming_both, *utf::time
     std::vector<float> ok(1000, static_cast<float>(r));
     pg->allreduce(ok).get(); // still usable
     RANK_REQUIRE(ok[0] == 3.0f && ok[999] == 3.0f);
+  }));
+}
+
+// A late rank is not a mismatch: the ranks that wait for it compare their
+// calls through the store (the stall probe; each then says in
+// "<prefix>/waiting/<rank>" which collective it waits in, which the late
+// rank waits for before it issues), find them the same, and the late rank's
+// same call then completes as usual. Each rank is late once.
+BOOST_AUTO_TEST_CASE(a_late_rank_is_not_a_mismatch, *utf::timeout(60)) {
+  thread_ranks job;
+  constexpr int n = 3;
+  require_all_ok(job.run(n, [&](int r) {
+    auto opts = gloo_test_options("late");
+    opts.mismatch_probe_delay = 20ms;
+    auto pg = job.group(r, n, opts);
+    corodist::store::sync_store s(job.store);
+    for (int late = 0; late < n; ++late) {
+      std::vector<float> v(1000, static_cast<float>(r + 1));
+      if (r == late)
+        for (int other = 0; other < n; ++other)
+          if (other != late) // its allreduce #late stalled and was compared
+            wait_for_value(s, "late/waiting/" + std::to_string(other),
+                           "collective #" + std::to_string(late) + ": allreduce(float32 x 1000, sum)", 10s);
+      pg->allreduce(v).get();
+      RANK_REQUIRE(v[0] == 6.0f && v[999] == 6.0f);
+    }
+    RANK_REQUIRE(!pg->aborted());
   }));
 }
 

@@ -46,6 +46,7 @@ struct gloo_options {
   static constexpr std::size_t default_bucket_bytes = std::size_t{32} << 20;
   static constexpr std::size_t default_bcube_max_bytes = std::size_t{1} << 20;
   static constexpr int default_threads = 2;
+  static constexpr std::chrono::milliseconds default_mismatch_probe_delay = std::chrono::seconds(1);
 
   /// Key prefix of this group in the store ("<prefix>/..."): groups that share
   /// a store need distinct prefixes (reusing one is detected and refused).
@@ -70,15 +71,26 @@ struct gloo_options {
   std::chrono::microseconds spin{0};
   /// Before each collective the ranks exchange a small header (sequence
   /// number, kind, dtype, sizes, reduction, root) and fail with a
-  /// `collective_error` naming both calls when they differ. Without it, calls
-  /// that differ between ranks are undefined: Gloo may return wrong data,
-  /// time out, or end the process (as in PyTorch without
-  /// TORCH_DISTRIBUTED_DEBUG=DETAIL). Off by default: it costs one small
-  /// message round per collective, up to 70 % of a small allreduce on
-  /// loopback (bench/README.md). Setting CORODIST_CHECK_COLLECTIVES=1 in the
-  /// environment turns it on for every group. Not available with `pytorch`
-  /// (PyTorch's ranks send no headers).
+  /// `collective_error` naming both calls when they differ, before any data
+  /// moves: the group stays usable. Without it, calls that differ stall (the
+  /// ranks exchange no data) until `mismatch_probe_delay` finds them, and the
+  /// group is aborted. Off by default: it costs one small message round per
+  /// collective, a quarter to nine tenths of an allreduce up to 1 MiB on this
+  /// project's 2-vCPU VM (docs/collective.md). Setting
+  /// CORODIST_CHECK_COLLECTIVES=1 in the environment turns it on for every
+  /// group. Not available with `pytorch` (PyTorch's ranks send no headers).
   bool check_calls = false;
+  /// A collective still running after this long has its call compared,
+  /// through the store, with the other stalled ranks' calls of the same
+  /// collective (again after twice as long, and so on): if they differ, it
+  /// fails with a `collective_error` naming both calls and the group is
+  /// aborted. A collective that ends sooner costs nothing (no message, no
+  /// store operation). Zero: never compare (a mismatch then stalls until the
+  /// deadline). With `check_calls`, which finds calls that differ before any
+  /// data moves, it finds only the same call made on ranks whose options
+  /// send it as other messages (`bcube_max_bytes`, `bucket_bytes`). Unused
+  /// with `pytorch` (PyTorch's ranks stay as they are).
+  std::chrono::milliseconds mismatch_probe_delay = default_mismatch_probe_delay;
   /// Allreduces of at most this many bytes use Gloo's bcube algorithm
   /// (recursive halving/doubling: log2(size) exchanges each way, the fewest
   /// messages and thread wake-ups); larger ones the ring (PyTorch's choice,
@@ -101,7 +113,13 @@ struct gloo_options {
 /// a collective still running at its deadline fails with
 /// `collective_timeout_error` and aborts the group (every connection is
 /// closed, so that peers fail promptly too); so does a failed peer
-/// connection (a rank killed), with `collective_error`.
+/// connection (a rank killed), with `collective_error`. Calls that differ
+/// between ranks exchange no data (each collective's Gloo tag carries a
+/// digest of the call): they stall until the watchdog, after
+/// `gloo_options::mismatch_probe_delay`, has the ranks compare them through
+/// the store; they then fail with `collective_error` naming both calls, and
+/// the group is aborted (with `check_calls`, before any data moves, and the
+/// group stays usable).
 /// Rendezvous: each rank publishes its address under the group's prefix in
 /// the store (through an adapter of Gloo's rendezvous store) and connects to
 /// every other rank.

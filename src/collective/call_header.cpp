@@ -1,0 +1,153 @@
+// The fingerprint of a collective call: its header, record, texts and digest.
+#include "collective/call_header.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace corodist::collective::detail {
+
+namespace {
+
+// FNV-1a, 64 bits.
+class fnv1a {
+public:
+  void mix(std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) {
+      hash_ ^= (v >> (8 * i)) & 0xff;
+      hash_ *= 1099511628211ull;
+    }
+  }
+  std::uint64_t value() const noexcept { return hash_; }
+
+private:
+  std::uint64_t hash_ = 1469598103934665603ull;
+};
+
+} // namespace
+
+call_header header_of(const collective_call& call, std::uint64_t seq) {
+  call_header h;
+  h.seq = seq;
+  h.kind = static_cast<std::uint8_t>(call.kind);
+  const bool reduces = call.kind == collective_kind::allreduce || call.kind == collective_kind::reduce_scatter ||
+                       call.kind == collective_kind::allreduce_coalesced;
+  h.op = reduces ? static_cast<std::uint8_t>(call.op) : 0;
+  const bool rooted = call.kind == collective_kind::broadcast || call.kind == collective_kind::broadcast_coalesced;
+  h.root = rooted ? call.root : 0;
+  switch (call.kind) {
+  case collective_kind::allreduce:
+  case collective_kind::broadcast:
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    h.count0 = call.tensors[0].count();
+    break;
+  case collective_kind::allgather:
+  case collective_kind::reduce_scatter:
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    h.count0 = call.tensors[0].count();
+    h.count1 = call.tensors[1].count();
+    break;
+  case collective_kind::barrier:
+    break;
+  case collective_kind::allreduce_coalesced:
+  case collective_kind::broadcast_coalesced: {
+    fnv1a hash;
+    for (const auto& t : call.tensors) {
+      hash.mix(static_cast<std::uint64_t>(t.type()));
+      hash.mix(t.count());
+      h.count0 += t.count();
+    }
+    h.count1 = call.tensors.size();
+    h.digest = hash.value();
+    break;
+  }
+  }
+  return h;
+}
+
+std::string header_text(const call_header& h) {
+  const auto kind = static_cast<collective_kind>(h.kind);
+  const auto type = to_string(static_cast<dtype>(h.type));
+  const auto op = to_string(static_cast<reduce_op>(h.op));
+  std::string args;
+  switch (kind) {
+  case collective_kind::allreduce: args = fmt::format("{} x {}, {}", type, h.count0, op); break;
+  case collective_kind::broadcast: args = fmt::format("{} x {}, root {}", type, h.count0, h.root); break;
+  case collective_kind::allgather: args = fmt::format("in {} x {}, out {} x {}", type, h.count0, type, h.count1); break;
+  case collective_kind::reduce_scatter:
+    args = fmt::format("in {} x {}, out {} x {}, {}", type, h.count0, type, h.count1, op);
+    break;
+  case collective_kind::barrier: break;
+  case collective_kind::allreduce_coalesced:
+  case collective_kind::broadcast_coalesced:
+    args = fmt::format("{} buffers, {} elements in all, layout digest {:016x}, ", h.count1, h.count0, h.digest);
+    args += kind == collective_kind::allreduce_coalesced ? std::string(op) : fmt::format("root {}", h.root);
+    break;
+  default: return fmt::format("an unknown collective (kind {})", h.kind);
+  }
+  return fmt::format("{}({})", to_string(kind), args);
+}
+
+bool call_record::same_call(const call_record& o) const noexcept {
+  return header == o.header && bucket_bytes == o.bucket_bytes && bcube_max_bytes == o.bcube_max_bytes &&
+         ring == o.ring;
+}
+
+namespace {
+
+// The call, and (when `algorithm`) what decides its messages besides it.
+std::string record_text(const call_record& r, bool algorithm) {
+  auto text = header_text(r.header);
+  if (!algorithm)
+    return text;
+  const auto kind = static_cast<collective_kind>(r.header.kind);
+  if (kind == collective_kind::allreduce)
+    return text + (r.ring ? " on the ring" : " on bcube");
+  if (kind == collective_kind::allreduce_coalesced)
+    return text + fmt::format(" with bucket_bytes {}, bcube_max_bytes {}", r.bucket_bytes, r.bcube_max_bytes);
+  return text + fmt::format(" with bucket_bytes {}", r.bucket_bytes);
+}
+
+} // namespace
+
+std::string difference_text(const call_record& a, const call_record& b) {
+  const auto& lo = a.rank <= b.rank ? a : b;
+  const auto& hi = a.rank <= b.rank ? b : a;
+  const bool options_only = lo.header == hi.header; // the same call on differently set groups
+  auto text = fmt::format("the ranks' calls differ: rank {} called {}, rank {} called {}", lo.rank,
+                          record_text(lo, options_only), hi.rank, record_text(hi, options_only));
+  if (options_only)
+    text += " (their gloo_options differ)";
+  return text;
+}
+
+std::string encode(const call_record& r) {
+  std::string bytes(sizeof r, '\0');
+  std::memcpy(bytes.data(), &r, sizeof r);
+  return bytes;
+}
+
+std::optional<call_record> decode(std::string_view bytes) {
+  if (bytes.size() != sizeof(call_record))
+    return std::nullopt;
+  call_record r;
+  std::memcpy(&r, bytes.data(), sizeof r);
+  return r;
+}
+
+std::uint16_t tag_digest(const call_record& r) noexcept {
+  fnv1a hash;
+  const auto& h = r.header;
+  hash.mix(h.kind | std::uint64_t{h.type} << 8 | std::uint64_t{h.op} << 16 |
+           std::uint64_t{static_cast<std::uint32_t>(h.root)} << 32);
+  hash.mix(h.count0);
+  hash.mix(h.count1);
+  hash.mix(h.digest);
+  hash.mix(r.bucket_bytes);
+  hash.mix(r.bcube_max_bytes);
+  hash.mix(r.ring);
+  const auto v = hash.value();
+  return static_cast<std::uint16_t>(v ^ (v >> 16) ^ (v >> 32) ^ (v >> 48));
+}
+
+} // namespace corodist::collective::detail

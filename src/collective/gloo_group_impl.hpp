@@ -1,0 +1,151 @@
+#pragma once
+// The state behind a gloo_group, shared by the files that do its jobs:
+// creation (gloo_group.cpp), the issue queue (gloo_issue.cpp), the watchdog
+// and abort (gloo_watchdog.cpp), and the stall probe (gloo_probe.cpp).
+
+#include <corodist/collective/errors.hpp>
+#include <corodist/collective/gloo_group.hpp>
+#include <corodist/core/worker_thread.hpp>
+
+#include "collective/gloo_ops.hpp"
+#include "collective/gloo_probe.hpp"
+#include "collective/gloo_store.hpp"
+#include "collective/work_state.hpp"
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/device.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <sys/socket.h>
+
+namespace corodist::collective {
+
+namespace detail {
+
+/// One issued collective of a gloo_group, from issue to completion.
+struct pending_op {
+  using clock = std::chrono::steady_clock;
+
+  std::uint64_t seq = 0;
+  collective_call call;
+  clock::time_point deadline;
+  std::shared_ptr<work_state> state;
+  // Call checks: the peers' headers arrive here, ours leaves from here; both
+  // posted at issue, so that the exchange runs while the communication
+  // thread wakes up.
+  std::shared_ptr<header_inbox> inbox;
+  std::shared_ptr<header_outbox> header;
+  /// When a communication thread started it (clock::rep; 0: not yet).
+  std::atomic<clock::rep> started{0};
+  /// The watchdog's: probe it once it has run this long (grows per probe).
+  clock::duration probe_after{};
+  /// The stall probe's finding (under the group's mutex): the ranks' calls differ.
+  std::string mismatch;
+};
+
+} // namespace detail
+
+struct gloo_group::impl {
+  using clock = std::chrono::steady_clock;
+  using pending_op = detail::pending_op;
+
+  /// Starts the communication threads and the watchdog (gloo_group.cpp);
+  /// `group_keys` is the store under the group's prefix (the stall probe's).
+  impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s, std::shared_ptr<store::store> group_keys);
+  ~impl() { shutdown(); }
+
+  // ---- the issue queue (gloo_issue.cpp) ----
+
+  /// Numbers `call`, queues it for a communication thread, and returns its work.
+  work submit(collective_call call);
+  /// Runs `op` on a communication thread and completes its work.
+  void run(pending_op& op);
+  /// Completes `op`'s work with the error of a Gloo call that threw `what`
+  /// (a timeout, an abort, or a failure that aborts the group).
+  void failed(pending_op& op, const char* what);
+  /// Completes `op`'s work with `e` (null: success) and drops it from `inflight`.
+  void finish(const pending_op& op, std::exception_ptr e);
+  /// For a barrier: waits until every collective issued before `op` has
+  /// finished (two threads let a barrier overtake them); false at the deadline.
+  bool wait_for_earlier(const pending_op& op);
+  /// True when collectives exchange call headers first.
+  bool checks() const noexcept { return opts.check_calls && !opts.pytorch && size > 1; }
+
+  std::string where(const pending_op& op) const;
+  collective_error error_of(const pending_op& op, const std::string& what) const;
+  collective_timeout_error timeout_of(const pending_op& op, const std::string& what) const;
+  std::string timed_out_text(const pending_op& op) const;
+
+  // ---- the watchdog and abort (gloo_watchdog.cpp) ----
+
+  /// Aborts the group (once): records `why`, fails what waits, and ends the
+  /// group's connections.
+  void abort(const std::string& why);
+  /// The first abort's reason.
+  std::string reason() const;
+  /// Ends every connection of the group.
+  void signal_pairs(const std::string& why);
+  /// After connecting: the addresses that identify the group's sockets.
+  void record_endpoints(detail::gloo_store& keys);
+  /// The watchdog thread's body.
+  void watch();
+  /// Aborts what is in flight, joins the watchdog, stops the communication threads.
+  void shutdown() noexcept;
+
+  // ---- the stall probe (gloo_probe.cpp) ----
+
+  /// On the watchdog, under `mutex`: starts a probe of the oldest collective
+  /// that has run past its probe time (unless a probe runs).
+  void probe_stalled(clock::time_point now);
+  /// The probe's report: the ranks' calls of collective `seq` differ (`text`); aborts.
+  void mismatch_found(std::uint64_t seq, const std::string& text);
+
+  /// How long a collective that a peer's abort failed looks in the store
+  /// for the difference that peer found.
+  static constexpr std::chrono::milliseconds found_by_peer_limit{500};
+
+  // ---- state ----
+
+  const int rank;
+  const int size;
+  const gloo_options opts;
+  std::shared_ptr<store::store> store; // kept alive (a rendezvous' rank 0 holds the server)
+  std::string label;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::atomic<bool> connected{false};
+  std::string address;
+  std::vector<sockaddr_storage> local_ends;  // this rank's side of each connection
+  std::vector<sockaddr_storage> remote_ends; // the peers' listening addresses
+
+  mutable std::mutex mutex;
+  std::uint64_t next_seq = 0;
+  bool aborted = false;
+  std::atomic<bool> aborted_flag{false};
+  std::string abort_reason;
+  std::map<std::uint64_t, std::shared_ptr<pending_op>> inflight;
+  bool stopping = false;
+  clock::time_point watchdog_wakes_at = clock::time_point::max();
+  std::condition_variable watchdog_cv;
+  std::condition_variable finished_cv; // a collective finished (barriers wait for earlier ones)
+  std::thread watchdog;
+  std::unique_ptr<worker_thread> comm;
+  /// Null unless stalled collectives are compared (mismatch_probe_delay > 0,
+  /// not a PyTorch job, more than one rank).
+  std::shared_ptr<detail::stall_probe> probe;
+  bool watchdog_parked = false;       // idle: the next collective issued wakes the watchdog
+  std::uint64_t seq_at_last_look = 0; // next_seq when the watchdog last looked (with the stall probe)
+};
+
+} // namespace corodist::collective

@@ -1,0 +1,134 @@
+// A gloo_group's watchdog and abort: the thread that fails collectives at
+// their deadlines, and aborting, which ends the group's connections so that
+// every blocked Gloo call, here and on the peers, fails at once.
+#include "collective/gloo_group_impl.hpp"
+
+#include "collective/socket_shutdown.hpp"
+#include "core/log.hpp"
+
+#include <gloo/transport/tcp/address.h>
+
+#include <algorithm>
+#include <string>
+
+namespace corodist::collective {
+
+std::string gloo_group::impl::reason() const {
+  std::lock_guard lk(mutex);
+  return abort_reason;
+}
+
+void gloo_group::impl::abort(const std::string& why) {
+  {
+    std::lock_guard lk(mutex);
+    if (aborted)
+      return;
+    aborted = true;
+    abort_reason = why;
+    aborted_flag.store(true, std::memory_order_release);
+  }
+  watchdog_cv.notify_all();
+  finished_cv.notify_all();
+  CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label, rank, size, why);
+  signal_pairs("corodist: " + why);
+}
+
+// Ends every connection of the group: our blocked Gloo calls fail at once
+// (Gloo's event loop sees the connections end), and so do the peers'.
+void gloo_group::impl::signal_pairs(const std::string& why) {
+  if (!connected.load(std::memory_order_acquire))
+    return;
+  const auto n = detail::shutdown_sockets(local_ends, remote_ends);
+  CORODIST_LOG_DEBUG("{} (rank {}): shut down {} connection(s): {}", label, rank, n, why);
+}
+
+// Each pair's own listening address, and each peer's for this pair.
+void gloo_group::impl::record_endpoints(detail::gloo_store& keys) {
+  for (int i = 0; i < size; ++i) {
+    if (i == rank)
+      continue;
+    local_ends.push_back(gloo::transport::tcp::Address(context->getPair(i)->address().bytes()).getSockaddr());
+    // Rank i published its pairs' addresses for every other rank in order,
+    // without itself (as gloo::rendezvous::Context lays them out).
+    auto all = keys.get(std::to_string(i));
+    const std::size_t one = all.size() / static_cast<std::size_t>(size - 1);
+    const std::size_t slot = static_cast<std::size_t>(rank > i ? rank - 1 : rank);
+    std::vector<char> mine(all.begin() + static_cast<std::ptrdiff_t>(slot * one),
+                           all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * one));
+    remote_ends.push_back(gloo::transport::tcp::Address(mine).getSockaddr());
+  }
+}
+
+// Aborts the group when the earliest deadline of a collective in flight
+// passes (Gloo's own per-call timeouts cover a running call; this also
+// covers calls queued behind a long one). With the stall probe, it also
+// looks at what is in flight every mismatch_probe_delay.
+void gloo_group::impl::watch() {
+  std::unique_lock lk(mutex);
+  while (!stopping) {
+    if (aborted) { // nothing left to time: in-flight calls fail promptly now
+      watchdog_wakes_at = clock::time_point::min();
+      watchdog_cv.wait(lk, [&] { return stopping; });
+      break;
+    }
+    const auto now = clock::now();
+    auto next = clock::time_point::max();
+    const pending_op* first = nullptr;
+    for (const auto& [seq, op] : inflight)
+      if (op->deadline < next && !op->state->completed()) {
+        next = op->deadline;
+        first = op.get();
+      }
+    if (first && now >= next) {
+      const auto why = where(*first) + ": " + timed_out_text(*first);
+      lk.unlock();
+      abort(why);
+      lk.lock();
+      continue;
+    }
+    if (probe) {
+      // While the group is busy, look again after a probe delay; once it has
+      // been idle since the last look (nothing in flight, nothing issued),
+      // park: the next collective issued wakes the watchdog. (Parking
+      // whenever nothing happens to be in flight would make back-to-back
+      // collectives wake it one after another.)
+      watchdog_parked = inflight.empty() && next_seq == seq_at_last_look;
+      seq_at_last_look = next_seq;
+      if (!watchdog_parked) {
+        probe_stalled(now);
+        next = std::min(next, now + opts.mismatch_probe_delay);
+      }
+    }
+    // With nothing earlier in flight, sleep one group timeout: a collective
+    // issued meanwhile with the default timeout is due later, so issuing
+    // it wakes no one; only a shorter per-call deadline does (or, with the
+    // stall probe, the first one issued while the watchdog is parked).
+    if (next == clock::time_point::max())
+      next = now + opts.timeout;
+    watchdog_wakes_at = next;
+    watchdog_cv.wait_until(lk, next);
+  }
+}
+
+void gloo_group::impl::shutdown() noexcept {
+  if (probe)
+    probe->detach(); // no report into a group being destroyed
+  bool busy;
+  {
+    std::lock_guard lk(mutex);
+    busy = !inflight.empty();
+  }
+  if (busy)
+    abort("the group was destroyed with collectives in flight");
+  {
+    std::lock_guard lk(mutex);
+    stopping = true;
+  }
+  watchdog_cv.notify_all();
+  if (watchdog.joinable())
+    watchdog.join();
+  if (comm)
+    comm->stop(); // queued collectives fail fast (aborted) or finish
+}
+
+} // namespace corodist::collective
