@@ -185,9 +185,11 @@ std::string claimant() {
 }
 
 // Claims this rank, registers its arrival and waits for all: logs each step
-// at debug level and, every warn_every, a warning naming the ranks still missing.
+// at debug level and, on the warnings() schedule (after 5 s, then every 30 s),
+// a warning naming the ranks still missing.
 asio::awaitable<void> join(store& s, const std::string& url, const std::string& where, int rank, int world,
                            std::chrono::milliseconds timeout) {
+  using ms = std::chrono::milliseconds;
   const auto me = claimant();
   const auto holder = co_await s.compare_set(std::string(rdzv) + "rank/" + std::to_string(rank), "", me);
   if (holder != me)
@@ -201,15 +203,22 @@ asio::awaitable<void> join(store& s, const std::string& url, const std::string& 
   CORODIST_LOG_DEBUG("rendezvous at {}: rank {} arrived ({} of {})", url, rank, arrived, world);
   if (arrived == world)
     co_await s.set(std::string(rdzv) + "done", "1");
+  // env:// says nothing of where: the warnings do.
+  const auto at = url.starts_with("env://") ? url + " (the store at " + where + ")" : url;
+  const auto schedule = detail::warnings();
   const auto start = std::chrono::steady_clock::now();
+  auto next_warning = start + schedule.first;
   const bool forever = timeout.count() <= 0;
   for (;;) {
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    const auto left = timeout - waited;
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = timeout - std::chrono::duration_cast<ms>(now - start);
     if (!forever && left.count() <= 0)
       break;
-    // Waits in slices of warn_every, so that a slow rendezvous says who it waits for.
-    const auto slice = forever ? std::chrono::milliseconds(detail::warn_every) : std::min<std::chrono::milliseconds>(left, detail::warn_every);
+    // Waits in slices that end when a warning is due (and are never longer
+    // than the first delay, so that the store's own log of long waits stays quiet).
+    auto slice = std::max(ms(1), std::min(schedule.first, std::chrono::ceil<ms>(next_warning - now)));
+    if (!forever)
+      slice = std::min(slice, left);
     try {
       std::vector<std::string> done{std::string(rdzv) + "done"};
       co_await s.wait(std::move(done), slice);
@@ -217,18 +226,22 @@ asio::awaitable<void> join(store& s, const std::string& url, const std::string& 
       co_return;
     } catch (const timeout_error&) {
     }
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    if (!forever && now >= timeout)
+    const auto after = std::chrono::steady_clock::now();
+    const auto waited = std::chrono::duration_cast<ms>(after - start);
+    if (!forever && waited >= timeout)
       break;
+    if (after < next_warning)
+      continue;
+    next_warning += schedule.every;
+    const auto gives_up = forever ? std::string("never") : detail::duration_text(timeout);
     if (world <= name_missing_up_to || rank == 0) {
       auto a = co_await look_up_arrivals(s, world);
       CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {}; waiting for ranks {} (gives up after {})",
-                        url, a.count, world, detail::duration_text(now), a.missing,
-                        forever ? std::string("never") : detail::duration_text(timeout));
+                        at, a.count, world, detail::duration_text(waited), a.missing, gives_up);
     } else {
       auto count = co_await s.add(std::string(rdzv) + "arrived", 0);
-      CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {} (gives up after {})", url, count, world,
-                        detail::duration_text(now), forever ? std::string("never") : detail::duration_text(timeout));
+      CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {} (gives up after {})", at, count, world,
+                        detail::duration_text(waited), gives_up);
     }
   }
   // Say who never came.

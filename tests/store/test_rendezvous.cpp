@@ -7,6 +7,7 @@
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
 
+#include "store/log_capture.hpp"
 #include "support/child_process.hpp"
 #include "support/free_port.hpp"
 
@@ -311,6 +312,32 @@ BOOST_AUTO_TEST_CASE(file_url_reused_says_the_file_must_be_fresh, *utf::timeout(
     BOOST_TEST(what.find("now by pid " + std::to_string(::getpid())) != std::string::npos, what);
   }
   ::unlink(tmpl);
+}
+
+// A rendezvous that lasts says so early (here after 50 ms; 5 s by default):
+// which ranks are missing and, for env://, where the store is. (Before, the
+// first word came after 30 s.)
+BOOST_AUTO_TEST_CASE(a_slow_rendezvous_warns_early_naming_the_missing_ranks, *utf::timeout(60)) {
+  corodist::test::log_capture log;
+  corodist::test::warning_schedule_for_test schedule(50ms, 1h);
+  event_loop loop;
+  loop.start();
+  const auto port = std::to_string(free_port());
+  auto url = [&](int r) {
+    return "env://?master_addr=127.0.0.1&master_port=" + port + "&rank=" + std::to_string(r) + "&world_size=2";
+  };
+  cs::rendezvous_options o;
+  o.auth_token = "";
+  o.timeout = 30s;
+  auto rank0 = asio::co_spawn(loop.get_executor(), cs::async_rendezvous(loop.get_executor(), url(0), o),
+                              asio::use_future);
+  auto warned =
+      log.wait_for("rendezvous at " + url(0) + " (the store at 127.0.0.1:" + port + "): 1 of 2 ranks arrived after");
+  BOOST_REQUIRE_EQUAL(warned.size(), 1u);
+  BOOST_TEST(warned[0].find("waiting for ranks 1 (gives up after 30 s)") != std::string::npos, warned[0]);
+  auto rank1 = cs::rendezvous(loop, url(1), o);
+  BOOST_TEST(rank0.get().world_size == 2);
+  BOOST_TEST(log.lines("still waiting for key").empty()); // the store's own log of waits stays quiet
 }
 
 BOOST_AUTO_TEST_CASE(timeout_names_the_missing_ranks, *utf::timeout(60)) {

@@ -6,6 +6,7 @@
 #include <corodist/store/sync_store.hpp>
 
 #include "store/engine.hpp"
+#include "store/log_capture.hpp"
 #include "store/reply.hpp"
 #include "store/request.hpp"
 #include "store/store_fixtures.hpp"
@@ -20,6 +21,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 
 #include <future>
 #include <limits>
@@ -526,41 +528,35 @@ BOOST_AUTO_TEST_CASE(pytorch_queries_decode_once_whole, *utf::timeout(30)) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-// A wait that lasts warns, every interval, naming its keys and where they
-// are awaited; one with a short deadline never does. (The store's interval is
-// 30 s; this log's is 50 ms.) Runs in a child whose stderr is a pipe.
+// A wait that lasts warns, first after the schedule's first delay and then
+// every interval, naming its keys and where they are awaited; one whose
+// deadline comes no later than the first warning never does. (The store's
+// schedule is 5 s, then every 30 s; this test's 20 ms, then every 20 ms.)
 BOOST_AUTO_TEST_CASE(long_waits_warn_naming_their_keys, *utf::timeout(30)) {
-  corodist::test::pipe_pair err;
-  corodist::test::child_process child([&]() -> int {
-    ::dup2(err.write_end(), 2);
-    err.close_read();
-    asio::io_context ctx;
-    cs::detail::wait_log log(ctx.get_executor(), "somewhere:1", 50ms);
-    const std::vector<std::string> keys{"slow/key", "other"};
-    const std::vector<std::string> quick{"quick/key"};
-    auto long_wait = std::make_unique<cs::detail::wait_log::entry>(log, keys, 0ms);
-    auto short_wait = std::make_unique<cs::detail::wait_log::entry>(log, quick, 50ms);
-    ctx.run_for(175ms); // three intervals: a warning at each (two at least, on a loaded machine)
+  corodist::test::log_capture log;
+  corodist::test::warning_schedule_for_test schedule(20ms, 20ms);
+  asio::io_context ctx;
+  auto work = asio::make_work_guard(ctx);
+  std::thread runner([&] { ctx.run(); });
+  cs::detail::wait_log waits(ctx.get_executor(), "somewhere:1");
+  const std::vector<std::string> keys{"slow/key", "other"};
+  const std::vector<std::string> quick{"quick/key"};
+  std::unique_ptr<cs::detail::wait_log::entry> long_wait, short_wait;
+  auto on_ctx = [&](auto f) { // the log's entries live on its executor
+    asio::co_spawn(ctx, [&]() -> asio::awaitable<void> { f(); co_return; }, asio::use_future).get();
+  };
+  on_ctx([&] {
+    long_wait = std::make_unique<cs::detail::wait_log::entry>(waits, keys, 0ms);
+    short_wait = std::make_unique<cs::detail::wait_log::entry>(waits, quick, 20ms);
+  });
+  auto warned = log.wait_for("still waiting for keys slow/key, other at somewhere:1", 2);
+  on_ctx([&] {
     long_wait.reset();
     short_wait.reset();
-    ctx.run_for(120ms); // none: the waits are over
-    return 0;
   });
-  err.close_write();
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    auto n = ::read(err.read_end(), buf, sizeof buf);
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  BOOST_TEST(child.wait_for(10s) == 0);
-  std::size_t warnings = 0;
-  for (std::size_t at = 0; (at = out.find("still waiting for keys slow/key, other at somewhere:1", at)) != std::string::npos; ++at)
-    ++warnings;
-  BOOST_TEST(warnings >= 2u, out);
-  BOOST_TEST(warnings <= 3u, out);
-  BOOST_TEST(contains(out, "no deadline"), out);
-  BOOST_TEST(!contains(out, "quick/key"), out);
+  work.reset();
+  runner.join();
+  BOOST_REQUIRE(warned.size() >= 2u);
+  BOOST_TEST(contains(warned[0], "no deadline"), warned[0]);
+  BOOST_TEST(log.lines("quick/key").empty()); // its deadline came before its first warning would
 }

@@ -7,6 +7,7 @@
 #include <corodist/net/frame.hpp>
 #include <corodist/store/sync_store.hpp>
 
+#include "store/log_capture.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 #include "support/coro_test.hpp"
@@ -168,6 +169,46 @@ BOOST_AUTO_TEST_CASE(connect_gives_up_at_the_timeout, *utf::timeout(60)) {
   }
   auto took = std::chrono::steady_clock::now() - t0;
   BOOST_CHECK(took >= 250ms);
+}
+
+// A client that cannot connect says so early (here after 50 ms; 5 s by
+// default), naming where it connects and the last error, then keeps trying
+// and connects once the server comes up. (Before, the first word came after 30 s.)
+BOOST_AUTO_TEST_CASE(connecting_warns_early_saying_where_and_why, *utf::timeout(60)) {
+  corodist::test::log_capture log;
+  corodist::test::warning_schedule_for_test schedule(50ms, 1h);
+  const auto port = free_port(); // nobody listens yet
+  event_loop loop;
+  loop.start();
+  auto o = client_opts(port);
+  o.timeout = 30s;
+  auto connecting = asio::co_spawn(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), o), asio::use_future);
+  auto warned = log.wait_for("still connecting to the store server at 127.0.0.1:" + std::to_string(port) + " after");
+  BOOST_REQUIRE_EQUAL(warned.size(), 1u);
+  BOOST_TEST(warned[0].find("last error: Connection refused (nothing listens there") != std::string::npos, warned[0]);
+  BOOST_TEST(warned[0].find("gives up after 30 s") != std::string::npos, warned[0]);
+  auto server = start_server(loop, std::string(), port);
+  auto s = connecting.get();
+  cs::sync_store(s).set("k", "v");
+  BOOST_TEST(log.lines("still connecting").size() == 1u); // the next one is an hour away
+}
+
+// A get that lasts says so early (here after 50 ms; 5 s by default), naming
+// its key and the server, and returns once the key is set.
+BOOST_AUTO_TEST_CASE(a_long_get_warns_early_naming_its_key, *utf::timeout(60)) {
+  corodist::test::log_capture log;
+  corodist::test::warning_schedule_for_test schedule(50ms, 1h);
+  event_loop loop;
+  loop.start();
+  auto server = start_server(loop);
+  const auto port = server->local_endpoint().port();
+  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  auto got = asio::co_spawn(loop.get_executor(), s->get("late/key", 30s), asio::use_future);
+  auto warned = log.wait_for("still waiting for key late/key at 127.0.0.1:" + std::to_string(port) + " after");
+  BOOST_REQUIRE_EQUAL(warned.size(), 1u);
+  BOOST_TEST(warned[0].find("gives up after 30 s") != std::string::npos, warned[0]);
+  cs::sync_store(s).set("late/key", "v");
+  BOOST_TEST(got.get() == "v");
 }
 
 // With refused_retry_window, a server that refuses connections (nothing

@@ -67,7 +67,8 @@ struct rendezvous_result {
 /// process rejoining after releasing its store); `connection_error` when rank
 /// 0 cannot host the store (naming a job of this process hosted there);
 /// `timeout_error` saying how many ranks arrived and which never did. Logs a
-/// warning every 30 s, naming the ranks still missing.
+/// warning after 5 s, then every 30 s, naming the ranks still missing (and,
+/// for env://, where the store is).
 [[nodiscard]] asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url,
                                                                   rendezvous_options opts);
 

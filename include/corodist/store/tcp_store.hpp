@@ -26,7 +26,8 @@ struct tcp_call;
 /// connection and are multiplexed by request id — no caller waits behind
 /// another's lock. Waiting operations are timed by the server (so it drops
 /// abandoned waits), with the client's own deadline a little later as a
-/// backstop; a wait that lasts logs a warning every 30 s naming its keys.
+/// backstop; a wait that lasts logs a warning after 5 s, then every 30 s,
+/// naming its keys.
 /// Watch events arrive on the same connection. If the connection is lost,
 /// pending and later operations throw `connection_error`.
 class tcp_store : public store {
@@ -34,7 +35,8 @@ public:
   /// Connects (TCP + hello + optional authentication), retrying refused or
   /// failed attempts with exponential backoff and jitter until `opts.timeout`
   /// (refused ones only for `opts.refused_retry_window` when set), logging
-  /// each attempt at debug level and a warning every 30 s. Throws
+  /// each attempt at debug level and a warning after 5 s, then every 30 s
+  /// (where it connects, the last error). Throws
   /// `timeout_error` (deadline passed; says how long it was and carries the
   /// last error), `connection_error` once the refused window has passed, or
   /// `protocol_error` at once for a peer that is not a store server or
