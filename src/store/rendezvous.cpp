@@ -292,7 +292,8 @@ private:
 
 } // namespace
 
-asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url, rendezvous_options opts) {
+asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url,
+                                                    rendezvous_options opts) {
   auto u = parse(url);
   if (u.scheme != "env" && u.scheme != "tcp" && u.scheme != "file")
     bad_url(url, "unknown scheme '" + u.scheme + "' (env://, tcp://, file://)");
