@@ -161,6 +161,10 @@ public:
   /// the owner holds, not what the engine holds.
   void drop_owner(owner_id owner);
 
+  /// Calls `fn` (on the executor) each time the pending waits change: one is
+  /// registered, completes, times out or is dropped. One observer; null: none.
+  void observe_waits(std::function<void()> fn) { waits_changed_ = std::move(fn); }
+
 private:
   struct waiter {
     std::vector<std::string> keys;
@@ -191,6 +195,10 @@ private:
   /// Unlinks waiter `id` from the key index and its owner (O(keys · log waiters)).
   void forget(std::uint64_t id, waiter& w);
   void release_owner_entry(owner_id owner);
+  void waits_changed() const {
+    if (waits_changed_)
+      waits_changed_();
+  }
 
   asio::any_io_executor ex_;
   engine_limits limits_;
@@ -203,6 +211,7 @@ private:
   std::unordered_map<std::uint64_t, watcher> watchers_;
   std::unordered_map<std::string, std::unordered_set<std::uint64_t>> watched_; // key -> watch ids
   std::uint64_t next_id_ = 1;
+  std::function<void()> waits_changed_;
 };
 
 } // namespace corodist::store::detail

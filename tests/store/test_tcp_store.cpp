@@ -43,9 +43,9 @@ using asio::ip::tcp;
 using corodist::event_loop;
 using corodist::test::child_process;
 using corodist::test::closed_by_peer;
-using corodist::test::eventually;
 using corodist::test::free_port;
 using corodist::test::on_loop;
+using corodist::test::server_reaches;
 using corodist::test::receive_all;
 using corodist::test::send_all;
 
@@ -488,7 +488,7 @@ BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
   // A client that goes takes its waits' memory with it.
   a->close();
   b->close();
-  BOOST_TEST(corodist::test::eventually([&] { return held() == 0; }));
+  BOOST_TEST(server_reaches(server_loop, *server, [&] { return server->pending_wait_bytes() == 0; }));
   BOOST_CHECK_THROW(a1.get(), corodist::connection_error);
   BOOST_CHECK_THROW(a2.get(), corodist::connection_error);
 }
@@ -516,8 +516,7 @@ BOOST_AUTO_TEST_CASE(connection_limit_refuses_at_once, *utf::timeout(60)) {
   cs::sync_store(clients[0]).set("k", "v");
   BOOST_TEST(cs::sync_store(clients[3]).get("k") == "v");
   clients[0]->close();
-  BOOST_TEST(corodist::test::eventually(
-      [&] { return on_loop(server_loop, [&] { return server->connection_count(); }) == 3; }));
+  BOOST_TEST(server_reaches(server_loop, *server, [&] { return server->connection_count() == 3; }));
   auto again = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
   BOOST_TEST(cs::sync_store(again).get("k") == "v");
 }
@@ -622,7 +621,7 @@ BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
     auto waiter = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
     auto w1 = asio::co_spawn(loop.get_executor(), waiter->get("w1", 2s), asio::use_future);
     auto w2 = asio::co_spawn(loop.get_executor(), waiter->get("w2", 2s), asio::use_future);
-    BOOST_REQUIRE(eventually([&] { return on_loop(server_loop, [&] { return server->pending_waits(); }) == 2; }));
+    BOOST_REQUIRE(server_reaches(server_loop, *server, [&] { return server->pending_waits() == 2; }));
     BOOST_CHECK_THROW(cs::sync_store(waiter).get("w3", 2s), corodist::store_error);
     g.set("w1", "1");
     g.set("w2", "2");
@@ -668,12 +667,7 @@ BOOST_AUTO_TEST_CASE(client_fails_promptly_when_the_server_dies, *utf::timeout(6
     if (!corodist::test::write_all(port_pipe.write_end(), &port, sizeof port))
       return 1;
     // Tell the parent once its get is pending here, then serve until killed.
-    auto pending = [&] {
-      std::promise<std::size_t> n;
-      asio::post(l.get_executor(), [&] { n.set_value(srv->pending_waits()); });
-      return n.get_future().get();
-    };
-    if (!eventually([&] { return pending() == 1; }, 20s))
+    if (!corodist::run_blocking(l.get_executor(), srv->wait_until([&] { return srv->pending_waits() == 1; }, 20s)))
       return 2;
     char byte = 'w';
     if (!corodist::test::write_all(waiting_pipe.write_end(), &byte, 1))
