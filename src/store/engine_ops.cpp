@@ -24,7 +24,7 @@ asio::awaitable<void> engine_ops::until_present(const std::vector<std::string>& 
     throw timeout_error(rules::timeout_message(missing, timeout));
 }
 
-asio::awaitable<std::string> engine_ops::get(std::string key, std::chrono::milliseconds timeout) {
+asio::awaitable<std::string> engine_ops::do_get(std::string key, std::chrono::milliseconds timeout) {
   refresh();
   for (;;) { // (deleted again before this resumed: wait again)
     if (auto* v = engine_->get(key))
@@ -34,35 +34,35 @@ asio::awaitable<std::string> engine_ops::get(std::string key, std::chrono::milli
   }
 }
 
-asio::awaitable<bool> engine_ops::check(std::vector<std::string> keys) {
+asio::awaitable<bool> engine_ops::do_check(std::vector<std::string> keys) {
   refresh();
   co_return engine_->check(keys);
 }
 
-asio::awaitable<void> engine_ops::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+asio::awaitable<void> engine_ops::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
   refresh();
   co_await until_present(keys, timeout);
 }
 
-asio::awaitable<std::int64_t> engine_ops::num_keys() {
+asio::awaitable<std::int64_t> engine_ops::do_num_keys() {
   refresh();
   co_return static_cast<std::int64_t>(engine_->size());
 }
 
-asio::awaitable<std::vector<std::string>> engine_ops::multi_get(std::vector<std::string> keys,
-                                                               std::chrono::milliseconds timeout) {
+asio::awaitable<std::vector<std::string>> engine_ops::do_multi_get(std::vector<std::string> keys,
+                                                                   std::chrono::milliseconds timeout) {
   refresh();
   while (!engine_->check(keys))
     co_await until_present(keys, timeout);
   co_return engine_->values(keys);
 }
 
-asio::awaitable<std::vector<std::string>> engine_ops::list_keys(std::string prefix) {
+asio::awaitable<std::vector<std::string>> engine_ops::do_list_keys(std::string prefix) {
   refresh();
   co_return engine_->list(prefix);
 }
 
-asio::awaitable<watch_stream> engine_ops::watch_key(std::string key) {
+asio::awaitable<watch_stream> engine_ops::do_watch_key(std::string key) {
   refresh();
   auto q = std::make_shared<watch_queue>(ex_);
   const auto id = engine_->watch(key, 0, [w = std::weak_ptr<watch_queue>(q)](const watch_event& e) {

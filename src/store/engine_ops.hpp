@@ -1,11 +1,12 @@
 #pragma once
-// The operations of the stores that keep their state in an engine of their
-// own (private): hash_store, whose engine is the store, and file_store,
-// whose engine replays its file. Reads, waits and watches run on the engine
-// here, once; the writes are each store's own.
+// The implementation of the stores that keep their state in an engine of
+// their own (private): hash_store, whose engine is the store, and
+// file_store, whose engine replays its file. Reads, waits and watches run on
+// the engine here, once; the writes are each store's own.
+
+#include <corodist/store/store.hpp>
 
 #include "store/engine.hpp"
-#include "store/store_ops.hpp"
 #include "store/wait_log.hpp"
 
 #include <memory>
@@ -14,19 +15,19 @@
 
 namespace corodist::store::detail {
 
-class engine_ops : public store_ops {
+class engine_ops : public store {
 public:
-  asio::any_io_executor executor() final { return ex_; }
+  asio::any_io_executor get_executor() final { return ex_; }
 
-  asio::awaitable<std::string> get(std::string key, std::chrono::milliseconds timeout) final;
-  asio::awaitable<bool> check(std::vector<std::string> keys) final;
-  asio::awaitable<void> wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) final;
-  asio::awaitable<std::int64_t> num_keys() final;
-  asio::awaitable<std::vector<std::string>> multi_get(std::vector<std::string> keys,
-                                                      std::chrono::milliseconds timeout) final;
-  asio::awaitable<std::vector<std::string>> list_keys(std::string prefix) final;
+  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) final;
+  asio::awaitable<bool> do_check(std::vector<std::string> keys) final;
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) final;
+  asio::awaitable<std::int64_t> do_num_keys() final;
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
+                                                         std::chrono::milliseconds timeout) final;
+  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) final;
   /// The changes from now on: what `refresh()` finds first is history.
-  asio::awaitable<watch_stream> watch_key(std::string key) final;
+  asio::awaitable<watch_stream> do_watch_key(std::string key) final;
 
 protected:
   /// An engine on `ex` without limits; `where` names the store in its wait warnings.

@@ -81,10 +81,9 @@ void encode_record(std::string& out, std::uint8_t op, std::string_view key, std:
   out.append(value);
 }
 
-/// The file's log replayed into the engine. Touched only on the executor;
-/// shared with the poller (weakly) and with the destructor's last post, so
-/// that the file_store may be destroyed while watch streams are still open.
-class file_ops final : public detail::engine_ops, public std::enable_shared_from_this<file_ops> {
+/// The file's log replayed into the engine: the file_store's implementation.
+/// Touched only on the executor; the poller holds it weakly.
+class file_ops final : public detail::engine_ops {
 public:
   file_ops(asio::any_io_executor ex, std::string path, int fd)
       : engine_ops(std::move(ex), "file_store '" + path + "'"), path_(std::move(path)), fd_(fd) {}
@@ -107,7 +106,7 @@ public:
   file_ops(const file_ops&) = delete;
   file_ops& operator=(const file_ops&) = delete;
 
-  asio::awaitable<void> set(std::string key, std::string value) override {
+  asio::awaitable<void> do_set(std::string key, std::string value) override {
     std::string record;
     encode_record(record, op_set, key, value);
     file_lock lock(*this, F_WRLCK);
@@ -116,7 +115,7 @@ public:
     co_return;
   }
 
-  asio::awaitable<std::int64_t> add(std::string key, std::int64_t delta) override {
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
     file_lock lock(*this, F_WRLCK);
     read_new(true);
     const auto next = detail::rules::added(key, engine_->get(key), delta);
@@ -126,7 +125,7 @@ public:
     co_return next;
   }
 
-  asio::awaitable<std::string> compare_set(std::string key, std::string expected, std::string desired) override {
+  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
     file_lock lock(*this, F_WRLCK);
     read_new(true);
     auto* current = engine_->get(key);
@@ -138,7 +137,7 @@ public:
     co_return desired;
   }
 
-  asio::awaitable<bool> delete_key(std::string key) override {
+  asio::awaitable<bool> do_delete_key(std::string key) override {
     file_lock lock(*this, F_WRLCK);
     read_new(true);
     if (!engine_->get(key))
@@ -149,7 +148,7 @@ public:
     co_return true;
   }
 
-  asio::awaitable<void> append(std::string key, std::string value) override {
+  asio::awaitable<void> do_append(std::string key, std::string value) override {
     file_lock lock(*this, F_WRLCK);
     read_new(true);
     std::string record;
@@ -158,7 +157,7 @@ public:
     co_return;
   }
 
-  asio::awaitable<void> multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
+  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
     detail::rules::check_multi_set(keys, values);
     if (keys.empty())
       co_return;
@@ -217,12 +216,12 @@ private:
     asio::co_spawn(ex_, poll(weak_from_this()), asio::detached);
   }
 
-  static asio::awaitable<void> poll(std::weak_ptr<file_ops> weak) {
+  static asio::awaitable<void> poll(std::weak_ptr<store> weak) {
     asio::steady_timer timer(co_await asio::this_coro::executor);
     for (;;) {
       timer.expires_after(poll_interval);
       co_await timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-      auto self = weak.lock();
+      auto self = std::static_pointer_cast<file_ops>(weak.lock());
       if (!self)
         co_return;
       if (!self->awaited()) {

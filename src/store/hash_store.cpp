@@ -11,27 +11,27 @@ class hash_ops final : public detail::engine_ops {
 public:
   explicit hash_ops(asio::any_io_executor ex) : engine_ops(std::move(ex), "hash_store") {}
 
-  asio::awaitable<void> set(std::string key, std::string value) override {
+  asio::awaitable<void> do_set(std::string key, std::string value) override {
     engine_->set(std::move(key), std::move(value));
     co_return;
   }
 
-  asio::awaitable<std::int64_t> add(std::string key, std::int64_t delta) override {
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
     co_return engine_->add(key, delta);
   }
 
-  asio::awaitable<std::string> compare_set(std::string key, std::string expected, std::string desired) override {
+  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
     co_return engine_->compare_set(key, expected, std::move(desired));
   }
 
-  asio::awaitable<bool> delete_key(std::string key) override { co_return engine_->erase(key); }
+  asio::awaitable<bool> do_delete_key(std::string key) override { co_return engine_->erase(key); }
 
-  asio::awaitable<void> append(std::string key, std::string value) override {
+  asio::awaitable<void> do_append(std::string key, std::string value) override {
     engine_->append(key, value);
     co_return;
   }
 
-  asio::awaitable<void> multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
+  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
     engine_->multi_set(std::move(keys), std::move(values));
     co_return;
   }

@@ -9,7 +9,6 @@
 #include "store/engine.hpp"
 #include "store/reply.hpp"
 #include "store/request.hpp"
-#include "store/store_ops.hpp"
 #include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -40,23 +39,27 @@ std::span<const std::string> awaited_keys(const detail::request& r) {
 }
 } // namespace
 
-/// The client's connection and the watches it feeds. Lives on the executor;
-/// the connection's callbacks hold it weakly (the store may be destroyed on
-/// another thread while the loop delivers them).
-struct tcp_store::impl final : detail::store_ops, std::enable_shared_from_this<impl> {
+/// The client's connection and the watches it feeds: the tcp_store's
+/// implementation. Lives on the executor; the connection's callbacks hold it
+/// weakly (the store may be destroyed on another thread while the loop
+/// delivers them).
+struct tcp_store::impl final : store {
   impl(asio::any_io_executor ex, std::shared_ptr<net::connection> c, tcp_store_options o)
       : ex(std::move(ex)), conn(std::move(c)), opts(std::move(o)), remote(conn->remote_endpoint()),
         waits(this->ex, detail::where(opts)) {}
+
+  /// The impl behind a weak reference, if it is still alive.
+  static std::shared_ptr<impl> lock(const std::weak_ptr<store>& w) { return std::static_pointer_cast<impl>(w.lock()); }
 
   /// Starts the connection. Call once, owned by a shared_ptr.
   void start() {
     conn->start(
         [w = weak_from_this()](const std::shared_ptr<net::connection>&, net::message&& m) {
-          if (auto self = w.lock())
+          if (auto self = lock(w))
             self->on_frame(std::move(m));
         },
         [w = weak_from_this()](std::error_code ec) {
-          if (auto self = w.lock())
+          if (auto self = lock(w))
             self->on_closed(ec);
         });
   }
@@ -104,82 +107,82 @@ struct tcp_store::impl final : detail::store_ops, std::enable_shared_from_this<i
     co_return detail::reply(std::move(res.msg.payload));
   }
 
-  asio::any_io_executor executor() override { return ex; }
+  asio::any_io_executor get_executor() override { return ex; }
 
   // Each operation names its request before awaiting it (GCC 12 destroys an
   // aggregate temporary inside a co_await expression twice).
 
-  asio::awaitable<void> set(std::string key, std::string value) override {
+  asio::awaitable<void> do_set(std::string key, std::string value) override {
     const detail::request r = detail::set_request{std::move(key), std::move(value)};
     co_await run(r);
   }
 
-  asio::awaitable<std::string> get(std::string key, std::chrono::milliseconds timeout) override {
+  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) override {
     const detail::request r = detail::get_request{std::move(key), timeout};
     auto reply = co_await run(r);
     co_return reply.str();
   }
 
-  asio::awaitable<std::int64_t> add(std::string key, std::int64_t delta) override {
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
     const detail::request r = detail::add_request{std::move(key), delta};
     auto reply = co_await run(r);
     co_return reply.i64();
   }
 
-  asio::awaitable<std::string> compare_set(std::string key, std::string expected, std::string desired) override {
+  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
     const detail::request r = detail::compare_set_request{std::move(key), std::move(expected), std::move(desired)};
     auto reply = co_await run(r);
     co_return reply.str();
   }
 
-  asio::awaitable<bool> delete_key(std::string key) override {
+  asio::awaitable<bool> do_delete_key(std::string key) override {
     const detail::request r = detail::delete_key_request{std::move(key)};
     auto reply = co_await run(r);
     co_return reply.u8() != 0;
   }
 
-  asio::awaitable<bool> check(std::vector<std::string> keys) override {
+  asio::awaitable<bool> do_check(std::vector<std::string> keys) override {
     const detail::request r = detail::check_request{std::move(keys)};
     auto reply = co_await run(r);
     co_return reply.u8() != 0;
   }
 
-  asio::awaitable<void> wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) override {
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) override {
     const detail::request r = detail::wait_request{std::move(keys), timeout};
     co_await run(r);
   }
 
-  asio::awaitable<std::int64_t> num_keys() override {
+  asio::awaitable<std::int64_t> do_num_keys() override {
     const detail::request r = detail::num_keys_request{};
     auto reply = co_await run(r);
     co_return reply.i64();
   }
 
-  asio::awaitable<void> append(std::string key, std::string value) override {
+  asio::awaitable<void> do_append(std::string key, std::string value) override {
     const detail::request r = detail::append_request{std::move(key), std::move(value)};
     co_await run(r);
   }
 
-  asio::awaitable<std::vector<std::string>> multi_get(std::vector<std::string> keys,
-                                                      std::chrono::milliseconds timeout) override {
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
+                                                         std::chrono::milliseconds timeout) override {
     const detail::request r = detail::multi_get_request{std::move(keys), timeout};
     auto reply = co_await run(r);
     co_return reply.strs();
   }
 
-  asio::awaitable<void> multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
+  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
     detail::rules::check_multi_set(keys, values);
     const detail::request r = detail::multi_set_request{std::move(keys), std::move(values)};
     co_await run(r);
   }
 
-  asio::awaitable<std::vector<std::string>> list_keys(std::string prefix) override {
+  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override {
     const detail::request r = detail::list_keys_request{std::move(prefix)};
     auto reply = co_await run(r);
     co_return reply.strs();
   }
 
-  asio::awaitable<watch_stream> watch_key(std::string key) override {
+  asio::awaitable<watch_stream> do_watch_key(std::string key) override {
     const auto id = next_watch++;
     auto q = std::make_shared<detail::watch_queue>(ex);
     watches[id] = q; // registered first: events may follow the reply at once
@@ -191,7 +194,7 @@ struct tcp_store::impl final : detail::store_ops, std::enable_shared_from_this<i
       throw;
     }
     q->on_close = [w = weak_from_this(), id] {
-      auto self = w.lock();
+      auto self = lock(w);
       if (!self)
         return;
       self->watches.erase(id);
@@ -250,11 +253,11 @@ tcp_store::tcp_store(std::shared_ptr<impl> im) : basic_store(im) { set_timeout(i
 tcp_store::~tcp_store() { close(); }
 
 asio::ip::tcp::endpoint tcp_store::remote_endpoint() const noexcept {
-  return static_cast<const impl&>(*ops()).remote;
+  return static_cast<const impl&>(*implementation()).remote;
 }
 
 void tcp_store::close() {
-  auto& im = static_cast<impl&>(*ops());
+  auto& im = static_cast<impl&>(*implementation());
   asio::post(im.ex, [c = im.conn] { c->close(); });
 }
 

@@ -12,7 +12,6 @@
 #include "net/endpoint_text.hpp"
 #include "store/connect_retry.hpp"
 #include "store/engine.hpp"
-#include "store/store_ops.hpp"
 #include "store/torch/query.hpp"
 #include "store/wait_log.hpp"
 
@@ -105,7 +104,7 @@ std::vector<std::string> prefixed(const std::vector<std::string>& ks) {
 /// The client's state: its socket, and the line of queries waiting for it
 /// (PyTorch's protocol has no request ids: queries run one at a time, in
 /// arrival order). Lives on the executor.
-struct torch_store::impl final : detail::store_ops {
+struct torch_store::impl final : store {
   impl(asio::any_io_executor ex, tcp_store_options o, asio::ip::tcp::endpoint remote, asio::ip::tcp::socket socket,
        version v)
       : executor_(ex), opts(std::move(o)), remote(remote), version_(v),
@@ -286,15 +285,15 @@ struct torch_store::impl final : detail::store_ops {
     socket_.reset();
   }
 
-  asio::any_io_executor executor() override { return executor_; }
+  asio::any_io_executor get_executor() override { return executor_; }
 
-  asio::awaitable<void> set(std::string key, std::string value) override {
+  asio::awaitable<void> do_set(std::string key, std::string value) override {
     auto guard = co_await lock();
     const query q = set_query{prefixed(key), std::move(value)};
     co_await send(q);
   }
 
-  asio::awaitable<std::string> get(std::string key, ms timeout) override {
+  asio::awaitable<std::string> do_get(std::string key, ms timeout) override {
     auto guard = co_await lock();
     std::vector<std::string> keys{prefixed(key)};
     co_await wait_locked(keys, timeout); // PyTorch's client: WAIT, then GET
@@ -303,53 +302,53 @@ struct torch_store::impl final : detail::store_ops {
     co_return co_await recv_bytes();
   }
 
-  asio::awaitable<std::int64_t> add(std::string key, std::int64_t delta) override {
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
     auto guard = co_await lock();
     const query q = add_query{prefixed(key), delta};
     co_await send(q);
     co_return co_await recv_i64();
   }
 
-  asio::awaitable<std::string> compare_set(std::string key, std::string expected, std::string desired) override {
+  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
     auto guard = co_await lock();
     const query q = compare_set_query{prefixed(key), std::move(expected), std::move(desired)};
     co_await send(q);
     co_return co_await recv_bytes();
   }
 
-  asio::awaitable<bool> delete_key(std::string key) override {
+  asio::awaitable<bool> do_delete_key(std::string key) override {
     auto guard = co_await lock();
     const query q = delete_key_query{prefixed(key)};
     co_await send(q);
     co_return co_await recv_i64() != 0;
   }
 
-  asio::awaitable<bool> check(std::vector<std::string> keys) override {
+  asio::awaitable<bool> do_check(std::vector<std::string> keys) override {
     auto guard = co_await lock();
     const query q = check_query{prefixed(keys)};
     co_await send(q);
     co_return co_await recv_u8() == check_ready;
   }
 
-  asio::awaitable<void> wait(std::vector<std::string> keys, ms timeout) override {
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, ms timeout) override {
     auto guard = co_await lock();
     co_await wait_locked(prefixed(keys), timeout);
   }
 
-  asio::awaitable<std::int64_t> num_keys() override {
+  asio::awaitable<std::int64_t> do_num_keys() override {
     auto guard = co_await lock();
     const query q = num_keys_query{};
     co_await send(q);
     co_return co_await recv_i64();
   }
 
-  asio::awaitable<void> append(std::string key, std::string value) override {
+  asio::awaitable<void> do_append(std::string key, std::string value) override {
     auto guard = co_await lock();
     const query q = append_query{prefixed(key), std::move(value)};
     co_await send(q); // 1.13: store_error (no APPEND)
   }
 
-  asio::awaitable<std::vector<std::string>> multi_get(std::vector<std::string> keys, ms timeout) override {
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys, ms timeout) override {
     auto guard = co_await lock();
     auto full = prefixed(keys);
     co_await wait_locked(full, timeout);
@@ -370,7 +369,7 @@ struct torch_store::impl final : detail::store_ops {
     co_return values;
   }
 
-  asio::awaitable<void> multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
+  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
     detail::rules::check_multi_set(keys, values);
     auto guard = co_await lock();
     std::string bytes;
@@ -383,12 +382,12 @@ struct torch_store::impl final : detail::store_ops {
     co_await send_bytes(bytes);
   }
 
-  asio::awaitable<std::vector<std::string>> list_keys(std::string) override {
+  asio::awaitable<std::vector<std::string>> do_list_keys(std::string) override {
     throw store_error("list_keys is not in the PyTorch TCPStore protocol");
     co_return std::vector<std::string>{};
   }
 
-  asio::awaitable<watch_stream> watch_key(std::string) override {
+  asio::awaitable<watch_stream> do_watch_key(std::string) override {
     throw store_error("watch_key is not supported with the PyTorch TCPStore protocol");
     co_return watch_stream{};
   }
@@ -428,7 +427,7 @@ asio::awaitable<std::shared_ptr<torch_store>> torch_store::connect(asio::any_io_
   co_await detail::connect_with_retry(ex, opts, "PyTorch TCPStore", attempt);
   made->set_timeout(opts.timeout);
   { // Counts this client in the master's worker counter, as PyTorch's clients do.
-    auto& im = static_cast<impl&>(*made->ops());
+    auto& im = static_cast<impl&>(*made->implementation());
     auto guard = co_await im.lock();
     const query q = add_query{std::string(init_key), 1};
     co_await im.send(q);
@@ -446,14 +445,16 @@ torch_store::torch_store(std::shared_ptr<impl> im) : basic_store(std::move(im)) 
 torch_store::~torch_store() = default;
 
 asio::ip::tcp::endpoint torch_store::remote_endpoint() const noexcept {
-  return static_cast<const impl&>(*ops()).remote;
+  return static_cast<const impl&>(*implementation()).remote;
 }
 
-wire_protocol torch_store::protocol() const noexcept { return static_cast<const impl&>(*ops()).opts.protocol; }
+wire_protocol torch_store::protocol() const noexcept {
+  return static_cast<const impl&>(*implementation()).opts.protocol;
+}
 
 void torch_store::close() {
-  auto im = std::static_pointer_cast<impl>(ops());
-  asio::post(im->executor(), [w = std::weak_ptr<impl>(im)] {
+  auto im = std::static_pointer_cast<impl>(implementation());
+  asio::post(im->get_executor(), [w = std::weak_ptr<impl>(im)] {
     if (auto im = w.lock())
       im->shut("closed by close()");
   });

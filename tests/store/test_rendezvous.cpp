@@ -97,16 +97,20 @@ BOOST_AUTO_TEST_CASE(tcp_url_across_processes, *utf::timeout(120)) {
              }) == 3);
 }
 
+namespace {
+// What a launcher sets for rank r of an env:// job of `world` ranks whose store is at host:port.
+std::function<void(int)> launched_as(std::string host, std::uint16_t port, int world) {
+  return [=](int r) {
+    ::setenv("MASTER_ADDR", host.c_str(), 1);
+    ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+    ::setenv("RANK", std::to_string(r).c_str(), 1);
+    ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
+  };
+}
+} // namespace
+
 BOOST_AUTO_TEST_CASE(env_url_across_processes, *utf::timeout(120)) {
-  auto port = free_port();
-  BOOST_TEST(run_ranks(
-                 3, [](int) { return std::string("env://"); },
-                 [&](int r) {
-                   ::setenv("MASTER_ADDR", "localhost", 1);
-                   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-                   ::setenv("RANK", std::to_string(r).c_str(), 1);
-                   ::setenv("WORLD_SIZE", "3", 1);
-                 }) == 3);
+  BOOST_TEST(run_ranks(3, [](int) { return std::string("env://"); }, launched_as("localhost", free_port(), 3)) == 3);
 }
 
 // A second rendezvous of the same job in a process (an RPC agent's
@@ -114,16 +118,8 @@ BOOST_AUTO_TEST_CASE(env_url_across_processes, *utf::timeout(120)) {
 // rank 0 hosts one server, every rank joins once. (Before, rank 0's second
 // server could not bind the port and rank 1 was "arrival 3 in a world of 2".)
 BOOST_AUTO_TEST_CASE(env_url_twice_in_each_process_shares_one_store, *utf::timeout(120)) {
-  auto port = free_port();
-  BOOST_TEST(run_ranks(
-                 2, [](int) { return std::string("env://"); },
-                 [&](int r) {
-                   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-                   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-                   ::setenv("RANK", std::to_string(r).c_str(), 1);
-                   ::setenv("WORLD_SIZE", "2", 1);
-                 },
-                 true) == 2);
+  BOOST_TEST(run_ranks(2, [](int) { return std::string("env://"); }, launched_as("127.0.0.1", free_port(), 2), true) ==
+             2);
 }
 
 BOOST_AUTO_TEST_CASE(file_url_twice_in_each_process_shares_one_store, *utf::timeout(120)) {

@@ -2,7 +2,7 @@
 /// \file
 /// corodist::store::basic_store: the base of corodist's own stores, which
 /// implements the store operations once, each by forwarding it to the
-/// store's private implementation.
+/// store's implementation inside the library.
 
 #include <corodist/core/config.hpp>
 
@@ -19,15 +19,12 @@
 
 namespace corodist::store {
 
-namespace detail {
-class store_ops; // one store's operations, inside the library (src/store/store_ops.hpp)
-} // namespace detail
-
 /// The base of hash_store, file_store, tcp_store, torch_store and
-/// prefix_store: every operation of `store` goes to the store's
-/// implementation inside the library, so their headers declare only what is
-/// theirs (constructors, accessors). A store of your own derives from
-/// `store` and overrides its `do_` functions instead.
+/// prefix_store: every operation goes to the store's implementation, a
+/// `store` of the library's own (in src/store) that overrides the `do_`
+/// functions, so their headers declare only what is theirs (constructors,
+/// accessors). A store of your own derives from `store` and overrides its
+/// `do_` functions as those implementations do.
 class basic_store : public store {
 public:
   ~basic_store() override;
@@ -36,11 +33,11 @@ public:
   asio::any_io_executor get_executor() final { return ex_; }
 
 protected:
-  /// Runs the operations on `ops` (not null).
-  explicit basic_store(std::shared_ptr<detail::store_ops> ops);
+  /// Runs the operations on `impl` (not null), which nothing else uses.
+  explicit basic_store(std::shared_ptr<store> impl);
 
   /// The implementation (the derived store knows its type).
-  const std::shared_ptr<detail::store_ops>& ops() const noexcept { return ops_; }
+  const std::shared_ptr<store>& implementation() const noexcept { return impl_; }
 
 private:
   asio::awaitable<void> do_set(std::string key, std::string value) final;
@@ -58,7 +55,7 @@ private:
   asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) final;
   asio::awaitable<watch_stream> do_watch_key(std::string key) final;
 
-  std::shared_ptr<detail::store_ops> ops_;
+  std::shared_ptr<store> impl_;
   asio::any_io_executor ex_;
 };
 
