@@ -14,9 +14,10 @@ namespace corodist::store::detail {
 namespace {
 
 struct job_state {
-  corodist::shared_future<void> settled; ///< ready once the rendezvous in progress has ended
+  corodist::shared_future<void> settled;        ///< ready once the rendezvous in progress has ended
   std::weak_ptr<corodist::store::store> shared; ///< what it yielded, once it succeeded
-  std::string what;                      ///< "rank R of a world of W"
+  std::string what;                             ///< "rank R of a world of W"
+  pid_t pid = ::getpid();                       ///< the process that joined (not a child forked since)
 };
 
 struct registry {
@@ -33,9 +34,14 @@ std::string key_of(const job_id& j) {
   return j.target + " rank " + std::to_string(j.rank) + " world " + std::to_string(j.world_size);
 }
 
-// Forgets the jobs whose rendezvous ended and whose store is gone. Call with the mutex held.
+// Forgets the jobs whose rendezvous ended and whose store is gone, and those
+// of the process this one was forked from (their stores' loops are not here).
+// Call with the mutex held.
 void prune(registry& r) {
-  std::erase_if(r.jobs, [](const auto& kv) { return kv.second.settled.is_ready() && kv.second.shared.expired(); });
+  const auto me = ::getpid();
+  std::erase_if(r.jobs, [me](const auto& kv) {
+    return kv.second.pid != me || (kv.second.settled.is_ready() && kv.second.shared.expired());
+  });
 }
 
 void settle(std::optional<corodist::promise<void>>& p) {
@@ -101,7 +107,8 @@ std::string other_jobs_at(const job_id& job) {
   std::lock_guard lock(r.mutex);
   std::string out;
   for (auto& [key, state] : r.jobs)
-    if (key != mine && key.compare(0, at.size(), at) == 0 && (!state.settled.is_ready() || !state.shared.expired()))
+    if (key != mine && key.compare(0, at.size(), at) == 0 && state.pid == ::getpid() &&
+        (!state.settled.is_ready() || !state.shared.expired()))
       out += (out.empty() ? "" : ", ") + state.what;
   return out;
 }

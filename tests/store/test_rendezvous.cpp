@@ -230,6 +230,40 @@ BOOST_AUTO_TEST_CASE(rejoining_after_releasing_the_store_is_explained, *utf::tim
   ::unlink(tmpl);
 }
 
+// A child forked after its parent joined a job does not get the parent's
+// store (a copy whose event loop does not run in the child): it joins
+// itself, and is told the parent holds the rank.
+BOOST_AUTO_TEST_CASE(a_forked_child_does_not_share_its_parents_rendezvous, *utf::timeout(60)) {
+  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  ::close(fd);
+  const std::string url = std::string("file://") + tmpl + "?rank=0&world_size=1";
+  event_loop loop;
+  loop.start();
+  auto parent = cs::rendezvous(loop, url);
+  const auto parent_pid = std::to_string(::getpid());
+  corodist::test::pipe_pair err;
+  child_process child([&]() -> int {
+    err.close_read();
+    event_loop child_loop;
+    child_loop.start();
+    try {
+      cs::rendezvous(child_loop, url);
+      return 2;
+    } catch (const corodist::store_error& e) {
+      std::string what = e.what();
+      corodist::test::write_all(err.write_end(), what.data(), what.size());
+      return what.find("claimed twice: first by pid " + parent_pid) != std::string::npos ? 0 : 3;
+    }
+  });
+  err.close_write();
+  const int rc = child.wait_for(30s);
+  std::string what(4096, '\0');
+  what.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(err.read_end(), what.data(), what.size()))));
+  BOOST_TEST(rc == 0, what);
+  ::unlink(tmpl);
+}
+
 // Another job (here another world size) cannot be hosted on a port this
 // process hosts a rendezvous on: the error says so.
 BOOST_AUTO_TEST_CASE(another_job_on_a_hosted_port_is_named, *utf::timeout(60)) {
