@@ -40,7 +40,8 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
                                          const connect_attempt& attempt_fn) {
   const auto start = std::chrono::steady_clock::now();
   const auto deadline = start + opts.timeout;
-  auto next_warning = start + warn_every;
+  const auto schedule = warnings();
+  auto next_warning = start + schedule.first;
   thread_local std::mt19937_64 rng(std::random_device{}()); // jitter only: no need to reseed per connect
   auto backoff = first_backoff;
   std::error_code last;
@@ -86,11 +87,12 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
     CORODIST_LOG_DEBUG("store: attempt {} to connect to the {} at {} failed: {}; next in {} ms", attempt, what,
                        where(opts), last.message(), pause.count());
     if (now >= next_warning) {
-      CORODIST_LOG_WARN("store: still connecting to the {} at {} after {} ({} attempts; last error: {}; gives up "
+      CORODIST_LOG_WARN("store: still connecting to the {} at {} after {} ({} attempts; last error: {}{}; gives up "
                         "after {})",
                         what, where(opts), duration_text(since(start)), attempt, last.message(),
+                        refused ? " (nothing listens there: is the server up, and the address and port right?)" : "",
                         duration_text(opts.timeout));
-      next_warning += warn_every;
+      next_warning += schedule.every;
     }
     asio::steady_timer t(ex, pause);
     co_await t.async_wait(use_tuple);

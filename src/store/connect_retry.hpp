@@ -22,10 +22,11 @@ using connect_attempt =
 
 /// Resolves opts.host and calls `attempt` for each address until one
 /// succeeds, retrying with exponential backoff (10 ms doubling to 1 s, ±25 %
-/// jitter) until opts.timeout. Logs each failed attempt at debug level and a
-/// warning every warn_every, naming host:port and `what` ("store server",
-/// "PyTorch TCPStore"). Throws timeout_error at the deadline (its length, the
-/// attempts, the last error), connection_error "nothing is listening on
+/// jitter) until opts.timeout. Logs each failed attempt at debug level and
+/// warnings on the `warnings()` schedule (after 5 s, then every 30 s), naming
+/// host:port, `what` ("store server", "PyTorch TCPStore") and the last error.
+/// Throws timeout_error at the deadline (its length, the attempts, the last
+/// error), connection_error "nothing is listening on
 /// HOST:PORT" once connections have been refused for opts.refused_retry_window,
 /// and, at once, the error of a permanent failure (not a store server, wrong token).
 asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_store_options& opts, const char* what,

@@ -283,6 +283,7 @@ void engine::wait(std::vector<std::string> keys, std::chrono::milliseconds timeo
         self->finish(id, true);
     });
   }
+  waits_changed();
 }
 
 std::size_t engine::pending_waits(owner_id owner) const {
@@ -365,6 +366,7 @@ void engine::finish(std::uint64_t id, bool timed_out) {
   if (timed_out && missing.empty())
     missing.push_back("?"); // cannot happen: all keys present means it finished already
   w.done(std::move(w.keys), std::move(missing));
+  waits_changed();
 }
 
 std::uint64_t engine::watch(const std::string& key, owner_id owner, watch_fn fn) {
@@ -416,6 +418,8 @@ void engine::drop_owner(owner_id owner) {
     unwatch(id);
   if (freed >= trim_after_bytes)
     ::malloc_trim(0); // give a departed client's large waits back to the system, not just to malloc
+  if (!mine.waits.empty())
+    waits_changed();
 }
 
 void engine::changed(watch_event::kind kind, const std::string& key, const std::string& value) {

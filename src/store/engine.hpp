@@ -1,8 +1,9 @@
 #pragma once
 // The store engine (private): the one place where the store's semantics and
-// limits live. The native server's sessions, the PyTorch sessions and
-// hash_store call an `engine`; file_store, whose state is a file shared with
-// other processes, applies the same `rules` to what it reads from its file.
+// limits live. The native server's sessions, the PyTorch sessions, hash_store
+// and file_store call an `engine`; file_store replays its file (shared with
+// other processes) into one, and computes the records it writes with the
+// same `rules`.
 //
 // An engine holds the data, PyTorch 2.x's queues, the waits (indexed per key
 // and per owner, with deadlines) and the watches. Every operation checks its
@@ -50,7 +51,7 @@ struct engine_limits {
 
 /// The store's rules as pure functions: what an operation does to a value and
 /// the text of its errors. The engine applies them to its map, file_store to
-/// the state it reads from its file, clients to a request before sending it.
+/// the records it appends to its file, clients to a request before sending it.
 namespace rules {
 
 /// "store: timed out after N ms waiting for keys: a, b" (the timeout_error text
@@ -154,9 +155,15 @@ public:
   /// store_error over max_key_size or when `owner` has max_waits_per_owner watches.
   std::uint64_t watch(const std::string& key, owner_id owner, watch_fn fn);
   void unwatch(std::uint64_t id);
+  /// Watches registered, of every owner.
+  std::size_t watch_count() const noexcept { return watchers_.size(); }
   /// Drops every wait and watch of `owner` without calling them. Costs what
   /// the owner holds, not what the engine holds.
   void drop_owner(owner_id owner);
+
+  /// Calls `fn` (on the executor) each time the pending waits change: one is
+  /// registered, completes, times out or is dropped. One observer; null: none.
+  void observe_waits(std::function<void()> fn) { waits_changed_ = std::move(fn); }
 
 private:
   struct waiter {
@@ -188,6 +195,10 @@ private:
   /// Unlinks waiter `id` from the key index and its owner (O(keys · log waiters)).
   void forget(std::uint64_t id, waiter& w);
   void release_owner_entry(owner_id owner);
+  void waits_changed() const {
+    if (waits_changed_)
+      waits_changed_();
+  }
 
   asio::any_io_executor ex_;
   engine_limits limits_;
@@ -200,6 +211,7 @@ private:
   std::unordered_map<std::uint64_t, watcher> watchers_;
   std::unordered_map<std::string, std::unordered_set<std::uint64_t>> watched_; // key -> watch ids
   std::uint64_t next_id_ = 1;
+  std::function<void()> waits_changed_;
 };
 
 } // namespace corodist::store::detail

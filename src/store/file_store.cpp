@@ -3,8 +3,7 @@
 #include <corodist/core/error.hpp>
 
 #include "core/log.hpp"
-#include "store/engine.hpp"   // the store's rules, applied to what the file holds
-#include "store/wait_log.hpp"
+#include "store/engine_ops.hpp" // the engine the file's log is replayed into, and its rules
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -29,9 +28,7 @@ namespace corodist::store {
 
 namespace {
 
-using clock_type = std::chrono::steady_clock;
-
-/// How often waiting operations and watches look at the file again.
+/// How often pending waits and open watches look at the file again.
 constexpr auto poll_interval = std::chrono::milliseconds(10);
 
 constexpr std::uint8_t op_set = 1;
@@ -84,74 +81,169 @@ void encode_record(std::string& out, std::uint8_t op, std::string_view key, std:
   out.append(value);
 }
 
-/// now + timeout; never for a zero (or negative) timeout, as every store;
-/// saturating instead of overflowing for huge timeouts.
-clock_type::time_point deadline_after(std::chrono::milliseconds timeout) {
-  auto now = clock_type::now();
-  if (timeout <= std::chrono::milliseconds::zero())
-    return clock_type::time_point::max();
-  auto room = std::chrono::duration_cast<std::chrono::milliseconds>(clock_type::time_point::max() - now);
-  if (timeout >= room)
-    return clock_type::time_point::max();
-  return now + timeout;
-}
+/// The file's log replayed into the engine: the file_store's implementation.
+/// Touched only on the executor; the poller holds it weakly.
+class file_ops final : public detail::engine_ops {
+public:
+  file_ops(asio::any_io_executor ex, std::string path, int fd)
+      : engine_ops(std::move(ex), "file_store '" + path + "'"), path_(std::move(path)), fd_(fd) {}
+  /// Closes the file; the watch streams still open end with store_error (on the executor).
+  ~file_ops() override {
+    ::close(fd_);
+    auto open = open_watches();
+    if (open.empty())
+      return;
+    try {
+      asio::post(ex_, [open = std::move(open),
+                       gone = std::make_exception_ptr(store_error("file_store '" + path_ + "' was destroyed"))] {
+        for (auto& q : open)
+          q->fail(gone);
+      });
+    } catch (const std::exception& e) {
+      CORODIST_LOG_ERROR("file_store '{}': cannot end its watch streams: {}", path_, e.what());
+    }
+  }
+  file_ops(const file_ops&) = delete;
+  file_ops& operator=(const file_ops&) = delete;
 
-} // namespace
+  asio::awaitable<void> do_set(std::string key, std::string value) override {
+    std::string record;
+    encode_record(record, op_set, key, value);
+    file_lock lock(*this, F_WRLCK);
+    read_new(true);
+    write_records(record);
+    co_return;
+  }
 
-/// Everything the store keeps about the file. Touched only on the executor;
-/// shared with the watch poller (and the unwatch handlers, weakly) so that a
-/// file_store may be destroyed while watch streams are still open.
-struct file_store::state {
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
+    file_lock lock(*this, F_WRLCK);
+    read_new(true);
+    const auto next = detail::rules::added(key, engine_->get(key), delta);
+    std::string record;
+    encode_record(record, op_set, key, std::to_string(next));
+    write_records(record);
+    co_return next;
+  }
+
+  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
+    file_lock lock(*this, F_WRLCK);
+    read_new(true);
+    auto* current = engine_->get(key);
+    if (!detail::rules::compare_set_stores(current, expected))
+      co_return detail::rules::compare_set_unchanged(current, expected);
+    std::string record;
+    encode_record(record, op_set, key, desired);
+    write_records(record);
+    co_return desired;
+  }
+
+  asio::awaitable<bool> do_delete_key(std::string key) override {
+    file_lock lock(*this, F_WRLCK);
+    read_new(true);
+    if (!engine_->get(key))
+      co_return false;
+    std::string record;
+    encode_record(record, op_delete, key, {});
+    write_records(record);
+    co_return true;
+  }
+
+  asio::awaitable<void> do_append(std::string key, std::string value) override {
+    file_lock lock(*this, F_WRLCK);
+    read_new(true);
+    std::string record;
+    encode_record(record, op_set, key, detail::rules::appended(key, engine_->get(key), value, engine_->limits()));
+    write_records(record);
+    co_return;
+  }
+
+  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
+    detail::rules::check_multi_set(keys, values);
+    if (keys.empty())
+      co_return;
+    std::string records;
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      encode_record(records, op_set, keys[i], values[i]);
+    file_lock lock(*this, F_WRLCK);
+    read_new(true);
+    write_records(records); // one write(): other processes see all or none
+  }
+
+private:
   /// An OFD fcntl lock on the whole file, held for the object's lifetime.
   /// Never held across a co_await (other coroutines of this store share the
   /// open file description, so they would not be excluded).
   class file_lock {
   public:
-    file_lock(state& s, short type) : state_(s) {
+    file_lock(file_ops& f, short type) : f_(f) {
       struct flock fl {};
       fl.l_type = type;
       fl.l_whence = SEEK_SET; // l_start = l_len = 0: the whole file, however long
-      while (::fcntl(state_.fd_, lock_wait_cmd, &fl) != 0) {
+      while (::fcntl(f_.fd_, lock_wait_cmd, &fl) != 0) {
         if (errno != EINTR)
-          throw_errno("cannot lock", state_.path_, errno);
+          throw_errno("cannot lock", f_.path_, errno);
       }
     }
     ~file_lock() {
       struct flock fl {};
       fl.l_type = F_UNLCK;
       fl.l_whence = SEEK_SET;
-      if (::fcntl(state_.fd_, unlock_cmd, &fl) != 0)
-        CORODIST_LOG_ERROR("file_store '{}': unlock failed: {}", state_.path_,
-                           std::system_category().message(errno));
+      if (::fcntl(f_.fd_, unlock_cmd, &fl) != 0)
+        CORODIST_LOG_ERROR("file_store '{}': unlock failed: {}", f_.path_, std::system_category().message(errno));
     }
     file_lock(const file_lock&) = delete;
     file_lock& operator=(const file_lock&) = delete;
 
   private:
-    state& state_;
+    file_ops& f_;
   };
 
-  struct watcher {
-    std::uint64_t id;
-    std::shared_ptr<detail::watch_queue> queue;
-  };
-
-  state(asio::any_io_executor ex, std::string path, int fd)
-      : executor_(ex), path_(std::move(path)), fd_(fd), waits_(ex, "file_store '" + path_ + "'") {}
-  ~state() { ::close(fd_); }
-  state(const state&) = delete;
-  state& operator=(const state&) = delete;
-
-  /// Applies the records appended since the last read, taking a shared lock
+  /// Replays the records appended since the last read, taking a shared lock
   /// only if the file has grown (or shrunk) since then.
-  void refresh() {
+  void refresh() override {
     if (file_size() == offset_)
       return;
     file_lock lock(*this, F_RDLCK);
     read_new(false);
   }
 
-  /// Applies the records appended since the last read. Call under a lock; with
+  /// Something awaits the file: looks at it every poll_interval while a wait
+  /// is pending or a watch is open.
+  void awaiting() override {
+    if (polling_)
+      return;
+    polling_ = true;
+    asio::co_spawn(ex_, poll(weak_from_this()), asio::detached);
+  }
+
+  static asio::awaitable<void> poll(std::weak_ptr<store> weak) {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (;;) {
+      timer.expires_after(poll_interval);
+      co_await timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+      auto self = std::static_pointer_cast<file_ops>(weak.lock());
+      if (!self)
+        co_return;
+      if (!self->awaited()) {
+        self->polling_ = false;
+        co_return;
+      }
+      try {
+        self->refresh();
+      } catch (const std::exception& e) {
+        CORODIST_LOG_ERROR("file_store '{}': reading the file failed, ending the watch streams: {}", self->path_,
+                           e.what());
+        auto error = std::current_exception();
+        for (auto& q : self->open_watches())
+          q->fail(error);
+      }
+    }
+  }
+
+  /// Whether a wait is pending or a watch is open.
+  bool awaited() const { return engine_->pending_waits() > 0 || engine_->watch_count() > 0; }
+
+  /// Replays the records appended since the last read. Call under a lock; with
   /// `exclusive`, a torn tail (which no live writer can be producing, since
   /// writers hold the exclusive lock) is cut off so that appends follow valid data.
   void read_new(bool exclusive) {
@@ -159,7 +251,8 @@ struct file_store::state {
     if (size < offset_) {
       CORODIST_LOG_WARN("file_store '{}': the file shrank from {} to {} bytes behind our back; reloading it", path_,
                         offset_, size);
-      cache_.clear();
+      for (auto& k : engine_->list({})) // (watchers see the keys go, and come back with the reload)
+        engine_->erase(k);
       offset_ = 0;
     }
     if (size == offset_)
@@ -178,13 +271,13 @@ struct file_store::state {
       got += static_cast<std::size_t>(n);
     }
     buf.resize(got);
-    auto used = apply_records(buf);
+    auto used = replay(buf);
     if (used == buf.size())
       return;
     // An incomplete record at the end: a writer died inside write().
     if (exclusive) {
-      CORODIST_LOG_WARN("file_store '{}': dropping a torn record of {} bytes at offset {}", path_,
-                        buf.size() - used, offset_);
+      CORODIST_LOG_WARN("file_store '{}': dropping a torn record of {} bytes at offset {}", path_, buf.size() - used,
+                        offset_);
       while (::ftruncate(fd_, static_cast<off_t>(offset_)) != 0) {
         if (errno != EINTR)
           throw_errno("cannot truncate a torn record of", path_, errno);
@@ -197,7 +290,7 @@ struct file_store::state {
     }
   }
 
-  /// Appends `records` with one write() and applies them. Call under the
+  /// Appends `records` with one write() and replays them. Call under the
   /// exclusive lock, after read_new(true) (so the file ends at offset_).
   void write_records(const std::string& records) {
     std::size_t done = 0;
@@ -214,12 +307,13 @@ struct file_store::state {
       }
       done += static_cast<std::size_t>(n);
     }
-    apply_records(records);
+    replay(records);
   }
 
-  /// Applies the complete records at the start of `buf` (which begins at
-  /// offset_), advancing offset_ past each; returns the bytes consumed.
-  std::size_t apply_records(std::string_view buf) {
+  /// Replays the complete records at the start of `buf` (which begins at
+  /// offset_) into the engine, advancing offset_ past each: waiters and
+  /// watchers of their keys hear of them there. Returns the bytes consumed.
+  std::size_t replay(std::string_view buf) {
     std::size_t pos = 0;
     while (pos < buf.size()) {
       auto op = static_cast<std::uint8_t>(buf[pos]);
@@ -237,75 +331,14 @@ struct file_store::state {
       if (rest < total)
         break;
       std::string key(buf.substr(pos + key_header_size, key_len));
-      std::string value(buf.substr(pos + key_header_size + key_len + value_header_size, value_len));
       pos += total;
       offset_ += total;
-      apply(op, std::move(key), std::move(value));
+      if (op == op_set)
+        engine_->set(std::move(key), std::string(buf.substr(pos - value_len, value_len)));
+      else
+        engine_->erase(key);
     }
     return pos;
-  }
-
-  /// Applies one record to the cache and tells the key's watchers.
-  void apply(std::uint8_t op, std::string key, std::string value) {
-    if (op == op_set) {
-      auto it = cache_.find(key);
-      bool existed = it != cache_.end();
-      if (existed)
-        it->second = value;
-      else
-        it = cache_.emplace(key, value).first;
-      notify(it->first, existed ? watch_event::kind::updated : watch_event::kind::created, std::move(value));
-    } else if (cache_.erase(key) > 0) {
-      notify(key, watch_event::kind::deleted, {});
-    }
-  }
-
-  void notify(const std::string& key, watch_event::kind kind, std::string value) {
-    if (watchers_.empty())
-      return;
-    auto it = watchers_.find(key);
-    if (it == watchers_.end())
-      return;
-    auto targets = it->second; // a push may close a stream, which edits watchers_
-    for (auto& w : targets) {
-      if (!w.queue->closed)
-        w.queue->push(watch_event{kind, key, value});
-    }
-  }
-
-  void unwatch(const std::string& key, std::uint64_t id) {
-    auto it = watchers_.find(key);
-    if (it == watchers_.end())
-      return;
-    std::erase_if(it->second, [id](const watcher& w) { return w.id == id; });
-    if (it->second.empty())
-      watchers_.erase(it);
-  }
-
-  /// Ends every open watch stream with `error`.
-  void fail_watchers(std::exception_ptr error) {
-    auto all = std::exchange(watchers_, {});
-    for (auto& [key, list] : all)
-      for (auto& w : list)
-        w.queue->fail(error);
-  }
-
-  /// Feeds the watch streams: re-reads the file every poll_interval while any is open.
-  static asio::awaitable<void> poll_watches(std::shared_ptr<state> self) {
-    asio::steady_timer timer(self->executor_);
-    while (!self->closed_ && !self->watchers_.empty()) {
-      timer.expires_after(poll_interval);
-      co_await timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-      if (self->closed_ || self->watchers_.empty())
-        break;
-      try {
-        self->refresh();
-      } catch (const std::exception& e) {
-        CORODIST_LOG_ERROR("file_store '{}': watch poll failed, ending watch streams: {}", self->path_, e.what());
-        self->fail_watchers(std::current_exception());
-      }
-    }
-    self->poller_running_ = false;
   }
 
   std::uint64_t file_size() const {
@@ -315,199 +348,30 @@ struct file_store::state {
     return static_cast<std::uint64_t>(st.st_size);
   }
 
-  /// The cached value of `key`, or null.
-  const std::string* find(const std::string& key) const {
-    auto it = cache_.find(key);
-    return it == cache_.end() ? nullptr : &it->second;
-  }
-
-  std::vector<std::string> missing(const std::vector<std::string>& keys) const {
-    std::vector<std::string> out;
-    for (const auto& k : keys)
-      if (!cache_.contains(k))
-        out.push_back(k);
-    return out;
-  }
-
-  asio::any_io_executor executor_;
   std::string path_;
   int fd_;
-  std::uint64_t offset_ = 0; ///< bytes of the log applied to cache_ (always a record boundary)
+  std::uint64_t offset_ = 0; ///< bytes of the log replayed into the engine (always a record boundary)
   std::uint64_t torn_warned_at_ = std::numeric_limits<std::uint64_t>::max();
-  std::unordered_map<std::string, std::string> cache_;
-  std::unordered_map<std::string, std::vector<watcher>> watchers_;
-  std::uint64_t next_watch_id_ = 1;
-  bool poller_running_ = false;
-  bool closed_ = false;
-  detail::wait_log waits_;
+  bool polling_ = false;
 };
 
-file_store::file_store(asio::any_io_executor ex, std::string path) : executor_(std::move(ex)), path_(std::move(path)) {
+int open_file(const std::string& path) {
   int fd;
   do {
-    fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   } while (fd < 0 && errno == EINTR);
   if (fd < 0)
-    throw_errno("cannot open", path_, errno);
-  state_ = std::make_shared<state>(executor_, path_, fd);
+    throw_errno("cannot open", path, errno);
+  return fd;
+}
+
+} // namespace
+
+file_store::file_store(asio::any_io_executor ex, std::string path)
+    : basic_store(std::make_shared<file_ops>(ex, path, open_file(path))), path_(std::move(path)) {
   CORODIST_LOG_DEBUG("file_store: opened '{}'", path_);
 }
 
-file_store::~file_store() {
-  if (!state_ || state_.use_count() == 1)
-    return; // no poller: nothing else refers to the state; the fd closes here
-  // A watch poller still shares the state: end its streams on the executor.
-  try {
-    asio::post(executor_, [s = std::move(state_)] {
-      s->closed_ = true;
-      s->fail_watchers(std::make_exception_ptr(store_error("file_store '" + s->path_ + "' was destroyed")));
-    });
-  } catch (const std::exception& e) {
-    CORODIST_LOG_ERROR("file_store '{}': cannot end its watch streams: {}", path_, e.what());
-  }
-}
-
-asio::any_io_executor file_store::get_executor() { return executor_; }
-
-asio::awaitable<void> file_store::wait_for_keys(const std::vector<std::string>& keys,
-                                                std::chrono::milliseconds timeout) {
-  auto deadline = deadline_after(timeout);
-  detail::wait_log::entry logged(state_->waits_, keys, timeout);
-  asio::steady_timer timer(executor_);
-  for (;;) {
-    state_->refresh();
-    auto missing = state_->missing(keys);
-    if (missing.empty())
-      co_return;
-    auto now = clock_type::now();
-    if (now >= deadline)
-      throw timeout_error(detail::rules::timeout_message(missing, timeout));
-    timer.expires_at(deadline - now < poll_interval ? deadline : now + poll_interval);
-    co_await timer.async_wait(asio::use_awaitable);
-  }
-}
-
-asio::awaitable<void> file_store::do_set(std::string key, std::string value) {
-  std::string record;
-  encode_record(record, op_set, key, value);
-  state::file_lock lock(*state_, F_WRLCK);
-  state_->read_new(true);
-  state_->write_records(record);
-  co_return;
-}
-
-asio::awaitable<std::string> file_store::do_get(std::string key, std::chrono::milliseconds timeout) {
-  std::vector<std::string> keys;
-  keys.push_back(key);
-  co_await wait_for_keys(keys, timeout);
-  co_return state_->cache_.at(key);
-}
-
-asio::awaitable<std::int64_t> file_store::do_add(std::string key, std::int64_t delta) {
-  state::file_lock lock(*state_, F_WRLCK);
-  state_->read_new(true);
-  const auto next = detail::rules::added(key, state_->find(key), delta);
-  std::string record;
-  encode_record(record, op_set, key, std::to_string(next));
-  state_->write_records(record);
-  co_return next;
-}
-
-asio::awaitable<std::string> file_store::do_compare_set(std::string key, std::string expected, std::string desired) {
-  state::file_lock lock(*state_, F_WRLCK);
-  state_->read_new(true);
-  auto* current = state_->find(key);
-  if (!detail::rules::compare_set_stores(current, expected))
-    co_return detail::rules::compare_set_unchanged(current, expected);
-  std::string record;
-  encode_record(record, op_set, key, desired);
-  state_->write_records(record);
-  co_return desired;
-}
-
-asio::awaitable<bool> file_store::do_delete_key(std::string key) {
-  state::file_lock lock(*state_, F_WRLCK);
-  state_->read_new(true);
-  if (!state_->cache_.contains(key))
-    co_return false;
-  std::string record;
-  encode_record(record, op_delete, key, {});
-  state_->write_records(record);
-  co_return true;
-}
-
-asio::awaitable<bool> file_store::do_check(std::vector<std::string> keys) {
-  state_->refresh();
-  co_return state_->missing(keys).empty();
-}
-
-asio::awaitable<void> file_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
-  co_await wait_for_keys(keys, timeout);
-}
-
-asio::awaitable<std::int64_t> file_store::do_num_keys() {
-  state_->refresh();
-  co_return static_cast<std::int64_t>(state_->cache_.size());
-}
-
-asio::awaitable<void> file_store::do_append(std::string key, std::string value) {
-  state::file_lock lock(*state_, F_WRLCK);
-  state_->read_new(true);
-  std::string record;
-  encode_record(record, op_set, key, detail::rules::appended(key, state_->find(key), value, {}));
-  state_->write_records(record);
-  co_return;
-}
-
-asio::awaitable<std::vector<std::string>> file_store::do_multi_get(std::vector<std::string> keys,
-                                                                   std::chrono::milliseconds timeout) {
-  co_await wait_for_keys(keys, timeout);
-  std::vector<std::string> values;
-  values.reserve(keys.size());
-  for (const auto& k : keys)
-    values.push_back(state_->cache_.at(k));
-  co_return values;
-}
-
-asio::awaitable<void> file_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  detail::rules::check_multi_set(keys, values);
-  if (keys.empty())
-    co_return;
-  std::string records;
-  for (std::size_t i = 0; i < keys.size(); ++i)
-    encode_record(records, op_set, keys[i], values[i]);
-  state::file_lock lock(*state_, F_WRLCK);
-  state_->read_new(true);
-  state_->write_records(records); // one write(): other processes see all or none
-}
-
-asio::awaitable<std::vector<std::string>> file_store::do_list_keys(std::string prefix) {
-  state_->refresh();
-  std::vector<std::string> out;
-  for (const auto& [k, v] : state_->cache_)
-    if (k.starts_with(prefix))
-      out.push_back(k);
-  std::sort(out.begin(), out.end());
-  co_return out;
-}
-
-asio::awaitable<watch_stream> file_store::do_watch_key(std::string key) {
-  auto& s = *state_;
-  s.refresh(); // changes already in the file are history, not events
-  auto queue = std::make_shared<detail::watch_queue>(executor_);
-  auto id = s.next_watch_id_++;
-  queue->on_close = [weak = std::weak_ptr<state>(state_), ex = executor_, key, id] {
-    asio::post(ex, [weak, key, id] {
-      if (auto st = weak.lock())
-        st->unwatch(key, id);
-    });
-  };
-  s.watchers_[key].push_back(state::watcher{id, queue});
-  if (!s.poller_running_) {
-    s.poller_running_ = true;
-    asio::co_spawn(executor_, state::poll_watches(state_), asio::detached);
-  }
-  co_return watch_stream(std::move(queue));
-}
+file_store::~file_store() = default;
 
 } // namespace corodist::store

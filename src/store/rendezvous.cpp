@@ -6,6 +6,8 @@
 
 #include "core/linger.hpp"
 #include "core/log.hpp"
+#include "store/connect_retry.hpp"
+#include "store/joined_jobs.hpp"
 #include "store/launch_env.hpp"
 #include "store/wait_log.hpp"
 
@@ -15,6 +17,7 @@
 #include <asio/ip/tcp.hpp>
 #include <corodist/core/run_blocking.hpp>
 
+#include <atomic>
 #include <charconv>
 #include <cstdlib>
 #include <map>
@@ -90,6 +93,17 @@ long to_int(const std::string& url, const std::string& what, const std::string& 
   return v;
 }
 
+// The `timeout=SECONDS` parameter: a whole, positive number of seconds.
+std::chrono::milliseconds timeout_seconds(const std::string& url, const std::string& text) {
+  constexpr long max_seconds = 365L * 24 * 3600;
+  long v = 0;
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc{} || p != text.data() + text.size() || v <= 0 || v > max_seconds)
+    bad_url(url, "timeout '" + text + "' is not a whole number of seconds between 1 and " +
+                     std::to_string(max_seconds) + " (the unit of timeout= is the second: timeout=600 is 10 minutes)");
+  return std::chrono::seconds(v);
+}
+
 // The value of a URL parameter, else (env:// only) of the launcher's variable
 // `env_name`, read into `from_env` with its Slurm fallback (`slurm_name`).
 std::string setting(const parsed_url& u, const std::string& url, const char* param,
@@ -142,30 +156,69 @@ asio::awaitable<arrivals> look_up_arrivals(store& s, int world) {
   co_return a;
 }
 
-// Registers this rank and waits for all: logs each step at debug level and,
-// every warn_every, a warning naming the ranks still missing.
-asio::awaitable<void> join(store& s, const std::string& url, int rank, int world, std::chrono::milliseconds timeout) {
-  co_await s.set(std::string(rdzv) + "rank/" + std::to_string(rank), "1");
+// What a rank's key holds: who claimed the rank, unique per rendezvous of a
+// process ("pid 4242 on node1, rendezvous 1").
+std::string claimant() {
+  static std::atomic<unsigned> joins{0};
+  return detail::this_process() + ", rendezvous " + std::to_string(++joins);
+}
+
+// Why a rank cannot join: its key names another claim, `holder`.
+[[noreturn]] void claimed_twice(const std::string& url, const std::string& where, int rank, const std::string& holder,
+                                const std::string& me) {
+  const bool file = url.starts_with("file://");
+  const std::string fresh_file = "a file:// rendezvous needs a fresh file for each job (remove the file, or name a "
+                                 "new one)";
+  const auto process = detail::this_process();
+  const auto r = std::to_string(rank);
+  if (holder.starts_with(process + ","))
+    throw store_error("rendezvous at " + url + ": rank " + r + " joined this rendezvous before, from this process (" +
+                      holder + "), and the store that rendezvous gave has been released since; a job's rendezvous "
+                      "is joined once: keep its store while the process needs it (another rendezvous of the job "
+                      "then shares it) or pass it on (rpc::agent_options::store, gloo_group::create(store, ...))" +
+                      (file ? "; " + fresh_file : ""));
+  throw store_error("rendezvous at " + url + ": rank " + r + " is claimed twice: first by " + holder + ", now by " +
+                    me + " (this process): " +
+                    (file ? "the file holds an earlier job's rendezvous; " + fresh_file
+                          : "two processes were started as rank " + r + ", or the store at " + where +
+                                " is an earlier job's (is its rank 0 still running?)"));
+}
+
+// Claims this rank, registers its arrival and waits for all: logs each step
+// at debug level and, on the warnings() schedule (after 5 s, then every 30 s),
+// a warning naming the ranks still missing.
+asio::awaitable<void> join(store& s, const std::string& url, const std::string& where, int rank, int world,
+                           std::chrono::milliseconds timeout) {
+  using ms = std::chrono::milliseconds;
+  const auto me = claimant();
+  const auto holder = co_await s.compare_set(std::string(rdzv) + "rank/" + std::to_string(rank), "", me);
+  if (holder != me)
+    claimed_twice(url, where, rank, holder, me);
   auto arrived = co_await s.add(std::string(rdzv) + "arrived", 1);
-  if (arrived > world) // the store holds an earlier rendezvous (its "done" would let this one through at once)
+  if (arrived > world) // every rank claimed once: the arrivals of an earlier rendezvous are counted here
     throw store_error("rendezvous at " + url + ": rank " + std::to_string(rank) + " is arrival " +
-                      std::to_string(arrived) + " in a world of " + std::to_string(world) + ": " +
-                      (url.starts_with("file://")
-                           ? "the file holds an earlier job's rendezvous; a file:// rendezvous needs a fresh file for "
-                             "each job (remove it, or name a new one)"
-                           : "more ranks joined than the world size (a rank started twice?)"));
+                      std::to_string(arrived) + " in a world of " + std::to_string(world) + ": the store at " + where +
+                      " holds an earlier rendezvous" +
+                      (url.starts_with("file://") ? " (a file:// rendezvous needs a fresh file for each job)" : ""));
   CORODIST_LOG_DEBUG("rendezvous at {}: rank {} arrived ({} of {})", url, rank, arrived, world);
   if (arrived == world)
     co_await s.set(std::string(rdzv) + "done", "1");
+  // env:// says nothing of where: the warnings do.
+  const auto at = url.starts_with("env://") ? url + " (the store at " + where + ")" : url;
+  const auto schedule = detail::warnings();
   const auto start = std::chrono::steady_clock::now();
+  auto next_warning = start + schedule.first;
   const bool forever = timeout.count() <= 0;
   for (;;) {
-    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    const auto left = timeout - waited;
+    const auto now = std::chrono::steady_clock::now();
+    const auto left = timeout - std::chrono::duration_cast<ms>(now - start);
     if (!forever && left.count() <= 0)
       break;
-    // Waits in slices of warn_every, so that a slow rendezvous says who it waits for.
-    const auto slice = forever ? std::chrono::milliseconds(detail::warn_every) : std::min<std::chrono::milliseconds>(left, detail::warn_every);
+    // Waits in slices that end when a warning is due (and are never longer
+    // than the first delay, so that the store's own log of long waits stays quiet).
+    auto slice = std::max(ms(1), std::min(schedule.first, std::chrono::ceil<ms>(next_warning - now)));
+    if (!forever)
+      slice = std::min(slice, left);
     try {
       std::vector<std::string> done{std::string(rdzv) + "done"};
       co_await s.wait(std::move(done), slice);
@@ -173,18 +226,22 @@ asio::awaitable<void> join(store& s, const std::string& url, int rank, int world
       co_return;
     } catch (const timeout_error&) {
     }
-    const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-    if (!forever && now >= timeout)
+    const auto after = std::chrono::steady_clock::now();
+    const auto waited = std::chrono::duration_cast<ms>(after - start);
+    if (!forever && waited >= timeout)
       break;
+    if (after < next_warning)
+      continue;
+    next_warning += schedule.every;
+    const auto gives_up = forever ? std::string("never") : detail::duration_text(timeout);
     if (world <= name_missing_up_to || rank == 0) {
       auto a = co_await look_up_arrivals(s, world);
       CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {}; waiting for ranks {} (gives up after {})",
-                        url, a.count, world, detail::duration_text(now), a.missing,
-                        forever ? std::string("never") : detail::duration_text(timeout));
+                        at, a.count, world, detail::duration_text(waited), a.missing, gives_up);
     } else {
       auto count = co_await s.add(std::string(rdzv) + "arrived", 0);
-      CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {} (gives up after {})", url, count, world,
-                        detail::duration_text(now), forever ? std::string("never") : detail::duration_text(timeout));
+      CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {} (gives up after {})", at, count, world,
+                        detail::duration_text(waited), gives_up);
     }
   }
   // Say who never came.
@@ -235,7 +292,8 @@ private:
 
 } // namespace
 
-asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url, rendezvous_options opts) {
+asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url,
+                                                    rendezvous_options opts) {
   auto u = parse(url);
   if (u.scheme != "env" && u.scheme != "tcp" && u.scheme != "file")
     bad_url(url, "unknown scheme '" + u.scheme + "' (env://, tcp://, file://)");
@@ -247,22 +305,38 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     bad_url(url, "need 0 <= rank < world_size (rank " + std::to_string(rank) + ", world_size " + std::to_string(world) +
                      ")");
   if (auto it = u.query.find("timeout"); it != u.query.end())
-    opts.timeout = std::chrono::seconds(to_int(url, "timeout", it->second));
+    opts.timeout = timeout_seconds(url, it->second);
 
-  rendezvous_result result{nullptr, rank, world};
+  std::string host, port_text;
+  detail::job_id job{"", rank, world};
   if (u.scheme == "file") {
     if (u.path.empty())
       bad_url(url, "no path");
+    job.target = "file://" + u.path;
+  } else {
+    host = u.scheme == "env" ? setting(u, url, "master_addr", env.master_addr, "MASTER_ADDR", "SLURM_JOB_NODELIST")
+                             : u.host;
+    port_text = u.scheme == "env" ? setting(u, url, "master_port", env.master_port, "MASTER_PORT", nullptr) : u.port;
+    if (host.empty() || port_text.empty())
+      bad_url(url, "need host:port");
+    job.target = "tcp://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port_text;
+  }
+
+  // A job this process has joined already (an RPC agent's, say, and now a
+  // process group's): its store, without joining again.
+  auto found = co_await detail::find_or_claim(job);
+  if (found.shared) {
+    CORODIST_LOG_DEBUG("rendezvous at {}: rank {} of {} shares this process's earlier rendezvous of the job", url,
+                       rank, world);
+    co_return rendezvous_result{std::move(found.shared), rank, world};
+  }
+
+  rendezvous_result result{nullptr, rank, world};
+  std::string where = u.path;
+  if (u.scheme == "file") {
     result.store = std::make_shared<file_store>(ex, u.path);
     result.store->set_timeout(opts.timeout);
   } else {
-    std::string host = u.scheme == "env"
-                           ? setting(u, url, "master_addr", env.master_addr, "MASTER_ADDR", "SLURM_JOB_NODELIST")
-                           : u.host;
-    std::string port_text =
-        u.scheme == "env" ? setting(u, url, "master_port", env.master_port, "MASTER_PORT", nullptr) : u.port;
-    if (host.empty() || port_text.empty())
-      bad_url(url, "need host:port");
     auto port = static_cast<std::uint16_t>(to_int(url, "port", port_text));
     std::shared_ptr<store_server> server;
     if (rank == 0) {
@@ -276,7 +350,17 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
       so.host = results.begin()->endpoint().address().to_string();
       so.port = port;
       so.auth_token = opts.auth_token;
-      server = store_server::start(ex, so);
+      try {
+        server = store_server::start(ex, so);
+      } catch (const connection_error& e) {
+        const auto others = detail::other_jobs_at(job);
+        throw connection_error("rendezvous at " + url + ": rank 0 cannot host the store: " + e.what() +
+                               (others.empty()
+                                    ? " (another program listens there, or an earlier job's rank 0 still runs: "
+                                      "stop it or pick another port)"
+                                    : " (this process hosts the rendezvous of another job there, as " + others +
+                                          ": each job needs a port of its own)"));
+      }
       CORODIST_LOG_INFO("rendezvous: rank 0 hosts the store on {}:{}", so.host, port);
     }
     tcp_store_options to;
@@ -284,12 +368,14 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     to.port = port;
     to.timeout = opts.timeout;
     to.auth_token = opts.auth_token;
+    where = detail::where(to);
     auto client = co_await tcp_store::connect(ex, to);
     if (server) // rank 0's server lives as long as its store, and lingers for the others
       client->keep_until_destroyed(std::make_shared<host_linger>(ex, server, opts.host_linger));
     result.store = client;
   }
-  co_await join(*result.store, url, rank, world, opts.timeout);
+  co_await join(*result.store, url, where, rank, world, opts.timeout);
+  found.claim->joined(result.store);
   co_return result;
 }
 

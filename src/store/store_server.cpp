@@ -51,14 +51,14 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   bool refusing_silent = false;                      // in an episode of refusals (one warning each)
   std::uint64_t next_session = 1;
   bool stopped = false; // after stop(): connections still in their handshake are closed on arrival
-  std::vector<std::weak_ptr<asio::steady_timer>> leave_watchers; // clients_left() waiting: woken at each close
+  std::vector<std::weak_ptr<asio::steady_timer>> watchers; // wait_until() waiting: woken at each change
 
-  // A client is gone: those waiting in clients_left() look again.
-  void client_left() {
-    for (auto& w : leave_watchers)
+  // A client came or went, or the pending waits changed: those in wait_until() look again.
+  void changed() {
+    for (auto& w : watchers)
       if (auto t = w.lock())
         t->cancel();
-    std::erase_if(leave_watchers, [](auto& w) { return w.expired(); });
+    std::erase_if(watchers, [](auto& w) { return w.expired(); });
   }
 };
 
@@ -69,6 +69,7 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
   }
   const auto sid = next_session++;
   sessions.try_emplace(sid, conn, *engine, sid);
+  changed();
   // The callbacks find the session by id: nothing more per connection than the table's entry.
   conn->start(
       [w = weak_from_this(), sid](const std::shared_ptr<net::connection>& c, net::message&& m) {
@@ -87,7 +88,7 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
         asio::post(self->executor, [w = std::weak_ptr<impl>(self), sid] {
           if (auto self = w.lock()) {
             self->sessions.erase(sid);
-            self->client_left();
+            self->changed();
           }
         });
       });
@@ -120,10 +121,11 @@ void store_server::impl::accept_torch(asio::ip::tcp::socket socket, bool silent)
                                                          self->engine->drop_owner(sid);
                                                          self->torch_sessions.erase(sid);
                                                          self->silent_sessions.erase(sid);
-                                                         self->client_left();
+                                                         self->changed();
                                                        }
                                                      });
   torch_sessions[sid] = s;
+  changed();
   s->start();
 }
 
@@ -193,7 +195,12 @@ std::shared_ptr<store_server> store_server::start(asio::any_io_executor ex, serv
 }
 
 store_server::store_server(asio::any_io_executor ex, server_options opts)
-    : impl_(std::make_shared<impl>(std::move(ex), std::move(opts))) {}
+    : impl_(std::make_shared<impl>(std::move(ex), std::move(opts))) {
+  impl_->engine->observe_waits([w = std::weak_ptr<impl>(impl_)] {
+    if (auto im = w.lock())
+      im->changed();
+  });
+}
 
 store_server::~store_server() {
   // Close on the executor; the connections' callbacks hold only weak references.
@@ -211,18 +218,22 @@ std::size_t store_server::connection_count() const noexcept {
   return impl_->sessions.size() + impl_->torch_sessions.size();
 }
 
-asio::awaitable<bool> store_server::clients_left(std::size_t at_most, std::chrono::milliseconds limit) {
+asio::awaitable<bool> store_server::wait_until(std::function<bool()> condition, std::chrono::milliseconds limit) {
   auto im = impl_;
   const auto deadline = std::chrono::steady_clock::now() + limit;
   auto timer = std::make_shared<asio::steady_timer>(im->executor);
-  im->leave_watchers.push_back(timer);
-  while (connection_count() > at_most) {
+  im->watchers.push_back(timer);
+  while (!condition()) {
     if (std::chrono::steady_clock::now() >= deadline)
       co_return false;
     timer->expires_at(deadline);
     co_await timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   }
   co_return true;
+}
+
+asio::awaitable<bool> store_server::clients_left(std::size_t at_most, std::chrono::milliseconds limit) {
+  co_return co_await wait_until([this, at_most] { return connection_count() <= at_most; }, limit);
 }
 
 std::size_t store_server::key_count() const noexcept { return impl_->engine->size(); }

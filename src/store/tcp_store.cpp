@@ -1,5 +1,6 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
+#include <corodist/net/connection.hpp>
 #include <corodist/store/auth_token.hpp>
 #include <corodist/store/tcp_store.hpp>
 
@@ -14,53 +15,210 @@
 #include <asio/detached.hpp>
 #include <asio/post.hpp>
 
-namespace corodist::store {
+#include <optional>
+#include <span>
+#include <unordered_map>
 
-namespace detail {
+namespace corodist::store {
 
 namespace {
 // The server times waits out; the client's own deadline comes this much later.
 constexpr auto wait_grace = std::chrono::seconds(10);
 
-std::uint16_t code(op o) { return static_cast<std::uint16_t>(o); }
+std::uint16_t code(detail::op o) { return static_cast<std::uint16_t>(o); }
 
 /// The keys a waiting request awaits (for the wait log); empty for the others.
-std::span<const std::string> awaited_keys(const request& r) {
-  if (auto* g = std::get_if<get_request>(&r))
+std::span<const std::string> awaited_keys(const detail::request& r) {
+  if (auto* g = std::get_if<detail::get_request>(&r))
     return {&g->key, 1};
-  if (auto* w = std::get_if<wait_request>(&r))
+  if (auto* w = std::get_if<detail::wait_request>(&r))
     return w->keys;
-  if (auto* m = std::get_if<multi_get_request>(&r))
+  if (auto* m = std::get_if<detail::multi_get_request>(&r))
     return m->keys;
   return {};
 }
 } // namespace
 
-/// Sends one request of a tcp_store and opens its reply.
-struct tcp_call {
-  /// The request's deadline is its own wait (plus wait_grace; none for a wait
-  /// without one) or, for a request that does not wait, the store's timeout.
-  static asio::awaitable<reply> run(tcp_store& s, const request& r) {
-    const auto wait = wait_of(r);
+/// The client's connection and the watches it feeds: the tcp_store's
+/// implementation. Lives on the executor; the connection's callbacks hold it
+/// weakly (the store may be destroyed on another thread while the loop
+/// delivers them).
+struct tcp_store::impl final : store {
+  impl(asio::any_io_executor ex, std::shared_ptr<net::connection> c, tcp_store_options o)
+      : ex(std::move(ex)), conn(std::move(c)), opts(std::move(o)), remote(conn->remote_endpoint()),
+        waits(this->ex, detail::where(opts)) {}
+
+  /// The impl behind a weak reference, if it is still alive.
+  static std::shared_ptr<impl> lock(const std::weak_ptr<store>& w) { return std::static_pointer_cast<impl>(w.lock()); }
+
+  /// Starts the connection. Call once, owned by a shared_ptr.
+  void start() {
+    conn->start(
+        [w = weak_from_this()](const std::shared_ptr<net::connection>&, net::message&& m) {
+          if (auto self = lock(w))
+            self->on_frame(std::move(m));
+        },
+        [w = weak_from_this()](std::error_code ec) {
+          if (auto self = lock(w))
+            self->on_closed(ec);
+        });
+  }
+
+  void on_frame(net::message&& m) {
+    if (m.header.kind != static_cast<std::uint16_t>(detail::op::watch_event))
+      return;
+    try {
+      auto f = detail::decode_watch_event(m.payload);
+      if (auto it = watches.find(f.watch_id); it != watches.end())
+        if (auto q = it->second.lock())
+          q->push(std::move(f.event));
+    } catch (const std::exception& e) {
+      CORODIST_LOG_WARN("store: bad watch event from {}: {}", detail::where(opts), e.what());
+    }
+  }
+
+  void on_closed(std::error_code ec) {
+    CORODIST_LOG_DEBUG("store: connection to {} closed: {}", detail::where(opts), ec.message());
+    auto err = std::make_exception_ptr(
+        connection_error("store: connection to " + detail::where(opts) + " lost: " + ec.message()));
+    for (auto& [id, w] : watches)
+      if (auto q = w.lock())
+        q->fail(err);
+    watches.clear();
+  }
+
+  /// Sends `r` and opens its reply. The request's deadline is its own wait
+  /// (plus wait_grace; none for a wait without one) or, for a request that
+  /// does not wait, the store's timeout.
+  asio::awaitable<detail::reply> run(const detail::request& r) {
+    const auto wait = detail::wait_of(r);
     const auto deadline =
-        !wait ? s.opts_.timeout : wait->count() > 0 ? *wait + wait_grace : std::chrono::milliseconds(0);
-    std::optional<wait_log::entry> logged;
+        !wait ? opts.timeout : wait->count() > 0 ? *wait + wait_grace : std::chrono::milliseconds(0);
+    std::optional<detail::wait_log::entry> logged;
     if (wait)
-      logged.emplace(*s.waits_, awaited_keys(r), *wait);
-    auto res = co_await s.conn_->request(code(kind_of(r)), encode_request(r), {}, deadline);
+      logged.emplace(waits, awaited_keys(r), *wait);
+    auto res = co_await conn->request(code(detail::kind_of(r)), detail::encode_request(r), {}, deadline);
     if (res.ec == net::errc::remote_failure)
       throw store_error("store server: " + std::string(reinterpret_cast<const char*>(res.msg.payload.data()),
                                                        res.msg.payload.size()));
     if (res.ec == net::errc::request_timeout)
-      throw timeout_error("store: no reply from " + where(s.opts_) + " within " + duration_text(deadline));
-    net::throw_net_error(res.ec, "store: request to " + where(s.opts_));
-    co_return reply(std::move(res.msg.payload));
+      throw timeout_error("store: no reply from " + detail::where(opts) + " within " + detail::duration_text(deadline));
+    net::throw_net_error(res.ec, "store: request to " + detail::where(opts));
+    co_return detail::reply(std::move(res.msg.payload));
   }
+
+  asio::any_io_executor get_executor() override { return ex; }
+
+  // Each operation names its request before awaiting it (GCC 12 destroys an
+  // aggregate temporary inside a co_await expression twice).
+
+  asio::awaitable<void> do_set(std::string key, std::string value) override {
+    const detail::request r = detail::set_request{std::move(key), std::move(value)};
+    co_await run(r);
+  }
+
+  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) override {
+    const detail::request r = detail::get_request{std::move(key), timeout};
+    auto reply = co_await run(r);
+    co_return reply.str();
+  }
+
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
+    const detail::request r = detail::add_request{std::move(key), delta};
+    auto reply = co_await run(r);
+    co_return reply.i64();
+  }
+
+  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
+    const detail::request r = detail::compare_set_request{std::move(key), std::move(expected), std::move(desired)};
+    auto reply = co_await run(r);
+    co_return reply.str();
+  }
+
+  asio::awaitable<bool> do_delete_key(std::string key) override {
+    const detail::request r = detail::delete_key_request{std::move(key)};
+    auto reply = co_await run(r);
+    co_return reply.u8() != 0;
+  }
+
+  asio::awaitable<bool> do_check(std::vector<std::string> keys) override {
+    const detail::request r = detail::check_request{std::move(keys)};
+    auto reply = co_await run(r);
+    co_return reply.u8() != 0;
+  }
+
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) override {
+    const detail::request r = detail::wait_request{std::move(keys), timeout};
+    co_await run(r);
+  }
+
+  asio::awaitable<std::int64_t> do_num_keys() override {
+    const detail::request r = detail::num_keys_request{};
+    auto reply = co_await run(r);
+    co_return reply.i64();
+  }
+
+  asio::awaitable<void> do_append(std::string key, std::string value) override {
+    const detail::request r = detail::append_request{std::move(key), std::move(value)};
+    co_await run(r);
+  }
+
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
+                                                         std::chrono::milliseconds timeout) override {
+    const detail::request r = detail::multi_get_request{std::move(keys), timeout};
+    auto reply = co_await run(r);
+    co_return reply.strs();
+  }
+
+  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
+    detail::rules::check_multi_set(keys, values);
+    const detail::request r = detail::multi_set_request{std::move(keys), std::move(values)};
+    co_await run(r);
+  }
+
+  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override {
+    const detail::request r = detail::list_keys_request{std::move(prefix)};
+    auto reply = co_await run(r);
+    co_return reply.strs();
+  }
+
+  asio::awaitable<watch_stream> do_watch_key(std::string key) override {
+    const auto id = next_watch++;
+    auto q = std::make_shared<detail::watch_queue>(ex);
+    watches[id] = q; // registered first: events may follow the reply at once
+    try {
+      const detail::request r = detail::watch_request{std::move(key), id};
+      co_await run(r);
+    } catch (...) {
+      watches.erase(id);
+      throw;
+    }
+    q->on_close = [w = weak_from_this(), id] {
+      auto self = lock(w);
+      if (!self)
+        return;
+      self->watches.erase(id);
+      if (!self->conn->is_open())
+        return;
+      const detail::request r = detail::unwatch_request{id};
+      asio::co_spawn(
+          self->ex,
+          [c = self->conn, payload = detail::encode_request(r)]() mutable -> asio::awaitable<void> {
+            co_await c->request(static_cast<std::uint16_t>(detail::op::unwatch), std::move(payload));
+          },
+          asio::detached);
+    };
+    co_return watch_stream(q);
+  }
+
+  asio::any_io_executor ex;
+  std::shared_ptr<net::connection> conn;
+  tcp_store_options opts;
+  asio::ip::tcp::endpoint remote;
+  std::unordered_map<std::uint64_t, std::weak_ptr<detail::watch_queue>> watches;
+  std::uint64_t next_watch = 1;
+  detail::wait_log waits;
 };
-
-} // namespace detail
-
-using detail::tcp_call;
 
 asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_executor ex, tcp_store_options opts) {
   if (opts.protocol != wire_protocol::native)
@@ -76,8 +234,9 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
     copts.handshake_timeout = std::min(copts.handshake_timeout, left);
     auto [ec, conn] = co_await net::connection::connect(ex, ep, copts);
     if (!ec) {
-      made.reset(new tcp_store(ex, std::move(conn), opts));
-      made->start();
+      auto im = std::make_shared<impl>(ex, std::move(conn), opts);
+      im->start();
+      made.reset(new tcp_store(std::move(im)));
     }
     co_return ec;
   };
@@ -89,160 +248,17 @@ std::shared_ptr<tcp_store> tcp_store::connect_sync(asio::any_io_executor ex, tcp
   return run_blocking(ex, connect(ex, std::move(opts)), "tcp_store::connect_sync");
 }
 
-tcp_store::tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> conn, tcp_store_options opts)
-    : ex_(std::move(ex)), conn_(std::move(conn)), opts_(std::move(opts)), remote_(conn_->remote_endpoint()),
-      waits_(std::make_unique<detail::wait_log>(ex_, detail::where(opts_))) {
-  set_timeout(opts_.timeout);
-}
+tcp_store::tcp_store(std::shared_ptr<impl> im) : basic_store(im) { set_timeout(im->opts.timeout); }
 
-namespace {
-// The tcp_store behind a weak reference, if it is still alive.
-std::shared_ptr<tcp_store> lock(const std::weak_ptr<store>& w) { return std::static_pointer_cast<tcp_store>(w.lock()); }
-} // namespace
+tcp_store::~tcp_store() { close(); }
 
-void tcp_store::start() {
-  conn_->start(
-      [w = weak_from_this()](const std::shared_ptr<net::connection>&, net::message&& m) {
-        if (auto self = lock(w))
-          self->on_frame(std::move(m));
-      },
-      [w = weak_from_this()](std::error_code ec) {
-        if (auto self = lock(w))
-          self->on_closed(ec);
-      });
-}
-
-tcp_store::~tcp_store() {
-  asio::post(ex_, [c = conn_] { c->close(); });
+asio::ip::tcp::endpoint tcp_store::remote_endpoint() const noexcept {
+  return static_cast<const impl&>(*implementation()).remote;
 }
 
 void tcp_store::close() {
-  asio::post(ex_, [c = conn_] { c->close(); });
-}
-
-void tcp_store::on_frame(net::message&& m) {
-  if (m.header.kind != static_cast<std::uint16_t>(detail::op::watch_event))
-    return;
-  try {
-    auto f = detail::decode_watch_event(m.payload);
-    if (auto it = watches_.find(f.watch_id); it != watches_.end())
-      if (auto q = it->second.lock())
-        q->push(std::move(f.event));
-  } catch (const std::exception& e) {
-    CORODIST_LOG_WARN("store: bad watch event from {}: {}", detail::where(opts_), e.what());
-  }
-}
-
-void tcp_store::on_closed(std::error_code ec) {
-  CORODIST_LOG_DEBUG("store: connection to {} closed: {}", detail::where(opts_), ec.message());
-  auto err = std::make_exception_ptr(
-      connection_error("store: connection to " + detail::where(opts_) + " lost: " + ec.message()));
-  for (auto& [id, w] : watches_)
-    if (auto q = w.lock())
-      q->fail(err);
-  watches_.clear();
-}
-
-// Each operation names its request before awaiting it (GCC 12 destroys an
-// aggregate temporary inside a co_await expression twice).
-
-asio::awaitable<void> tcp_store::do_set(std::string key, std::string value) {
-  const detail::request r = detail::set_request{std::move(key), std::move(value)};
-  co_await tcp_call::run(*this, r);
-}
-
-asio::awaitable<std::string> tcp_store::do_get(std::string key, std::chrono::milliseconds timeout) {
-  const detail::request r = detail::get_request{std::move(key), timeout};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.str();
-}
-
-asio::awaitable<std::int64_t> tcp_store::do_add(std::string key, std::int64_t delta) {
-  const detail::request r = detail::add_request{std::move(key), delta};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.i64();
-}
-
-asio::awaitable<std::string> tcp_store::do_compare_set(std::string key, std::string expected, std::string desired) {
-  const detail::request r = detail::compare_set_request{std::move(key), std::move(expected), std::move(desired)};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.str();
-}
-
-asio::awaitable<bool> tcp_store::do_delete_key(std::string key) {
-  const detail::request r = detail::delete_key_request{std::move(key)};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.u8() != 0;
-}
-
-asio::awaitable<bool> tcp_store::do_check(std::vector<std::string> keys) {
-  const detail::request r = detail::check_request{std::move(keys)};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.u8() != 0;
-}
-
-asio::awaitable<void> tcp_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
-  const detail::request r = detail::wait_request{std::move(keys), timeout};
-  co_await tcp_call::run(*this, r);
-}
-
-asio::awaitable<std::int64_t> tcp_store::do_num_keys() {
-  const detail::request r = detail::num_keys_request{};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.i64();
-}
-
-asio::awaitable<void> tcp_store::do_append(std::string key, std::string value) {
-  const detail::request r = detail::append_request{std::move(key), std::move(value)};
-  co_await tcp_call::run(*this, r);
-}
-
-asio::awaitable<std::vector<std::string>> tcp_store::do_multi_get(std::vector<std::string> keys,
-                                                                   std::chrono::milliseconds timeout) {
-  const detail::request r = detail::multi_get_request{std::move(keys), timeout};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.strs();
-}
-
-asio::awaitable<void> tcp_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  detail::rules::check_multi_set(keys, values);
-  const detail::request r = detail::multi_set_request{std::move(keys), std::move(values)};
-  co_await tcp_call::run(*this, r);
-}
-
-asio::awaitable<std::vector<std::string>> tcp_store::do_list_keys(std::string prefix) {
-  const detail::request r = detail::list_keys_request{std::move(prefix)};
-  auto reply = co_await tcp_call::run(*this, r);
-  co_return reply.strs();
-}
-
-asio::awaitable<watch_stream> tcp_store::do_watch_key(std::string key) {
-  const auto id = next_watch_++;
-  auto q = std::make_shared<detail::watch_queue>(ex_);
-  watches_[id] = q; // registered first: events may follow the reply at once
-  try {
-    const detail::request r = detail::watch_request{std::move(key), id};
-    co_await tcp_call::run(*this, r);
-  } catch (...) {
-    watches_.erase(id);
-    throw;
-  }
-  q->on_close = [w = weak_from_this(), id] {
-    auto self = lock(w);
-    if (!self)
-      return;
-    self->watches_.erase(id);
-    if (!self->conn_->is_open())
-      return;
-    const detail::request r = detail::unwatch_request{id};
-    asio::co_spawn(
-        self->ex_,
-        [c = self->conn_, payload = detail::encode_request(r)]() mutable -> asio::awaitable<void> {
-          co_await c->request(static_cast<std::uint16_t>(detail::op::unwatch), std::move(payload));
-        },
-        asio::detached);
-  };
-  co_return watch_stream(q);
+  auto& im = static_cast<impl&>(*implementation());
+  asio::post(im.ex, [c = im.conn] { c->close(); });
 }
 
 } // namespace corodist::store

@@ -8,6 +8,8 @@
 #include <asio/steady_timer.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <mutex>
 #include <optional>
 
@@ -89,7 +91,7 @@ private:
         CORODIST_LOG_WARN("store: still waiting for {} {} at {} after {} ({})", e->keys_.size() == 1 ? "key" : "keys",
                           key_list(e->keys_), e->log_->where_, duration_text(waited),
                           e->timeout_.count() > 0 ? "gives up after " + duration_text(e->timeout_) : "no deadline");
-        e->due_ += e->log_->every_;
+        e->due_ += e->every_;
       }
       next = std::min(next, e->due_);
     }
@@ -106,19 +108,36 @@ private:
 
 asio::execution_context::id wait_log::monitor::id;
 
-wait_log::wait_log(asio::any_io_executor ex, std::string where, std::chrono::milliseconds every)
+namespace {
+std::atomic<std::int64_t> first_ms{warning_schedule::default_first.count()};
+std::atomic<std::int64_t> every_ms{warning_schedule::default_every.count()};
+} // namespace
+
+warning_schedule warnings() noexcept {
+  return {std::chrono::milliseconds(first_ms.load(std::memory_order_relaxed)),
+          std::chrono::milliseconds(every_ms.load(std::memory_order_relaxed))};
+}
+
+warning_schedule set_warnings(warning_schedule s) noexcept {
+  return {std::chrono::milliseconds(first_ms.exchange(s.first.count(), std::memory_order_relaxed)),
+          std::chrono::milliseconds(every_ms.exchange(s.every.count(), std::memory_order_relaxed))};
+}
+
+wait_log::wait_log(asio::any_io_executor ex, std::string where)
     : ex_(std::move(ex)), monitor_(&asio::use_service<monitor>(asio::query(ex_, asio::execution::context))),
-      where_(std::move(where)), every_(every) {}
+      where_(std::move(where)) {}
 
 wait_log::entry::entry(wait_log& log, std::span<const std::string> keys, std::chrono::milliseconds timeout) {
-  if (timeout.count() > 0 && timeout <= log.every_)
+  const auto schedule = warnings();
+  if (timeout.count() > 0 && timeout <= schedule.first)
     return;
   monitor_ = log.monitor_;
   log_ = &log;
   keys_ = keys;
   timeout_ = timeout;
+  every_ = schedule.every;
   since_ = std::chrono::steady_clock::now();
-  due_ = since_ + log.every_;
+  due_ = since_ + schedule.first;
   monitor_->add(*this, log.ex_);
 }
 

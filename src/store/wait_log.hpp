@@ -1,7 +1,7 @@
 #pragma once
-// Waiting made visible (private): how often a long wait warns, and the log of
-// one store's waits in progress, which warns about each wait every
-// `warn_every` while it lasts, naming its keys and where they are awaited.
+// Waiting made visible (private): when a long wait warns, and the log of one
+// store's waits in progress, which warns about each wait while it lasts,
+// naming its keys and where they are awaited.
 
 #include <asio/any_io_executor.hpp>
 
@@ -11,9 +11,22 @@
 
 namespace corodist::store::detail {
 
-/// Every wait that lasts (connecting, a rendezvous, a store wait) logs a
-/// warning this often, naming what it awaits.
-inline constexpr std::chrono::seconds warn_every{30};
+/// When a wait that lasts (connecting, a rendezvous, a store wait) warns,
+/// naming what it awaits: once after `first`, early enough to tell a wrong
+/// address or a missing rank at once, then every `every`.
+struct warning_schedule {
+  static constexpr std::chrono::milliseconds default_first{std::chrono::seconds(5)};
+  static constexpr std::chrono::milliseconds default_every{std::chrono::seconds(30)};
+  std::chrono::milliseconds first = default_first;
+  std::chrono::milliseconds every = default_every;
+};
+
+/// The schedule of the waits that start now (5 s, then every 30 s). Any thread.
+warning_schedule warnings() noexcept;
+
+/// Sets the schedule of the waits that start from now on (tests shorten it);
+/// returns the one it replaces. Any thread.
+warning_schedule set_warnings(warning_schedule s) noexcept;
 
 /// The long waits of one store. It holds no I/O object of its own (a store
 /// may outlive its event loop): the waits of every store on one execution
@@ -23,17 +36,17 @@ class wait_log {
 public:
   class monitor; // the context's service (wait_log.cpp)
 
-  /// `where`: what the waits are on ("127.0.0.1:29500", "file_store '/tmp/x'");
-  /// `every`: how often a wait warns (tests shorten it). Any thread.
-  wait_log(asio::any_io_executor ex, std::string where, std::chrono::milliseconds every = warn_every);
+  /// `where`: what the waits are on ("127.0.0.1:29500", "file_store '/tmp/x'"). Any thread.
+  wait_log(asio::any_io_executor ex, std::string where);
   wait_log(const wait_log&) = delete;
   wait_log& operator=(const wait_log&) = delete;
 
-  /// One wait, logged from its construction to its destruction. A wait whose
-  /// deadline is the log's interval or less never warns and costs nothing; a
-  /// longer one (or one without deadline, `timeout` zero) costs a clock read
-  /// and two list links. `keys` and the log must outlive the entry. Not
-  /// movable: keep it in the waiting coroutine's frame.
+  /// One wait, logged from its construction to its destruction on the
+  /// schedule `warnings()` gives then. A wait whose deadline comes before its
+  /// first warning never warns and costs nothing; a longer one (or one
+  /// without deadline, `timeout` zero) costs a clock read and two list
+  /// links. `keys` and the log must outlive the entry. Not movable: keep it
+  /// in the waiting coroutine's frame.
   class entry {
   public:
     entry(wait_log& log, std::span<const std::string> keys, std::chrono::milliseconds timeout);
@@ -49,6 +62,7 @@ public:
     entry* next_ = nullptr;
     std::span<const std::string> keys_;
     std::chrono::milliseconds timeout_{0};
+    std::chrono::milliseconds every_{0};
     std::chrono::steady_clock::time_point since_;
     std::chrono::steady_clock::time_point due_; // of the next warning
   };
@@ -57,7 +71,6 @@ private:
   asio::any_io_executor ex_;
   monitor* monitor_;
   std::string where_;
-  std::chrono::milliseconds every_;
 };
 
 /// "a, b, c" (at most `max` names, then "... (N in all)").

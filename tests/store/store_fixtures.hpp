@@ -3,6 +3,7 @@
 // the event loops it needs and yields a ready store.
 
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/store/file_store.hpp>
 #include <corodist/store/hash_store.hpp>
 #include <corodist/store/prefix_store.hpp>
@@ -11,10 +12,20 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
 namespace corodist::test {
+
+/// Blocks this (plain) thread until `condition`, run on `loop`, holds: it is
+/// looked at again after each change of `server`'s clients or pending waits
+/// (store_server::wait_until), never polled. Returns false after `limit`.
+inline bool server_reaches(event_loop& loop, store::store_server& server, std::function<bool()> condition,
+                           std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  return run_blocking(loop.get_executor(), server.wait_until(std::move(condition), limit), "server_reaches");
+}
 
 struct hash_impl {
   static constexpr const char* name = "hash_store";

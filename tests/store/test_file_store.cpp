@@ -152,17 +152,40 @@ BOOST_AUTO_TEST_CASE(concurrent_add_across_processes, *utf::timeout(60)) {
   BOOST_TEST_MESSAGE("the parent's adds were interleaved with the child's " << handovers << " times");
 }
 
-// A get() in one process waits (polling, without blocking its loop) for a key
-// another process sets 100 ms later.
+namespace {
+/// Ticks the loop `ticks` 5 times, 5 ms apart, while the get is pending; then
+/// notes whether it still is and tells the other process (byte on `go`) to set its key.
+asio::awaitable<void> tick_then_signal(int& ticks, const bool& got, bool& pending_at_go, int go) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  for (int i = 0; i < 5; ++i) {
+    t.expires_after(5ms);
+    co_await t.async_wait(asio::use_awaitable);
+    ++ticks;
+  }
+  pending_at_go = !got;
+  char byte = 'g';
+  write_all(go, &byte, 1);
+}
+
+asio::awaitable<std::string> get_ready(std::shared_ptr<cs::file_store> s, int& ticks, bool& got, bool& pending_at_go,
+                                       int go) {
+  asio::co_spawn(co_await asio::this_coro::executor, tick_then_signal(ticks, got, pending_at_go, go), asio::detached);
+  auto v = co_await s->get("ready");
+  got = true;
+  co_return v;
+}
+} // namespace
+
+// A get() in one process waits (its loop free for other work meanwhile) for a
+// key another process sets once told to: after this loop ticked 5 times.
 BOOST_AUTO_TEST_CASE(get_waits_for_key_set_by_other_process, *utf::timeout(30)) {
   temp_file file;
-  pipe_pair go; // parent -> child: start the 100 ms countdown
+  pipe_pair go; // parent -> child: set the key now
   child_process child([&]() -> int {
     go.close_write();
     char byte = 0;
     if (!read_all(go.read_end(), &byte, 1))
       return 2;
-    std::this_thread::sleep_for(100ms);
     asio::io_context ctx;
     auto s = std::make_shared<cs::file_store>(ctx.get_executor(), file.path);
     run_in_child(ctx, s->set("ready", "from the child"));
@@ -173,28 +196,13 @@ BOOST_AUTO_TEST_CASE(get_waits_for_key_set_by_other_process, *utf::timeout(30)) 
   asio::io_context ctx;
   auto s = std::make_shared<cs::file_store>(ctx.get_executor(), file.path);
   s->set_timeout(10s);
-  int ticks = 0; // the loop keeps running other work while get() waits
-  auto start = std::chrono::steady_clock::now();
-  char byte = 'g';
-  BOOST_REQUIRE(write_all(go.write_end(), &byte, 1));
-  auto value = corodist::test::run_coro(ctx, [](std::shared_ptr<cs::file_store> s, int& ticks) -> asio::awaitable<std::string> {
-    auto ex = co_await asio::this_coro::executor;
-    asio::co_spawn(ex, [](int& ticks) -> asio::awaitable<void> {
-      asio::steady_timer t(co_await asio::this_coro::executor);
-      for (int i = 0; i < 5; ++i) {
-        t.expires_after(5ms);
-        co_await t.async_wait(asio::use_awaitable);
-        ++ticks;
-      }
-    }(ticks), asio::detached);
-    auto v = co_await s->get("ready");
-    co_return v;
-  }(s, ticks), 20s);
-  auto elapsed = std::chrono::steady_clock::now() - start;
+  int ticks = 0;
+  bool got = false, pending_at_go = false;
+  auto value = corodist::test::run_coro(ctx, get_ready(s, ticks, got, pending_at_go, go.write_end()), 20s);
 
   BOOST_TEST(value == "from the child");
   BOOST_TEST(ticks == 5);
-  BOOST_TEST(std::chrono::duration_cast<std::chrono::milliseconds>(elapsed).count() >= 100);
+  BOOST_TEST(pending_at_go); // the get waited for the other process's set
   BOOST_TEST(child.wait() == 0);
 }
 

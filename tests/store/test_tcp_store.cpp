@@ -1,13 +1,13 @@
 // store_server + tcp_store specifics: connecting, many clients, authentication,
-// bad input, server death, and rendezvous across real processes.
+// bad input and server death.
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/net/frame.hpp>
-#include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>
 
+#include "store/log_capture.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 #include "support/coro_test.hpp"
@@ -43,9 +43,9 @@ using asio::ip::tcp;
 using corodist::event_loop;
 using corodist::test::child_process;
 using corodist::test::closed_by_peer;
-using corodist::test::eventually;
 using corodist::test::free_port;
 using corodist::test::on_loop;
+using corodist::test::server_reaches;
 using corodist::test::receive_all;
 using corodist::test::send_all;
 
@@ -169,6 +169,46 @@ BOOST_AUTO_TEST_CASE(connect_gives_up_at_the_timeout, *utf::timeout(60)) {
   }
   auto took = std::chrono::steady_clock::now() - t0;
   BOOST_CHECK(took >= 250ms);
+}
+
+// A client that cannot connect says so early (here after 50 ms; 5 s by
+// default), naming where it connects and the last error, then keeps trying
+// and connects once the server comes up. (Before, the first word came after 30 s.)
+BOOST_AUTO_TEST_CASE(connecting_warns_early_saying_where_and_why, *utf::timeout(60)) {
+  corodist::test::log_capture log;
+  corodist::test::warning_schedule_for_test schedule(50ms, 1h);
+  const auto port = free_port(); // nobody listens yet
+  event_loop loop;
+  loop.start();
+  auto o = client_opts(port);
+  o.timeout = 30s;
+  auto connecting = asio::co_spawn(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), o), asio::use_future);
+  auto warned = log.wait_for("still connecting to the store server at 127.0.0.1:" + std::to_string(port) + " after");
+  BOOST_REQUIRE_EQUAL(warned.size(), 1u);
+  BOOST_TEST(warned[0].find("last error: Connection refused (nothing listens there") != std::string::npos, warned[0]);
+  BOOST_TEST(warned[0].find("gives up after 30 s") != std::string::npos, warned[0]);
+  auto server = start_server(loop, std::string(), port);
+  auto s = connecting.get();
+  cs::sync_store(s).set("k", "v");
+  BOOST_TEST(log.lines("still connecting").size() == 1u); // the next one is an hour away
+}
+
+// A get that lasts says so early (here after 50 ms; 5 s by default), naming
+// its key and the server, and returns once the key is set.
+BOOST_AUTO_TEST_CASE(a_long_get_warns_early_naming_its_key, *utf::timeout(60)) {
+  corodist::test::log_capture log;
+  corodist::test::warning_schedule_for_test schedule(50ms, 1h);
+  event_loop loop;
+  loop.start();
+  auto server = start_server(loop);
+  const auto port = server->local_endpoint().port();
+  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  auto got = asio::co_spawn(loop.get_executor(), s->get("late/key", 30s), asio::use_future);
+  auto warned = log.wait_for("still waiting for key late/key at 127.0.0.1:" + std::to_string(port) + " after");
+  BOOST_REQUIRE_EQUAL(warned.size(), 1u);
+  BOOST_TEST(warned[0].find("gives up after 30 s") != std::string::npos, warned[0]);
+  cs::sync_store(s).set("late/key", "v");
+  BOOST_TEST(got.get() == "v");
 }
 
 // With refused_retry_window, a server that refuses connections (nothing
@@ -448,7 +488,7 @@ BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
   // A client that goes takes its waits' memory with it.
   a->close();
   b->close();
-  BOOST_TEST(corodist::test::eventually([&] { return held() == 0; }));
+  BOOST_TEST(server_reaches(server_loop, *server, [&] { return server->pending_wait_bytes() == 0; }));
   BOOST_CHECK_THROW(a1.get(), corodist::connection_error);
   BOOST_CHECK_THROW(a2.get(), corodist::connection_error);
 }
@@ -476,8 +516,7 @@ BOOST_AUTO_TEST_CASE(connection_limit_refuses_at_once, *utf::timeout(60)) {
   cs::sync_store(clients[0]).set("k", "v");
   BOOST_TEST(cs::sync_store(clients[3]).get("k") == "v");
   clients[0]->close();
-  BOOST_TEST(corodist::test::eventually(
-      [&] { return on_loop(server_loop, [&] { return server->connection_count(); }) == 3; }));
+  BOOST_TEST(server_reaches(server_loop, *server, [&] { return server->connection_count() == 3; }));
   auto again = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
   BOOST_TEST(cs::sync_store(again).get("k") == "v");
 }
@@ -582,7 +621,7 @@ BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
     auto waiter = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
     auto w1 = asio::co_spawn(loop.get_executor(), waiter->get("w1", 2s), asio::use_future);
     auto w2 = asio::co_spawn(loop.get_executor(), waiter->get("w2", 2s), asio::use_future);
-    BOOST_REQUIRE(eventually([&] { return on_loop(server_loop, [&] { return server->pending_waits(); }) == 2; }));
+    BOOST_REQUIRE(server_reaches(server_loop, *server, [&] { return server->pending_waits() == 2; }));
     BOOST_CHECK_THROW(cs::sync_store(waiter).get("w3", 2s), corodist::store_error);
     g.set("w1", "1");
     g.set("w2", "2");
@@ -628,12 +667,7 @@ BOOST_AUTO_TEST_CASE(client_fails_promptly_when_the_server_dies, *utf::timeout(6
     if (!corodist::test::write_all(port_pipe.write_end(), &port, sizeof port))
       return 1;
     // Tell the parent once its get is pending here, then serve until killed.
-    auto pending = [&] {
-      std::promise<std::size_t> n;
-      asio::post(l.get_executor(), [&] { n.set_value(srv->pending_waits()); });
-      return n.get_future().get();
-    };
-    if (!eventually([&] { return pending() == 1; }, 20s))
+    if (!corodist::run_blocking(l.get_executor(), srv->wait_until([&] { return srv->pending_waits() == 1; }, 20s)))
       return 2;
     char byte = 'w';
     if (!corodist::test::write_all(waiting_pipe.write_end(), &byte, 1))
@@ -660,141 +694,6 @@ BOOST_AUTO_TEST_CASE(client_fails_promptly_when_the_server_dies, *utf::timeout(6
                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms after SIGKILL");
   BOOST_CHECK_THROW(cs::sync_store(s).set("b", "2"), corodist::connection_error);
   BOOST_TEST(server_process.wait_for(5s) == 128 + SIGKILL);
-}
-
-BOOST_AUTO_TEST_SUITE_END()
-
-BOOST_AUTO_TEST_SUITE(rendezvous)
-
-namespace {
-// Runs `world` child processes that each rendezvous through `url_of(rank)`,
-// pass a barrier and check every rank's key; returns how many exited 0.
-int run_ranks(int world, const std::function<std::string(int)>& url_of, const std::function<void(int)>& env_of = {}) {
-  std::vector<std::unique_ptr<child_process>> ranks;
-  for (int r = 0; r < world; ++r)
-    ranks.push_back(std::make_unique<child_process>([&, r]() -> int {
-      if (env_of)
-        env_of(r);
-      event_loop loop;
-      loop.start();
-      cs::rendezvous_options o;
-      o.timeout = 20s;
-      o.auth_token = "";
-      auto res = cs::rendezvous(loop, url_of(r), o);
-      cs::sync_store s(res.store);
-      s.set("hello/" + std::to_string(res.rank), std::to_string(res.world_size));
-      s.barrier("after-hello", res.world_size);
-      std::vector<std::string> keys;
-      for (int i = 0; i < world; ++i)
-        keys.push_back("hello/" + std::to_string(i));
-      auto vals = s.multi_get(keys);
-      const int rc =
-          (res.rank == r && res.world_size == world && vals == std::vector<std::string>(world, std::to_string(world)))
-              ? 0
-              : 2;
-      // Rank 0 hosts the server: it leaves last, once every rank has checked out.
-      s.barrier("before-exit", res.world_size);
-      try {
-        if (s.add("checked-out", 1) == res.world_size)
-          s.set("all-checked-out", "1");
-        if (res.rank == 0)
-          s.wait({"all-checked-out"}, 5s);
-      } catch (const corodist::connection_error&) {
-        // rank 0 already left: our result is in
-      } catch (const corodist::timeout_error&) {
-        // a rank did not check out in time: its own exit status tells
-      }
-      return rc;
-    }));
-  int ok = 0;
-  for (auto& rank : ranks)
-    ok += rank->wait_for(60s) == 0;
-  return ok;
-}
-} // namespace
-
-BOOST_AUTO_TEST_CASE(tcp_url_across_processes, *utf::timeout(120)) {
-  auto port = free_port();
-  BOOST_TEST(run_ranks(3, [&](int r) {
-               return "tcp://127.0.0.1:" + std::to_string(port) + "?rank=" + std::to_string(r) + "&world_size=3";
-             }) == 3);
-}
-
-BOOST_AUTO_TEST_CASE(env_url_across_processes, *utf::timeout(120)) {
-  auto port = free_port();
-  BOOST_TEST(run_ranks(
-                 3, [](int) { return std::string("env://"); },
-                 [&](int r) {
-                   ::setenv("MASTER_ADDR", "localhost", 1);
-                   ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-                   ::setenv("RANK", std::to_string(r).c_str(), 1);
-                   ::setenv("WORLD_SIZE", "3", 1);
-                 }) == 3);
-}
-
-BOOST_AUTO_TEST_CASE(file_url_across_processes, *utf::timeout(120)) {
-  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  std::string path = tmpl;
-  BOOST_TEST(run_ranks(3, [&](int r) {
-               return "file://" + path + "?rank=" + std::to_string(r) + "&world_size=3";
-             }) == 3);
-  ::unlink(path.c_str());
-}
-
-// A file:// rendezvous in a file an earlier job used fails at once, saying the
-// file must be fresh (it would otherwise "complete" before the other ranks came).
-BOOST_AUTO_TEST_CASE(file_url_reused_says_the_file_must_be_fresh, *utf::timeout(60)) {
-  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  const std::string url = std::string("file://") + tmpl + "?rank=0&world_size=1";
-  event_loop loop;
-  loop.start();
-  auto first = cs::rendezvous(loop, url);
-  BOOST_TEST(first.world_size == 1);
-  try {
-    cs::rendezvous(loop, url);
-    BOOST_FAIL("a second rendezvous in the same file succeeded");
-  } catch (const corodist::store_error& e) {
-    std::string what = e.what();
-    BOOST_TEST(what.find("fresh file for each job") != std::string::npos, what);
-  }
-  ::unlink(tmpl);
-}
-
-BOOST_AUTO_TEST_CASE(timeout_names_the_missing_ranks, *utf::timeout(60)) {
-  event_loop loop;
-  loop.start();
-  auto port = free_port();
-  cs::rendezvous_options o;
-  o.auth_token = "";
-  o.timeout = 300ms;
-  try {
-    cs::rendezvous(loop, "tcp://127.0.0.1:" + std::to_string(port) + "?rank=0&world_size=3", o);
-    BOOST_FAIL("rendezvous of 1 out of 3 succeeded");
-  } catch (const corodist::timeout_error& e) {
-    std::string what = e.what();
-    BOOST_TEST(what.find("only 1 of 3") != std::string::npos, what);
-    BOOST_TEST(what.find("missing ranks: 1, 2") != std::string::npos, what);
-  }
-}
-
-BOOST_AUTO_TEST_CASE(bad_urls_are_rejected, *utf::timeout(30)) {
-  event_loop loop;
-  loop.start();
-  for (const char* url : {"nope", "http://x:1?rank=0&world_size=1", "tcp://127.0.0.1:1?rank=0",
-                          "tcp://127.0.0.1:1?rank=3&world_size=2", "tcp://127.0.0.1:1?rank=x&world_size=2"}) {
-    BOOST_CHECK_THROW(cs::rendezvous(loop, url), corodist::store_error);
-  }
-  ::unsetenv("MASTER_ADDR");
-  try {
-    cs::rendezvous(loop, "env://?rank=0&world_size=1");
-    BOOST_FAIL("env:// without MASTER_ADDR accepted");
-  } catch (const corodist::store_error& e) {
-    BOOST_TEST(std::string(e.what()).find("MASTER_ADDR") != std::string::npos, e.what());
-  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

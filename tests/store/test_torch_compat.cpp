@@ -11,12 +11,14 @@
 #include <corodist/store/sync_store.hpp>
 #include <corodist/store/torch_store.hpp>
 
+#include "store/store_fixtures.hpp"
 #include "support/program.hpp"
 #include "support/loop_helpers.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
+#include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/read.hpp>
@@ -37,7 +39,6 @@ using corodist::test::program;
 using corodist::test::closed_by_peer;
 using corodist::test::receive_all;
 using corodist::test::send_all;
-using corodist::test::eventually;
 using corodist::test::on_loop;
 
 namespace {
@@ -75,7 +76,14 @@ struct served {
     srv = start_server(loop);
     port = srv->local_endpoint().port();
   }
-  std::size_t connections() { return on_loop(loop, [&] { return srv->connection_count(); }); }
+  /// Whether the server gets to `n` connected clients within `limit` (woken by each change, not polled).
+  bool connections_reach(std::size_t n, std::chrono::milliseconds limit = 10s) {
+    return corodist::test::server_reaches(loop, *srv, [&] { return srv->connection_count() == n; }, limit);
+  }
+  /// Whether the server gets to `n` pending waits within 10 s (woken by each change, not polled).
+  bool pending_waits_reach(std::size_t n) {
+    return corodist::test::server_reaches(loop, *srv, [&] { return srv->pending_waits() == n; });
+  }
   std::size_t pending_waits() { return on_loop(loop, [&] { return srv->pending_waits(); }); }
   event_loop loop;
   std::shared_ptr<cs::store_server> srv;
@@ -207,7 +215,7 @@ BOOST_FIXTURE_TEST_CASE(pytorch_clients_do_every_operation_at_once, served, *utf
   // Each PyTorch 1.13 client counted itself in "init/".
   BOOST_TEST(native.get("init/", 1s) == "4");
   // The clients are gone, with their timed-out waits.
-  BOOST_TEST(eventually([&] { return connections() == 1u; }, 5s));
+  BOOST_TEST(connections_reach(1, 5s));
   BOOST_TEST(pending_waits() == 0u);
 }
 
@@ -267,22 +275,21 @@ BOOST_FIXTURE_TEST_CASE(our_client_in_both_pytorch_modes_shares_keys_with_native
   BOOST_TEST(v2.get("from_native", 1s) == "n");
   // A get waiting in 2.x mode is woken by a native set.
   auto waiting = std::async(std::launch::async, [&] { return v2.get("later", 10s); });
-  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; }));
+  BOOST_REQUIRE(pending_waits_reach(1));
   native.set("/later", "L");
   BOOST_TEST(waiting.get() == "L");
   // Many coroutines on one PyTorch-mode client: queries run one at a time, none lost.
   auto store = v2.async();
-  auto all = asio::co_spawn(
-      loop.get_executor(),
-      [store]() -> asio::awaitable<void> {
-        std::vector<std::future<std::int64_t>> adds;
-        for (int i = 0; i < 50; ++i)
-          adds.push_back(asio::co_spawn(co_await asio::this_coro::executor, store->add("many", 1), asio::use_future));
-        co_return;
-      },
-      asio::use_future);
-  all.get();
-  BOOST_TEST(eventually([&] { return native.get("/many", 1s) == "50"; }));
+  std::promise<void> all_added;
+  asio::post(loop.get_executor(), [&, store] {
+    auto left = std::make_shared<int>(50);
+    for (int i = 0; i < 50; ++i)
+      asio::co_spawn(loop.get_executor(), store->add("many", 1), [&, left](std::exception_ptr, std::int64_t) {
+        if (--*left == 0)
+          all_added.set_value();
+      });
+  });
+  BOOST_REQUIRE((all_added.get_future().wait_for(10s) == std::future_status::ready));
   BOOST_TEST(native.get("/many", 1s) == "50");
 }
 
@@ -294,7 +301,7 @@ BOOST_FIXTURE_TEST_CASE(pytorch_2_queues_ping_and_cancel_wait, served, *utf::tim
   a.send(len + v2_socket::bytes("q"));
   BOOST_TEST(a.read<std::int64_t>() == 0);
   b.send(wait + one_key("q")); // blocks until the queue has an element
-  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; }));
+  BOOST_REQUIRE(pending_waits_reach(1));
   a.send(push + v2_socket::bytes("q") + v2_socket::bytes("x1"));
   BOOST_TEST(b.read<std::uint8_t>() == 0); // STOP_WAITING
   a.send(push + v2_socket::bytes("q") + v2_socket::bytes("x2") + len + v2_socket::bytes("q"));
@@ -325,7 +332,7 @@ BOOST_FIXTURE_TEST_CASE(pytorch_mode_caller_cancelled_while_queued, served, *utf
   // A holds the connection (a get waiting for its key); B queues behind it and
   // is cancelled by its own deadline; once A is done, C must run normally.
   auto a = std::async(std::launch::async, [&] { return v2.get("slow", 10s); });
-  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; })); // A waits at the server, holding the connection
+  BOOST_REQUIRE(pending_waits_reach(1)); // A waits at the server, holding the connection
   auto b = asio::co_spawn(
       loop.get_executor(),
       [store]() -> asio::awaitable<bool> {
@@ -352,7 +359,7 @@ BOOST_FIXTURE_TEST_CASE(pytorch_mode_client_is_closed_with_its_loop, served, *ut
     client_loop.start();
     auto store = connect(client_loop, port, cs::wire_protocol::pytorch_2).async();
     held = asio::co_spawn(client_loop.get_executor(), store->get("never", 30s), asio::use_future);
-    BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; })); // it holds the connection
+    BOOST_REQUIRE(pending_waits_reach(1)); // it holds the connection
     std::promise<void> started;
     queued = asio::co_spawn(
         client_loop.get_executor(),
@@ -383,14 +390,14 @@ BOOST_FIXTURE_TEST_CASE(pytorch_mode_client_close, served, *utf::timeout(60)) {
   BOOST_TEST((store->protocol() == cs::wire_protocol::pytorch_2));
   BOOST_TEST(store->remote_endpoint().port() == port);
   auto held = asio::co_spawn(loop.get_executor(), store->get("never", 30s), asio::use_future);
-  BOOST_REQUIRE(eventually([&] { return pending_waits() == 1; }));
+  BOOST_REQUIRE(pending_waits_reach(1));
   auto queued = asio::co_spawn(loop.get_executor(), store->add("n", 1), asio::use_future);
   on_loop(loop, [] {}); // queued behind the get
   store->close();
   BOOST_CHECK_THROW(held.get(), corodist::connection_error);
   BOOST_CHECK_THROW(queued.get(), corodist::connection_error);
   BOOST_CHECK_THROW(cs::sync_store(store).add("n", 1), corodist::connection_error);
-  BOOST_TEST(eventually([&] { return pending_waits() == 0; }));
+  BOOST_TEST(pending_waits_reach(0));
   // A native protocol is tcp_store's business.
   cs::tcp_store_options native;
   native.port = port;
@@ -408,7 +415,7 @@ BOOST_FIXTURE_TEST_CASE(stopped_server_closes_connections_still_sniffing, served
   on_loop(loop, [] {}); // stop() ran (it posts to the loop)
   send_all(s, v1_set("/late", "v"));
   BOOST_TEST(closed_by_peer(s));
-  BOOST_TEST(eventually([&] { return connections() == 0u; }));
+  BOOST_TEST(connections_reach(0));
   BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) == 0u);
 }
 
@@ -440,11 +447,11 @@ BOOST_FIXTURE_TEST_CASE(bad_first_bytes_close_only_that_connection, served, *utf
   }
   // A 1.13 SET split across writes is served once whole.
   {
-    BOOST_REQUIRE(eventually([&] { return connections() == 2; })); // the refused ones are gone
+    BOOST_REQUIRE(connections_reach(2)); // the refused ones are gone
     auto s = raw_socket(ctx, port);
     auto q = v1_set("/split", "value");
     send_all(s, std::string_view(q).substr(0, 3));
-    BOOST_REQUIRE(eventually([&] { return connections() == 3; })); // its session...
+    BOOST_REQUIRE(connections_reach(3)); // its session...
     on_loop(loop, [] {});                                          // ...has read the first 3 bytes alone
     send_all(s, std::string_view(q).substr(3));
     BOOST_TEST(native.get("/split", 5s) == "value");
@@ -473,7 +480,7 @@ BOOST_AUTO_TEST_CASE(pytorch_protocol_can_be_switched_off, *utf::timeout(60)) {
     // past the 500 ms handshake timeout it becomes a (silent) PyTorch session.
     auto srv = start_server(loop, true);
     auto silent = raw_socket(ctx, srv->local_endpoint().port());
-    BOOST_TEST(eventually([&] { return on_loop(loop, [&] { return srv->connection_count(); }) == 1u; }));
+    BOOST_TEST(corodist::test::server_reaches(loop, *srv, [&] { return srv->connection_count() == 1u; }));
     pollfd p{silent.native_handle(), POLLIN, 0};
     BOOST_TEST(::poll(&p, 1, 0) == 0); // nothing to read: not closed
     BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 1u);

@@ -144,6 +144,8 @@ public:
 
   /// Rendezvous at `url` (`env://`, `tcp://HOST:PORT?rank=R&world_size=W`,
   /// `file:///PATH?...`; see store::async_rendezvous) on `ex`, then `create`.
+  /// A job this process has joined already (an rpc::agent's `init_method`)
+  /// is not joined again: the group shares that rendezvous' store.
   [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(asio::any_io_executor ex, std::string url,
                                                                           gloo_options opts);
 

@@ -38,9 +38,13 @@ struct agent_options {
   int rank = -1;
   /// Number of workers in the job.
   int world_size = 0;
-  /// The job's shared store (worker addresses, shutdown barrier).
+  /// The job's shared store (worker addresses, shutdown barrier). The agent's
+  /// keys start with `key_prefix`, so one rendezvous' store serves the agent,
+  /// process groups (keys under "corodist/pg/") and the program's own keys.
   std::shared_ptr<corodist::store::store> store;
-  /// Rendezvous URL used when `store` is null (env://, tcp://, file://).
+  /// Rendezvous URL used when `store` is null (env://, tcp://, file://). A
+  /// later rendezvous of the same job in this process (a gloo_group's URL)
+  /// shares the store it yields (see `store::async_rendezvous`).
   std::string init_method;
   /// Default deadline of every call; zero means none. A per-call
   /// `call_timeout` overrides it.

@@ -17,7 +17,9 @@ namespace corodist::store {
 /// Deadlines and credentials of a rendezvous.
 struct rendezvous_options {
   /// How long to wait for the server and for all ranks (also the store's
-  /// default timeout afterwards). A `timeout=SECONDS` URL parameter overrides it.
+  /// default timeout afterwards). A `timeout=SECONDS` URL parameter overrides
+  /// it: a whole number of seconds from 1 to 31536000 (a year), so
+  /// `timeout=600` is 10 minutes; any other value is a `store_error`.
   std::chrono::milliseconds timeout = default_timeout;
   /// Token for the store server. nullopt: CORODIST_AUTH_TOKEN if set.
   std::optional<std::string> auth_token;
@@ -47,9 +49,26 @@ struct rendezvous_result {
 /// * `tcp://HOST:PORT?rank=R&world_size=W` (IPv6 as `[::1]`);
 /// * `file:///PATH?rank=R&world_size=W` — a file_store on a shared file.
 /// For env:// and tcp://, rank 0 hosts the store_server on HOST:PORT (bound to
-/// that address only) and every rank connects to it with retries. Throws
-/// `store_error` for a malformed URL or missing variable, and `timeout_error`
-/// saying how many ranks arrived and which never did.
+/// that address only) and every rank connects to it with retries. Each rank
+/// claims its key `corodist/rdzv/rank/R` with its process id and host.
+///
+/// A process joins a job once: a later rendezvous of the same job in the
+/// same process (env:// or tcp:// with the same HOST:PORT, or the same
+/// file://, and the same rank and world size), from any thread or event loop,
+/// returns the store of the first while that store is alive (waiting for the
+/// first if it is still joining), with the first one's options. So an
+/// `rpc::agent` with `init_method` and a `gloo_group` created from the same
+/// URL share one rendezvous; passing one rendezvous' store to both
+/// (`agent_options::store`, `gloo_group::create(store, ...)`) says so outright.
+///
+/// Throws `store_error` for a malformed URL or missing variable, and when the
+/// rank is claimed already (naming both claimants: two processes started as
+/// one rank, a store or file holding an earlier job's rendezvous, or this
+/// process rejoining after releasing its store); `connection_error` when rank
+/// 0 cannot host the store (naming a job of this process hosted there);
+/// `timeout_error` saying how many ranks arrived and which never did. Logs a
+/// warning after 5 s, then every 30 s, naming the ranks still missing (and,
+/// for env://, where the store is).
 [[nodiscard]] asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url,
                                                                   rendezvous_options opts);
 

@@ -24,6 +24,8 @@
 
 namespace corodist::store {
 
+class basic_store;
+
 /// A key-value store shared by the ranks of a job.
 ///
 /// Keys and values are byte strings (`std::string`, binary-safe). Every
@@ -173,6 +175,8 @@ protected:
   }
 
 private:
+  friend class basic_store; // forwards its operations to another store's do_ functions
+
   std::chrono::milliseconds timeout_ = default_timeout;
 };
 

@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +96,14 @@ public:
   /// Completes with true once at most `at_most` clients are connected, or with
   /// false when `limit` has passed first. Run on the executor.
   [[nodiscard]] asio::awaitable<bool> clients_left(std::size_t at_most, std::chrono::milliseconds limit);
+
+  /// Completes with true once `condition()` holds, or with false when `limit`
+  /// has passed first. `condition` runs on the executor, now and after every
+  /// change of the connected clients or of the pending waits (one
+  /// registered, completed, timed out or dropped), so that it can look at
+  /// connection_count(), pending_waits() and pending_wait_bytes() without
+  /// polling. Run on the executor; the server must outlive the wait.
+  [[nodiscard]] asio::awaitable<bool> wait_until(std::function<bool()> condition, std::chrono::milliseconds limit);
 
   /// Number of keys stored (call on the executor).
   std::size_t key_count() const noexcept;

@@ -4,21 +4,17 @@
 
 #include <corodist/core/config.hpp>
 
-#include <corodist/net/connection.hpp>
-#include <corodist/store/store.hpp>
+#include <corodist/store/basic_store.hpp>
 #include <corodist/store/tcp_store_options.hpp>
 
+#include <asio/any_io_executor.hpp>
+#include <asio/awaitable.hpp>
 #include <asio/ip/tcp.hpp>
 
 #include <memory>
-#include <unordered_map>
+#include <vector>
 
 namespace corodist::store {
-
-namespace detail {
-class wait_log;
-struct tcp_call;
-} // namespace detail
 
 /// A client of a store_server (corodist's native protocol; for a PyTorch
 /// TCPStore master see torch_store, for either connect_store). All
@@ -26,15 +22,16 @@ struct tcp_call;
 /// connection and are multiplexed by request id — no caller waits behind
 /// another's lock. Waiting operations are timed by the server (so it drops
 /// abandoned waits), with the client's own deadline a little later as a
-/// backstop; a wait that lasts logs a warning every 30 s naming its keys.
-/// Watch events arrive on the same connection. If the connection is lost,
-/// pending and later operations throw `connection_error`.
-class tcp_store : public store {
+/// backstop; a wait that lasts logs a warning after 5 s, then every 30 s,
+/// naming its keys. Watch events arrive on the same connection. If the
+/// connection is lost, pending and later operations throw `connection_error`.
+class tcp_store : public basic_store {
 public:
   /// Connects (TCP + hello + optional authentication), retrying refused or
   /// failed attempts with exponential backoff and jitter until `opts.timeout`
   /// (refused ones only for `opts.refused_retry_window` when set), logging
-  /// each attempt at debug level and a warning every 30 s. Throws
+  /// each attempt at debug level and a warning after 5 s, then every 30 s
+  /// (where it connects, the last error). Throws
   /// `timeout_error` (deadline passed; says how long it was and carries the
   /// last error), `connection_error` once the refused window has passed, or
   /// `protocol_error` at once for a peer that is not a store server or
@@ -46,12 +43,11 @@ public:
   /// Blocking `connect` for plain threads (throws `usage_error` on a loop thread).
   static std::shared_ptr<tcp_store> connect_sync(asio::any_io_executor ex, tcp_store_options opts);
 
+  /// Closes the connection (operations still waiting throw `connection_error`).
   ~tcp_store() override;
 
-  asio::any_io_executor get_executor() override { return ex_; }
-
   /// The server's address.
-  asio::ip::tcp::endpoint remote_endpoint() const noexcept { return remote_; }
+  asio::ip::tcp::endpoint remote_endpoint() const noexcept;
 
   /// Closes the connection: operations in flight and later ones throw
   /// `connection_error`. Idempotent; thread-safe (posts to the executor).
@@ -62,38 +58,10 @@ public:
   /// Call before sharing the store between threads.
   void keep_until_destroyed(std::shared_ptr<void> object) { kept_.push_back(std::move(object)); }
 
-protected:
-  asio::awaitable<void> do_set(std::string key, std::string value) override;
-  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) override;
-  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override;
-  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override;
-  asio::awaitable<bool> do_delete_key(std::string key) override;
-  asio::awaitable<bool> do_check(std::vector<std::string> keys) override;
-  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) override;
-  asio::awaitable<std::int64_t> do_num_keys() override;
-  asio::awaitable<void> do_append(std::string key, std::string value) override;
-  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
-                                                         std::chrono::milliseconds timeout) override;
-  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override;
-  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override;
-  asio::awaitable<watch_stream> do_watch_key(std::string key) override;
-
 private:
-  friend struct detail::tcp_call; // sends a request and opens its reply
-  tcp_store(asio::any_io_executor ex, std::shared_ptr<net::connection> conn, tcp_store_options opts);
-  /// Starts the connection; its callbacks hold us weakly (we may be destroyed
-  /// on another thread while the loop delivers them). Call once, owned by a shared_ptr.
-  void start();
-  void on_frame(net::message&& m);
-  void on_closed(std::error_code ec);
+  struct impl; // src/store/tcp_store.cpp
+  explicit tcp_store(std::shared_ptr<impl> im);
 
-  asio::any_io_executor ex_;
-  std::shared_ptr<net::connection> conn_;
-  tcp_store_options opts_;
-  asio::ip::tcp::endpoint remote_;
-  std::unordered_map<std::uint64_t, std::weak_ptr<detail::watch_queue>> watches_;
-  std::uint64_t next_watch_ = 1;
-  std::unique_ptr<detail::wait_log> waits_;
   std::vector<std::shared_ptr<void>> kept_;
 };
 

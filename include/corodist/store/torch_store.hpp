@@ -5,7 +5,7 @@
 
 #include <corodist/core/config.hpp>
 
-#include <corodist/store/store.hpp>
+#include <corodist/store/basic_store.hpp>
 #include <corodist/store/tcp_store_options.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -27,7 +27,7 @@ namespace corodist::store {
 /// authentication; `list_keys` and `watch_key` throw `store_error`, and so
 /// does `append` with 1.13. `multi_get`/`multi_set` are one query with 2.x
 /// and one GET/SET per key with 1.13.
-class torch_store : public store {
+class torch_store : public basic_store {
 public:
   /// Connects to the master at `opts.host:opts.port` as `connect` of
   /// tcp_store does (retries with backoff, progress logged, the same errors),
@@ -41,8 +41,6 @@ public:
 
   ~torch_store() override;
 
-  asio::any_io_executor get_executor() override;
-
   /// The master's address.
   asio::ip::tcp::endpoint remote_endpoint() const noexcept;
 
@@ -54,26 +52,9 @@ public:
   /// the executor).
   void close();
 
-protected:
-  asio::awaitable<void> do_set(std::string key, std::string value) override;
-  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) override;
-  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override;
-  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override;
-  asio::awaitable<bool> do_delete_key(std::string key) override;
-  asio::awaitable<bool> do_check(std::vector<std::string> keys) override;
-  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) override;
-  asio::awaitable<std::int64_t> do_num_keys() override;
-  asio::awaitable<void> do_append(std::string key, std::string value) override;
-  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
-                                                         std::chrono::milliseconds timeout) override;
-  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override;
-  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override;
-  asio::awaitable<watch_stream> do_watch_key(std::string key) override;
-
 private:
-  struct impl; // src/store/torch/client.cpp
-  explicit torch_store(std::unique_ptr<impl> im);
-  std::unique_ptr<impl> impl_;
+  struct impl; // src/store/torch_store.cpp
+  explicit torch_store(std::shared_ptr<impl> im);
 };
 
 } // namespace corodist::store

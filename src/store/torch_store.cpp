@@ -104,18 +104,18 @@ std::vector<std::string> prefixed(const std::vector<std::string>& ks) {
 /// The client's state: its socket, and the line of queries waiting for it
 /// (PyTorch's protocol has no request ids: queries run one at a time, in
 /// arrival order). Lives on the executor.
-struct torch_store::impl {
+struct torch_store::impl final : store {
   impl(asio::any_io_executor ex, tcp_store_options o, asio::ip::tcp::endpoint remote, asio::ip::tcp::socket socket,
        version v)
-      : executor(ex), opts(std::move(o)), remote(remote), version_(v),
+      : executor_(ex), opts(std::move(o)), remote(remote), version_(v),
         socket_(std::make_shared<asio::ip::tcp::socket>(std::move(socket))), waits(ex, where(remote)),
         // Ends a transfer still in flight (whose frame keeps us alive) and every queued
         // caller before the context's services go (Asio issue 1235).
         registration_(ex, [this](bool) { shut("its event loop is shutting down"); }) {}
 
-  ~impl() {
+  ~impl() override {
     if (socket_)
-      asio::post(executor, [s = socket_] {
+      asio::post(executor_, [s = socket_] {
         std::error_code ignored;
         s->close(ignored);
       });
@@ -140,7 +140,7 @@ struct torch_store::impl {
     if (closed_)
       throw_closed();
     if (busy_) {
-      auto t = std::make_shared<turn>(executor);
+      auto t = std::make_shared<turn>(executor_);
       queue_.push_back(t);
       co_await t->timer.async_wait(use_tuple); // release() grants and cancels it
       if (closed_) {
@@ -190,7 +190,7 @@ struct torch_store::impl {
     if (closed_)
       throw_closed();
     if (!socket_) { // lost, or given up after a 1.13 wait timed out: connect again
-      asio::ip::tcp::socket s(executor);
+      asio::ip::tcp::socket s(executor_);
       if (auto ec = co_await open_socket(s, remote, version_, opts.timeout))
         throw connection_error("store: reconnecting to PyTorch TCPStore at " + where(remote) + ": " + ec.message());
       socket_ = std::make_shared<asio::ip::tcp::socket>(std::move(s));
@@ -285,7 +285,114 @@ struct torch_store::impl {
     socket_.reset();
   }
 
-  asio::any_io_executor executor;
+  asio::any_io_executor get_executor() override { return executor_; }
+
+  asio::awaitable<void> do_set(std::string key, std::string value) override {
+    auto guard = co_await lock();
+    const query q = set_query{prefixed(key), std::move(value)};
+    co_await send(q);
+  }
+
+  asio::awaitable<std::string> do_get(std::string key, ms timeout) override {
+    auto guard = co_await lock();
+    std::vector<std::string> keys{prefixed(key)};
+    co_await wait_locked(keys, timeout); // PyTorch's client: WAIT, then GET
+    const query q = get_query{keys[0]};
+    co_await send(q);
+    co_return co_await recv_bytes();
+  }
+
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
+    auto guard = co_await lock();
+    const query q = add_query{prefixed(key), delta};
+    co_await send(q);
+    co_return co_await recv_i64();
+  }
+
+  asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) override {
+    auto guard = co_await lock();
+    const query q = compare_set_query{prefixed(key), std::move(expected), std::move(desired)};
+    co_await send(q);
+    co_return co_await recv_bytes();
+  }
+
+  asio::awaitable<bool> do_delete_key(std::string key) override {
+    auto guard = co_await lock();
+    const query q = delete_key_query{prefixed(key)};
+    co_await send(q);
+    co_return co_await recv_i64() != 0;
+  }
+
+  asio::awaitable<bool> do_check(std::vector<std::string> keys) override {
+    auto guard = co_await lock();
+    const query q = check_query{prefixed(keys)};
+    co_await send(q);
+    co_return co_await recv_u8() == check_ready;
+  }
+
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, ms timeout) override {
+    auto guard = co_await lock();
+    co_await wait_locked(prefixed(keys), timeout);
+  }
+
+  asio::awaitable<std::int64_t> do_num_keys() override {
+    auto guard = co_await lock();
+    const query q = num_keys_query{};
+    co_await send(q);
+    co_return co_await recv_i64();
+  }
+
+  asio::awaitable<void> do_append(std::string key, std::string value) override {
+    auto guard = co_await lock();
+    const query q = append_query{prefixed(key), std::move(value)};
+    co_await send(q); // 1.13: store_error (no APPEND)
+  }
+
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys, ms timeout) override {
+    auto guard = co_await lock();
+    auto full = prefixed(keys);
+    co_await wait_locked(full, timeout);
+    std::vector<std::string> values;
+    values.reserve(full.size());
+    if (version_ == version::v2) {
+      const query q = multi_get_query{full};
+      co_await send(q);
+      for (std::size_t i = 0; i < full.size(); ++i)
+        values.push_back(co_await recv_bytes());
+    } else { // 1.13 has no MULTI_GET
+      for (auto& k : full) {
+        const query q = get_query{k};
+        co_await send(q);
+        values.push_back(co_await recv_bytes());
+      }
+    }
+    co_return values;
+  }
+
+  asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) override {
+    detail::rules::check_multi_set(keys, values);
+    auto guard = co_await lock();
+    std::string bytes;
+    if (version_ == version::v2) {
+      encode_query(version_, multi_set_query{prefixed(keys), std::move(values)}, bytes);
+    } else { // 1.13 has no MULTI_SET: one SET each, written together
+      for (std::size_t i = 0; i < keys.size(); ++i)
+        encode_query(version_, set_query{prefixed(keys[i]), std::move(values[i])}, bytes);
+    }
+    co_await send_bytes(bytes);
+  }
+
+  asio::awaitable<std::vector<std::string>> do_list_keys(std::string) override {
+    throw store_error("list_keys is not in the PyTorch TCPStore protocol");
+    co_return std::vector<std::string>{};
+  }
+
+  asio::awaitable<watch_stream> do_watch_key(std::string) override {
+    throw store_error("watch_key is not supported with the PyTorch TCPStore protocol");
+    co_return watch_stream{};
+  }
+
+  asio::any_io_executor executor_;
   tcp_store_options opts;
   asio::ip::tcp::endpoint remote;
   version version_;
@@ -314,13 +421,13 @@ asio::awaitable<std::shared_ptr<torch_store>> torch_store::connect(asio::any_io_
     asio::ip::tcp::socket s(ex);
     if (auto ec = co_await open_socket(s, ep, v, left))
       co_return ec;
-    made.reset(new torch_store(std::make_unique<impl>(ex, opts, ep, std::move(s), v)));
+    made.reset(new torch_store(std::make_shared<impl>(ex, opts, ep, std::move(s), v)));
     co_return std::error_code{};
   };
   co_await detail::connect_with_retry(ex, opts, "PyTorch TCPStore", attempt);
   made->set_timeout(opts.timeout);
   { // Counts this client in the master's worker counter, as PyTorch's clients do.
-    auto& im = *made->impl_;
+    auto& im = static_cast<impl&>(*made->implementation());
     auto guard = co_await im.lock();
     const query q = add_query{std::string(init_key), 1};
     co_await im.send(q);
@@ -333,137 +440,24 @@ std::shared_ptr<torch_store> torch_store::connect_sync(asio::any_io_executor ex,
   return run_blocking(ex, connect(ex, std::move(opts)), "torch_store::connect_sync");
 }
 
-torch_store::torch_store(std::unique_ptr<impl> im) : impl_(std::move(im)) {}
+torch_store::torch_store(std::shared_ptr<impl> im) : basic_store(std::move(im)) {}
 
 torch_store::~torch_store() = default;
 
-asio::any_io_executor torch_store::get_executor() { return impl_->executor; }
+asio::ip::tcp::endpoint torch_store::remote_endpoint() const noexcept {
+  return static_cast<const impl&>(*implementation()).remote;
+}
 
-asio::ip::tcp::endpoint torch_store::remote_endpoint() const noexcept { return impl_->remote; }
-
-wire_protocol torch_store::protocol() const noexcept { return impl_->opts.protocol; }
+wire_protocol torch_store::protocol() const noexcept {
+  return static_cast<const impl&>(*implementation()).opts.protocol;
+}
 
 void torch_store::close() {
-  asio::post(impl_->executor, [w = weak_from_this(), im = impl_.get()] {
-    if (auto self = w.lock())
+  auto im = std::static_pointer_cast<impl>(implementation());
+  asio::post(im->get_executor(), [w = std::weak_ptr<impl>(im)] {
+    if (auto im = w.lock())
       im->shut("closed by close()");
   });
-}
-
-asio::awaitable<void> torch_store::do_set(std::string key, std::string value) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  const query q = set_query{prefixed(key), std::move(value)};
-  co_await im.send(q);
-}
-
-asio::awaitable<std::string> torch_store::do_get(std::string key, ms timeout) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  std::vector<std::string> keys{prefixed(key)};
-  co_await im.wait_locked(keys, timeout); // PyTorch's client: WAIT, then GET
-  const query q = get_query{keys[0]};
-  co_await im.send(q);
-  co_return co_await im.recv_bytes();
-}
-
-asio::awaitable<std::int64_t> torch_store::do_add(std::string key, std::int64_t delta) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  const query q = add_query{prefixed(key), delta};
-  co_await im.send(q);
-  co_return co_await im.recv_i64();
-}
-
-asio::awaitable<std::string> torch_store::do_compare_set(std::string key, std::string expected, std::string desired) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  const query q = compare_set_query{prefixed(key), std::move(expected), std::move(desired)};
-  co_await im.send(q);
-  co_return co_await im.recv_bytes();
-}
-
-asio::awaitable<bool> torch_store::do_delete_key(std::string key) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  const query q = delete_key_query{prefixed(key)};
-  co_await im.send(q);
-  co_return co_await im.recv_i64() != 0;
-}
-
-asio::awaitable<bool> torch_store::do_check(std::vector<std::string> keys) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  const query q = check_query{prefixed(keys)};
-  co_await im.send(q);
-  co_return co_await im.recv_u8() == check_ready;
-}
-
-asio::awaitable<void> torch_store::do_wait(std::vector<std::string> keys, ms timeout) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  co_await im.wait_locked(prefixed(keys), timeout);
-}
-
-asio::awaitable<std::int64_t> torch_store::do_num_keys() {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  const query q = num_keys_query{};
-  co_await im.send(q);
-  co_return co_await im.recv_i64();
-}
-
-asio::awaitable<void> torch_store::do_append(std::string key, std::string value) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  const query q = append_query{prefixed(key), std::move(value)};
-  co_await im.send(q); // 1.13: store_error (no APPEND)
-}
-
-asio::awaitable<std::vector<std::string>> torch_store::do_multi_get(std::vector<std::string> keys, ms timeout) {
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  auto full = prefixed(keys);
-  co_await im.wait_locked(full, timeout);
-  std::vector<std::string> values;
-  values.reserve(full.size());
-  if (im.version_ == version::v2) {
-    const query q = multi_get_query{full};
-    co_await im.send(q);
-    for (std::size_t i = 0; i < full.size(); ++i)
-      values.push_back(co_await im.recv_bytes());
-  } else { // 1.13 has no MULTI_GET
-    for (auto& k : full) {
-      const query q = get_query{k};
-      co_await im.send(q);
-      values.push_back(co_await im.recv_bytes());
-    }
-  }
-  co_return values;
-}
-
-asio::awaitable<void> torch_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
-  detail::rules::check_multi_set(keys, values);
-  auto& im = *impl_;
-  auto guard = co_await im.lock();
-  std::string bytes;
-  if (im.version_ == version::v2) {
-    encode_query(im.version_, multi_set_query{prefixed(keys), std::move(values)}, bytes);
-  } else { // 1.13 has no MULTI_SET: one SET each, written together
-    for (std::size_t i = 0; i < keys.size(); ++i)
-      encode_query(im.version_, set_query{prefixed(keys[i]), std::move(values[i])}, bytes);
-  }
-  co_await im.send_bytes(bytes);
-}
-
-asio::awaitable<std::vector<std::string>> torch_store::do_list_keys(std::string) {
-  throw store_error("list_keys is not in the PyTorch TCPStore protocol");
-  co_return std::vector<std::string>{};
-}
-
-asio::awaitable<watch_stream> torch_store::do_watch_key(std::string) {
-  throw store_error("watch_key is not supported with the PyTorch TCPStore protocol");
-  co_return watch_stream{};
 }
 
 } // namespace corodist::store
