@@ -85,7 +85,8 @@ struct reducer::impl {
   std::shared_ptr<cc::process_group> pg;
   std::vector<parameter> params;
   reducer_options opts;
-  cc::call_options call;
+  cc::call_options call;       // the iteration's collectives: the reducer's deadline
+  cc::call_options setup_call; // construction's: the group's deadline (ranks arrive at their own pace)
   int world = 1;
   std::size_t n = 0;
 
@@ -190,7 +191,7 @@ struct reducer::impl {
     for (const auto& b : opts.buffers)
       if (b.count() > 0)
         state.push_back(b);
-    co_await pg->broadcast_coalesced(std::move(state), 0, call);
+    co_await pg->broadcast_coalesced(std::move(state), 0, setup_call);
     apply_layout(bucket_layout::compute(params, {}, opts.first_bucket_bytes, opts.bucket_cap_bytes), false);
   }
 
@@ -198,7 +199,7 @@ struct reducer::impl {
     std::int64_t count = static_cast<std::int64_t>(n);
     std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
     co_await pg->allgather(cc::tensor_view(&count, 1, cc::dtype::int64),
-                           cc::tensor_view(counts.data(), counts.size(), cc::dtype::int64), call);
+                           cc::tensor_view(counts.data(), counts.size(), cc::dtype::int64), setup_call);
     for (int r = 1; r < world; ++r)
       if (counts[static_cast<std::size_t>(r)] != counts[0]) {
         std::string ranks;
@@ -217,7 +218,7 @@ struct reducer::impl {
       mine[3 * i + 2] = (params[i].where.kind == cc::device::kind_type::cuda ? 1000 : 0) + params[i].where.index;
     }
     co_await pg->allgather(cc::tensor_view(mine.data(), mine.size(), cc::dtype::int64),
-                           cc::tensor_view(all.data(), all.size(), cc::dtype::int64), call);
+                           cc::tensor_view(all.data(), all.size(), cc::dtype::int64), setup_call);
     for (std::size_t i = 0; i < n; ++i) {
       auto at = [&](int r, std::size_t k) { return all[static_cast<std::size_t>(r) * 3 * n + 3 * i + k]; };
       std::string differ;
