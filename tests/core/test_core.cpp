@@ -31,7 +31,11 @@
 #include <atomic>
 #include <future>
 #include <chrono>
+#include <fstream>
+#include <string>
 #include <thread>
+
+#include <unistd.h>
 
 using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
@@ -40,6 +44,19 @@ using corodist::future;
 using corodist::promise;
 using corodist::test::on_loop;
 
+namespace {
+
+/// The scheduler state of thread `tid` of this process, from /proc: 'R'
+/// running, 'S' asleep (waiting on an event), ...; '?' if unreadable.
+char thread_state(pid_t tid) {
+  std::ifstream f("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const auto p = line.rfind(')'); // after the command name, which may hold spaces
+  return p != std::string::npos && p + 2 < line.size() ? line[p + 2] : '?';
+}
+
+} // namespace
 
 BOOST_AUTO_TEST_SUITE(loop)
 
@@ -143,12 +160,20 @@ BOOST_AUTO_TEST_CASE(value_across_threads, *utf::timeout(30)) {
   BOOST_TEST(f.valid());
   BOOST_TEST(!f.is_ready());
   BOOST_TEST(!f.wait_for(10ms));
-  std::thread t([&] {
-    std::this_thread::sleep_for(20ms);
+  // The value is set once this thread sleeps in get(): the wake-up across
+  // threads is what is tested.
+  const pid_t getter = ::gettid();
+  std::promise<void> getting;
+  bool set_while_asleep = false;
+  std::thread t([&, getting_f = getting.get_future()] {
+    getting_f.wait_for(10s);
+    set_while_asleep = corodist::test::eventually([&] { return thread_state(getter) == 'S'; });
     p.set_value(7);
   });
+  getting.set_value();
   BOOST_TEST(f.get() == 7);
   t.join();
+  BOOST_TEST(set_while_asleep);
   BOOST_CHECK_THROW(p.set_value(8), corodist::usage_error);
   BOOST_CHECK_THROW(f.get(), corodist::usage_error); // value already taken
 }
@@ -209,15 +234,23 @@ BOOST_AUTO_TEST_CASE(co_await_resumes_on_awaiting_executor, *utf::timeout(30)) {
   promise<int> p;
   auto f = p.get_future();
   std::promise<std::pair<int, bool>> done;
+  std::promise<void> awaiting;
   asio::co_spawn(
       loop.get_executor(),
       [&]() -> asio::awaitable<void> {
+        awaiting.set_value();
         int v = co_await f.async_get();
         done.set_value({v, loop.running_in_this_thread()});
       },
       asio::detached);
-  std::thread setter([&] {
-    std::this_thread::sleep_for(20ms);
+  // The value is set once the coroutine is suspended in async_get(): it
+  // signals just before, and a handler posted after that runs after the
+  // suspension (the loop has one thread).
+  std::thread setter([&, awaiting_f = awaiting.get_future()] {
+    awaiting_f.wait_for(5s);
+    std::promise<void> turned;
+    asio::post(loop.get_executor(), [&] { turned.set_value(); });
+    turned.get_future().wait_for(5s);
     p.set_value(99);
   });
   auto r = done.get_future();

@@ -7,6 +7,9 @@
 #include <corodist/core/worker_thread.hpp>
 #include <corodist/core/run_blocking.hpp>
 
+#include "support/loop_helpers.hpp"
+
+#include <asio/post.hpp>
 #include <asio/this_coro.hpp>
 
 #include <atomic>
@@ -29,11 +32,14 @@ BOOST_AUTO_TEST_CASE(coroutine_awaits_job_and_resumes_on_its_loop, *utf::timeout
   auto [job_thread, resumed_on_loop, value] = corodist::run_blocking(
       loop.get_executor(), [&]() -> asio::awaitable<std::tuple<std::thread::id, bool, int>> {
         std::thread::id where;
-        auto f = worker.submit([&] {
+        std::promise<void> suspended;
+        auto f = worker.submit([&, gate = suspended.get_future()] {
           where = std::this_thread::get_id();
-          std::this_thread::sleep_for(20ms); // a blocking call
+          gate.wait_for(5s); // a blocking call, which returns once the coroutine awaits the job
           return 42;
         });
+        // Runs once this coroutine is suspended in async_get() (the loop has one thread).
+        asio::post(loop.get_executor(), [&] { suspended.set_value(); });
         int v = co_await f.async_get();
         co_return std::tuple{where, loop.running_in_this_thread(), v};
       }());
@@ -69,7 +75,7 @@ BOOST_AUTO_TEST_CASE(several_threads_and_spinning, *utf::timeout(20)) {
   o.spin = 200us;
   corodist::worker_thread worker(o);
   std::atomic<int> inside{0}, most{0};
-  std::promise<void> release;
+  std::promise<void> release, all_inside;
   auto gate = release.get_future().share();
   std::vector<corodist::future<void>> fs;
   for (int i = 0; i < 3; ++i)
@@ -78,12 +84,13 @@ BOOST_AUTO_TEST_CASE(several_threads_and_spinning, *utf::timeout(20)) {
       int seen = most.load();
       while (now > seen && !most.compare_exchange_weak(seen, now)) {
       }
+      if (now == 3)
+        all_inside.set_value();
       gate.wait_for(5s);
       --inside;
     }));
   // All three block at once only if they run on three threads.
-  for (int spins = 0; most.load() < 3 && spins < 500; ++spins)
-    std::this_thread::sleep_for(10ms);
+  BOOST_TEST((all_inside.get_future().wait_for(10s) == std::future_status::ready));
   BOOST_TEST(most.load() == 3);
   release.set_value();
   for (auto& f : fs)
@@ -98,12 +105,28 @@ BOOST_AUTO_TEST_CASE(several_threads_and_spinning, *utf::timeout(20)) {
 BOOST_AUTO_TEST_CASE(stop_drains_then_refuses, *utf::timeout(20)) {
   corodist::worker_thread worker;
   std::atomic<int> ran{0};
-  for (int i = 0; i < 50; ++i)
-    worker.post([&] {
-      std::this_thread::sleep_for(100us);
-      ++ran;
+  // The first job holds the thread until stop() has begun (it refuses new
+  // posts), so that stop() meets the other 49 still queued.
+  std::promise<void> stopping;
+  worker.post([&, gate = stopping.get_future()] {
+    gate.wait_for(10s);
+    ++ran;
+  });
+  for (int i = 1; i < 50; ++i)
+    worker.post([&] { ++ran; });
+  std::thread opener([&] {
+    corodist::test::eventually([&] {
+      try {
+        worker.post([] {});
+        return false;
+      } catch (const corodist::usage_error&) {
+        return true;
+      }
     });
+    stopping.set_value();
+  });
   worker.stop();
+  opener.join();
   BOOST_TEST(ran.load() == 50);
   BOOST_CHECK_THROW(worker.post([] {}), corodist::usage_error);
   BOOST_CHECK_THROW(corodist::worker_thread(corodist::worker_thread_options{.threads = 0}), corodist::usage_error);

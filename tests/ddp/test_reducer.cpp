@@ -489,9 +489,9 @@ BOOST_AUTO_TEST_CASE(gradient_marked_twice, *utf::timeout(120)) {
 }
 
 // finalize() with a gradient never marked: that rank's error names it, and
-// the other rank fails promptly (the group is aborted), not at the deadline.
+// the other rank fails because the group is aborted (collective_error), not
+// at the deadline (collective_timeout_error).
 BOOST_AUTO_TEST_CASE(missing_gradient_is_named, *utf::timeout(120)) {
-  const auto t0 = std::chrono::steady_clock::now();
   require_all_zero(run_ranks(
       2, "missing",
       [](rank_env& env) {
@@ -513,24 +513,26 @@ BOOST_AUTO_TEST_CASE(missing_gradient_is_named, *utf::timeout(120)) {
           CHECK(env.rank == 1, "rank 0 got {}", e.what());
           CHECK(e.missing() == std::vector<std::size_t>{5}, "missing");
           CHECK(std::string(e.what()).find("parameter 5 ('p5')") != std::string::npos, "{}", e.what());
+        } catch (const cc::collective_timeout_error& e) {
+          CHECK(false, "rank {} waited for the deadline instead of failing at the abort: {}", env.rank, e.what());
         } catch (const cc::collective_error& e) {
           CHECK(env.rank == 0, "rank 1 got {}", e.what());
         }
         return 0;
       },
       30s));
-  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 20s));
 }
 
 // A rank that stops taking part: the others' finalize() fails with the
-// group's collective_timeout_error at the deadline. A rank killed with
-// SIGKILL: the others fail at once with collective_error.
+// group's collective_timeout_error at the reducer's deadline (not before it,
+// and the reducer's, not the group's). A rank killed with SIGKILL: the others
+// fail at once with collective_error.
 BOOST_AUTO_TEST_CASE(silent_rank_surfaces_the_group_timeout, *utf::timeout(120)) {
   pipe_pair release;
   auto body = [&](rank_env& env) {
     model<float> m(sizes);
     dd::reducer_options o;
-    o.timeout = 1s; // the deadline of each of the reducer's collectives
+    o.timeout = 1s; // the deadline of each collective of an iteration (the group's: 20 s)
     dd::reducer red(env.pg, m.parameters(), o);
     if (env.rank == 2) {
       release.close_write();
@@ -538,16 +540,19 @@ BOOST_AUTO_TEST_CASE(silent_rank_surfaces_the_group_timeout, *utf::timeout(120))
       (void)!::read(release.read_end(), &c, 1); // silent until the test ends
       return 0;
     }
+    // Before the first mark: every collective of the iteration is issued after it.
+    const auto t = std::chrono::steady_clock::now();
     red.prepare_for_backward();
     for (std::size_t k = sizes.size(); k-- > 0;)
       red.mark_grad_ready(k);
-    const auto t = std::chrono::steady_clock::now();
     try {
       red.finalize_sync();
     } catch (const cc::collective_timeout_error& e) {
       const auto waited = std::chrono::steady_clock::now() - t;
-      CHECK(waited >= 900ms && waited < 10s, "waited {} ms",
+      CHECK(waited >= o.timeout, "failed after {} ms, before the deadline",
             std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
+      CHECK(std::string(e.what()).find("timed out after 1000 ms") != std::string::npos,
+            "not the reducer's deadline: {}", e.what());
       std::fprintf(stderr, "rank %d as expected: %s\n", env.rank, e.what());
       return 0;
     } catch (const cc::collective_error& e) {
@@ -566,6 +571,29 @@ BOOST_AUTO_TEST_CASE(silent_rank_surfaces_the_group_timeout, *utf::timeout(120))
   BOOST_TEST(kids[2]->wait_for(30s) == 0);
 }
 
+// Ranks reach construction at their own pace: a rank that comes later than
+// the reducer's deadline does not fail the others' construction, whose
+// collectives wait up to the group's timeout (20 s here); rank 0's values
+// still reach it.
+BOOST_AUTO_TEST_CASE(late_rank_at_construction_is_awaited, *utf::timeout(120)) {
+  require_all_zero(run_ranks(2, "late", [](rank_env& env) {
+    model<float> m(sizes);
+    for (auto& v : m.values)
+      std::fill(v.begin(), v.end(), static_cast<float>(env.rank + 1));
+    dd::reducer_options o;
+    o.timeout = 200ms;
+    // The behaviour under test, not synchronisation: rank 1 arrives three
+    // deadlines late (a rank still loading its model).
+    if (env.rank == 1)
+      std::this_thread::sleep_for(3 * o.timeout);
+    dd::reducer red(env.pg, m.parameters(), o);
+    for (auto& v : m.values)
+      for (float x : v)
+        CHECK(x == 1.0f, "values not broadcast from rank 0: {}", x);
+    return 0;
+  }));
+}
+
 BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
   pipe_pair started;
   auto body = [&](rank_env& env) {
@@ -577,6 +605,10 @@ BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
         red.mark_grad_ready(k);
       try {
         red.finalize_sync();
+      } catch (const cc::collective_timeout_error& e) {
+        std::fprintf(stderr, "rank %d waited for the deadline instead of failing at the death: %s\n", env.rank,
+                     e.what());
+        return 6;
       } catch (const cc::collective_error& e) {
         std::fprintf(stderr, "rank %d as expected: %s\n", env.rank, e.what());
         return env.rank == 2 ? 5 : 0;
@@ -592,19 +624,18 @@ BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
   auto kids = start_ranks(host, 3, "killed", body, 30s);
   started.close_write();
   BOOST_REQUIRE(wait_readable(started.read_end(), 60s));
-  const auto t0 = std::chrono::steady_clock::now();
   ::kill(kids[2]->pid(), SIGKILL);
   BOOST_TEST(kids[2]->wait() == 128 + SIGKILL);
   for (int r = 0; r < 2; ++r)
     BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait_for(60s) == 0, "rank " << r);
-  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 10s));
 }
 
 // A reducer destroyed in the middle of an iteration (buckets in flight,
 // others never complete) returns promptly: the group is aborted, and the
-// buckets' collectives end before the bucket memory goes.
+// buckets' collectives end before the bucket memory goes. The group's
+// deadline is beyond the test's patience (run_ranks waits 90 s for a rank):
+// a destructor that waited for it instead would fail the test.
 BOOST_AUTO_TEST_CASE(destroyed_mid_iteration, *utf::timeout(120)) {
-  const auto t0 = std::chrono::steady_clock::now();
   require_all_zero(run_ranks(2, "destroy", [](rank_env& env) {
     model<float> m(sizes);
     {
@@ -618,8 +649,7 @@ BOOST_AUTO_TEST_CASE(destroyed_mid_iteration, *utf::timeout(120)) {
     }
     CHECK(env.pg->aborted(), "the group was not aborted");
     return 0;
-  }));
-  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 15s));
+  }, 10min));
 }
 
 // gradient_as_bucket_view both ways: the same gradients give the same

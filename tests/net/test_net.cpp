@@ -27,8 +27,11 @@
 #include <dirent.h>
 #include <poll.h>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <alloca.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <thread>
@@ -74,13 +77,19 @@ void serve(const std::shared_ptr<net::connection>& c) {
   });
 }
 
-// A server on its own event loop thread.
+// A server on its own event loop thread; `on_accept` (on that thread) sees
+// each connection before it is served.
 struct test_server {
-  explicit test_server(net::connection_options opts = {}) {
+  using accept_observer = std::function<void(const std::shared_ptr<net::connection>&)>;
+  explicit test_server(net::connection_options opts = {}, accept_observer on_accept = {}) {
     std::promise<tcp::endpoint> ready;
     asio::post(loop.get_executor(), [&] {
       auto [ec, l] = net::listener::listen(loop.get_executor(), {asio::ip::make_address("127.0.0.1"), 0}, opts,
-                                           [](std::shared_ptr<net::connection> c) { serve(c); });
+                                           [on_accept](std::shared_ptr<net::connection> c) {
+                                             if (on_accept)
+                                               on_accept(c);
+                                             serve(c);
+                                           });
       BOOST_REQUIRE(!ec);
       listener = l;
       listener->start();
@@ -172,15 +181,25 @@ BOOST_AUTO_TEST_CASE(request_response_sizes, *utf::timeout(60)) {
 }
 
 BOOST_AUTO_TEST_CASE(frames_split_across_reads, *utf::timeout(60)) {
-  test_server srv;
+  std::promise<int> accepted; // the server's end of the connection
+  test_server srv({}, [&](const std::shared_ptr<net::connection>& c) { accepted.set_value(c->native_handle()); });
   asio::io_context ctx;
   auto s = raw_client(ctx, srv.endpoint);
+  auto accepted_fd = accepted.get_future();
+  BOOST_REQUIRE(accepted_fd.wait_for(10s) == std::future_status::ready);
+  const int server_fd = accepted_fd.get();
+  // A piece has been taken by the server when the peer acknowledged all of it
+  // (nothing unacknowledged here) and the server's socket holds no unread byte.
+  auto taken = [&] {
+    int unacked = -1, unread = -1;
+    return ::ioctl(s.native_handle(), SIOCOUTQ, &unacked) == 0 && unacked == 0 &&
+           ::ioctl(server_fd, FIONREAD, &unread) == 0 && unread == 0;
+  };
   auto p = make_payload(1000, 3);
   auto f = frame_bytes(kind_echo, 42, p);
-  for (std::size_t i = 0; i < f.size(); i += 7) { // 7-byte pieces, each its own segment on the wire
+  for (std::size_t i = 0; i < f.size(); i += 7) { // 7-byte pieces, each a read of its own on the server
     asio::write(s, asio::buffer(f.data() + i, std::min<std::size_t>(7, f.size() - i)));
-    if (i < 64)
-      std::this_thread::sleep_for(1ms);
+    BOOST_REQUIRE(corodist::test::eventually(taken));
   }
   std::array<std::byte, net::header_size> hb;
   asio::read(s, asio::buffer(hb));
@@ -361,12 +380,15 @@ BOOST_AUTO_TEST_CASE(bad_peers_are_dropped_others_keep_working, *utf::timeout(12
 BOOST_AUTO_TEST_CASE(client_rejects_a_non_corodist_server, *utf::timeout(60)) {
   asio::io_context ctx;
   tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  bool client_hung_up = false;
   std::thread fake([&] {
     tcp::socket s(ctx);
     acc.accept(s);
     const char reply[] = "HTTP/1.1 400 Bad Request\r\n\r\n";
     asio::write(s, asio::buffer(reply, sizeof reply - 1));
-    std::this_thread::sleep_for(200ms);
+    // Open until the client, having read the reply, hangs up: it meets the
+    // reply, not a closed connection.
+    client_hung_up = closed_by_peer(s, 30s);
   });
   asio::io_context cctx;
   auto ec = run_coro(cctx, [&]() -> asio::awaitable<std::error_code> {
@@ -375,6 +397,7 @@ BOOST_AUTO_TEST_CASE(client_rejects_a_non_corodist_server, *utf::timeout(60)) {
   }());
   fake.join();
   BOOST_TEST((ec == net::errc::bad_magic));
+  BOOST_TEST(client_hung_up);
 }
 
 BOOST_AUTO_TEST_CASE(handshake_timeout_and_refused, *utf::timeout(60)) {
@@ -560,15 +583,17 @@ BOOST_AUTO_TEST_CASE(lone_frame_above_output_cap_is_sent, *utf::timeout(60)) {
 BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
   asio::io_context ctx;
   tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-  // The peer answers the hello and then never reads again.
-  std::thread peer([&] {
+  // The peer answers the hello and then never reads again, holding its end
+  // open until the client has given up on it.
+  std::promise<void> client_done;
+  std::thread peer([&, done = client_done.get_future()] {
     tcp::socket s(ctx);
     acc.accept(s);
     std::array<std::byte, net::hello_size> h;
     asio::read(s, asio::buffer(h));
     auto mine = net::encode(net::hello{});
     asio::write(s, asio::buffer(mine));
-    std::this_thread::sleep_for(3s);
+    done.wait_for(60s);
   });
   net::connection_options opts;
   opts.max_buffered_output = 8 << 20;
@@ -585,8 +610,9 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
     }
     co_return e;
   }());
+  client_done.set_value();
   peer.join();
-  BOOST_TEST((ec == net::errc::output_overflow || ec == net::errc::connection_closed));
+  BOOST_TEST((ec == net::errc::output_overflow)); // the peer never closed: only the cap can end this
 }
 
 // Asio 1.22 leaves the cancel SQE's user_data as the slot's previous owner's;

@@ -49,7 +49,8 @@ public:
   /// Blocks until construction's collectives are done, on a loop thread of
   /// the reducer's own. Throws `usage_error` for bad parameters or options,
   /// `parameter_mismatch_error` when the ranks' parameters differ, and the
-  /// group's errors. Must not be called on an event-loop thread.
+  /// group's errors (construction waits for the other ranks up to the group's
+  /// timeout, not `opts.timeout`). Must not be called on an event-loop thread.
   reducer(std::shared_ptr<collective::process_group> group, std::vector<parameter> params,
           reducer_options opts = {});
 

@@ -41,7 +41,10 @@ struct reducer_options {
   /// After the first synchronised iteration, rebuild the buckets once from the
   /// order in which rank 0 saw gradients become ready (all ranks switch together).
   bool rebuild_buckets = true;
-  /// Deadline of each of the reducer's collectives; zero: the group's timeout.
+  /// Deadline of each collective of an iteration (the buckets' allreduces, the
+  /// used-parameter bitmap, the buffers' broadcast, the rebuild's order);
+  /// zero: the group's timeout. Construction's collectives always wait up to
+  /// the group's timeout: ranks reach construction at their own pace.
   std::chrono::milliseconds timeout{0};
 };
 

@@ -1,0 +1,197 @@
+// The reducer's iteration on its loop: the gradients marked ready go into
+// their buckets in mark order, and each bucket's reduction is launched as soon
+// as it is complete, strictly in bucket order; then the copies back.
+#include "ddp/reducer_state.hpp"
+
+#include <corodist/collective/errors.hpp>
+
+#include "ddp/grad_ops.hpp"
+
+#include <asio/co_spawn.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+namespace corodist::ddp {
+
+namespace cc = corodist::collective;
+using detail::declared_unused;
+
+namespace {
+
+asio::awaitable<void> await_work(cc::work w) { co_await std::move(w); }
+
+} // namespace
+
+void reducer::impl::note_error(std::exception_ptr e) {
+  if (e && !first_error)
+    first_error = e;
+}
+
+void reducer::impl::finished(clock_type::time_point began, std::exception_ptr e) {
+  comm.push_back({began, clock_type::now()});
+  note_error(e);
+  --in_flight;
+  signalled = true;
+  wake->notify();
+}
+
+template <typename Then>
+void reducer::impl::track(asio::awaitable<void> a, Then then) {
+  ++in_flight;
+  const auto began = clock_type::now();
+  asio::co_spawn(ex, std::move(a), [this, began, then = std::move(then)](std::exception_ptr e) mutable {
+    then(e);
+    finished(began, e);
+  });
+}
+
+asio::awaitable<void> reducer::impl::run_hook(std::size_t b) {
+  grad_bucket gb(b, layout.buckets.size(), bucket_view(b), layout.buckets[b].parameters, *pg, call);
+  co_await hook(gb);
+}
+
+void reducer::impl::process_ready(std::size_t i, bool used) {
+  const auto& p = params[i];
+  void* dst = slot(i);
+  const int divisor = !hook && detail::divide_before_sum(p.type) ? world : 1;
+  if (!used) {
+    std::memset(dst, 0, p.bytes());
+  } else if (opts.gradient_as_bucket_view) {
+    detail::copy_divided(dst, dst, p.count, p.type, divisor);
+    ready_order.push_back(i);
+  } else {
+    if (divisor == 1)
+      detail::copy_gradient(dst, p.grad, p.bytes());
+    else
+      detail::copy_divided(dst, p.grad, p.count, p.type, divisor);
+    copied += p.bytes();
+    ready_order.push_back(i);
+  }
+  const auto b = bucket_of[i];
+  if (--pending[b] == 0)
+    ready_at[b] = clock_type::now();
+}
+
+void reducer::impl::launch(std::size_t b) {
+  launched_at[b] = clock_type::now();
+  auto on_done = [this, b](std::exception_ptr e) {
+    reduced_at[b] = clock_type::now();
+    ++completed;
+    if (!e && !opts.find_unused_parameters && !opts.gradient_as_bucket_view)
+      copy_back(b);
+  };
+  if (hook) {
+    track(run_hook(b), on_done);
+    return;
+  }
+  try {
+    const auto op = detail::divide_before_sum(layout.buckets[b].type) ? cc::reduce_op::sum : cc::reduce_op::avg;
+    track(await_work(pg->allreduce(bucket_view(b), op, call)), on_done);
+  } catch (...) {
+    note_error(std::current_exception());
+    reduced_at[b] = clock_type::now();
+    ++completed;
+  }
+}
+
+void reducer::impl::copy_back(std::size_t b) {
+  const auto& k = layout.buckets[b];
+  for (auto i : k.parameters) {
+    if (opts.find_unused_parameters && std::binary_search(globally_unused.begin(), globally_unused.end(), i))
+      continue;
+    detail::copy_gradient(params[i].grad, slot(i), params[i].bytes());
+    copied += params[i].bytes();
+  }
+}
+
+asio::awaitable<void> reducer::impl::run_iteration() {
+  const std::size_t nb = layout.buckets.size();
+  read_pos = 0;
+  next_launch = 0;
+  completed = 0;
+  in_flight = 0;
+  first_error = nullptr;
+  copied = 0;
+  rebuilt_now = false;
+  comm.clear();
+  ready_order.clear();
+  globally_unused.clear();
+  ready_at.assign(nb, {});
+  launched_at.assign(nb, {});
+  reduced_at.assign(nb, {});
+  for (std::size_t b = 0; b < nb; ++b)
+    pending[b] = layout.buckets[b].parameters.size();
+
+  if (opts.broadcast_buffers && !opts.buffers.empty()) {
+    try {
+      track(await_work(pg->broadcast_coalesced(opts.buffers, 0, call)), [](std::exception_ptr) {});
+    } catch (...) {
+      note_error(std::current_exception());
+    }
+  }
+  // Parameters declared unused are ready at once (a zero share).
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool unused = marks[i].load(std::memory_order_acquire) == declared_unused;
+    used_map[i] = unused ? 0 : 1;
+    if (unused)
+      process_ready(i, false);
+  }
+  bool bitmap_issued = false;
+  const std::size_t expected = declared_used_count;
+  std::size_t seen = 0;
+  for (;;) {
+    signalled = false;
+    // Each bucket is launched as soon as it is complete (before the next marks are processed).
+    const auto launch_ready = [&] {
+      while (next_launch < nb && pending[next_launch] == 0)
+        launch(next_launch++);
+    };
+    while (mark_available()) {
+      const std::size_t i = slots[read_pos++].load(std::memory_order_acquire) - 1;
+      process_ready(i, true);
+      ++seen;
+      if (!abandon.load(std::memory_order_relaxed))
+        launch_ready();
+    }
+    const bool stop = abandon.load(std::memory_order_seq_cst);
+    if (!stop) {
+      launch_ready();
+      if (next_launch == nb && opts.find_unused_parameters && !bitmap_issued) {
+        bitmap_issued = true;
+        // Every rank learns which parameters some rank used (DDP's local_used_map allreduce).
+        try {
+          track(await_work(pg->allreduce(cc::tensor_view(used_map.data(), n, cc::dtype::int32), cc::reduce_op::max,
+                                         call)),
+                [this](std::exception_ptr e) {
+                  if (e)
+                    return;
+                  for (std::size_t i = 0; i < n; ++i)
+                    if (used_map[i] == 0)
+                      globally_unused.push_back(i);
+                });
+        } catch (...) {
+          note_error(std::current_exception());
+        }
+      }
+    }
+    const bool all_launched = stop || (next_launch == nb && (!opts.find_unused_parameters || bitmap_issued));
+    if (all_launched && in_flight == 0 && (stop || seen == expected))
+      break;
+    // Sleep until a mark, a completion, or (once) the abandonment; never
+    // spin: completions run on this very loop.
+    co_await wake->wait(
+        [this, stop] { return signalled || mark_available() || (!stop && abandon.load(std::memory_order_seq_cst)); });
+  }
+  if (abandon.load())
+    co_return;
+  if (opts.find_unused_parameters && !opts.gradient_as_bucket_view && !first_error)
+    for (std::size_t b = 0; b < nb; ++b)
+      copy_back(b);
+  if (first_error)
+    std::rethrow_exception(first_error);
+  if (opts.rebuild_buckets && !rebuilt && synced_iterations == 1)
+    co_await rebuild();
+}
+
+} // namespace corodist::ddp

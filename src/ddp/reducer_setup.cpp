@@ -1,0 +1,177 @@
+// Setting a reducer up: the checks of its parameters (locally, then that
+// every rank registered the same), rank 0's initial values and buffers, the
+// bucket layout, and the one rebuild of the layout from rank 0's observed order.
+#include "ddp/reducer_state.hpp"
+
+#include <corodist/core/error.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace corodist::ddp {
+
+namespace cc = corodist::collective;
+using detail::param_name;
+using detail::unmarked;
+
+namespace {
+
+std::string describe(std::int64_t count, std::int64_t type, std::int64_t dev) {
+  const auto t = static_cast<cc::dtype>(type);
+  const cc::device d{dev >= 1000 ? cc::device::kind_type::cuda : cc::device::kind_type::cpu,
+                     static_cast<int>(dev % 1000)};
+  return fmt::format("{} x {} on {}", cc::to_string(t), count, d.to_string());
+}
+
+} // namespace
+
+reducer::impl::impl(asio::any_io_executor e, std::unique_ptr<event_loop> loop, std::shared_ptr<cc::process_group> g,
+                    std::vector<parameter> ps, reducer_options o)
+    : own_loop(std::move(loop)), ex(std::move(e)), pg(std::move(g)), params(std::move(ps)), opts(std::move(o)) {
+  if (!pg)
+    throw usage_error("ddp::reducer: no process group");
+  world = pg->size();
+  n = params.size();
+  call.timeout = opts.timeout;
+  validate_locally();
+  marks = std::make_unique<std::atomic<std::uint8_t>[]>(n);
+  slots = std::make_unique<std::atomic<std::uint32_t>[]>(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    marks[i].store(unmarked, std::memory_order_relaxed);
+    slots[i].store(0, std::memory_order_relaxed);
+  }
+  ready_order.reserve(n);
+  used_map.assign(n, 0);
+  wake.emplace(ex);
+}
+
+void reducer::impl::validate_locally() const {
+  if (n == 0)
+    throw usage_error("ddp::reducer: no parameters registered");
+  if (n >= std::numeric_limits<std::uint32_t>::max())
+    throw usage_error("ddp::reducer: too many parameters");
+  if (opts.bucket_cap_bytes == 0 || opts.first_bucket_bytes == 0)
+    throw usage_error("ddp::reducer: bucket_cap_bytes and first_bucket_bytes must be positive");
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& p = params[i];
+    if (p.count == 0)
+      throw usage_error("ddp::reducer: " + param_name(p, i) +
+                        " has no elements (or a gradient of another size than its values)");
+    if (p.values == nullptr)
+      throw usage_error("ddp::reducer: " + param_name(p, i) + " has no values (null pointer)");
+    if (!opts.gradient_as_bucket_view && p.grad == nullptr)
+      throw usage_error("ddp::reducer: " + param_name(p, i) +
+                        " has no gradient (null pointer; only gradient_as_bucket_view keeps gradients in buckets)");
+    if (!cc::is_floating(p.type))
+      throw usage_error("ddp::reducer: " + param_name(p, i) + " has dtype " + std::string(cc::to_string(p.type)) +
+                        ": gradients must be floating (float32, float64, float16, bfloat16)");
+    if (p.where != cc::device::cpu())
+      throw usage_error("ddp::reducer: " + param_name(p, i) + " lives on " + p.where.to_string() +
+                        ": this reducer handles host memory only");
+  }
+  for (const auto& b : opts.buffers)
+    if (b.data() == nullptr && b.count() > 0)
+      throw usage_error("ddp::reducer: a registered buffer has a null pointer");
+}
+
+asio::awaitable<void> reducer::impl::setup() {
+  co_await verify_across_ranks();
+  // Initial state from rank 0, coalesced (comm.h's broadcast_coalesced of the state dict).
+  std::vector<cc::tensor_view> state;
+  for (const auto& p : params)
+    state.emplace_back(p.values, p.count, p.type, p.where);
+  for (const auto& b : opts.buffers)
+    if (b.count() > 0)
+      state.push_back(b);
+  co_await pg->broadcast_coalesced(std::move(state), 0, setup_call);
+  apply_layout(bucket_layout::compute(params, {}, opts.first_bucket_bytes, opts.bucket_cap_bytes), false);
+}
+
+asio::awaitable<void> reducer::impl::verify_across_ranks() {
+  std::int64_t count = static_cast<std::int64_t>(n);
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
+  co_await pg->allgather(cc::tensor_view(&count, 1, cc::dtype::int64),
+                         cc::tensor_view(counts.data(), counts.size(), cc::dtype::int64), setup_call);
+  for (int r = 1; r < world; ++r)
+    if (counts[static_cast<std::size_t>(r)] != counts[0]) {
+      std::string ranks;
+      for (int q = 1; q < world; ++q)
+        if (counts[static_cast<std::size_t>(q)] != counts[0])
+          ranks += fmt::format(", rank {} has {}", q, counts[static_cast<std::size_t>(q)]);
+      throw parameter_mismatch_error(
+          fmt::format("ddp::reducer: the ranks registered different numbers of parameters: rank 0 has {}{}",
+                      counts[0], ranks),
+          static_cast<std::size_t>(std::min(counts[0], count)));
+    }
+  std::vector<std::int64_t> mine(3 * n), all(3 * n * static_cast<std::size_t>(world));
+  for (std::size_t i = 0; i < n; ++i) {
+    mine[3 * i] = static_cast<std::int64_t>(params[i].count);
+    mine[3 * i + 1] = static_cast<std::int64_t>(params[i].type);
+    mine[3 * i + 2] = (params[i].where.kind == cc::device::kind_type::cuda ? 1000 : 0) + params[i].where.index;
+  }
+  co_await pg->allgather(cc::tensor_view(mine.data(), mine.size(), cc::dtype::int64),
+                         cc::tensor_view(all.data(), all.size(), cc::dtype::int64), setup_call);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto at = [&](int r, std::size_t k) { return all[static_cast<std::size_t>(r) * 3 * n + 3 * i + k]; };
+    std::string differ;
+    for (int r = 1; r < world; ++r)
+      if (at(r, 0) != at(0, 0) || at(r, 1) != at(0, 1) || at(r, 2) != at(0, 2))
+        differ += fmt::format(", rank {} has {}", r, describe(at(r, 0), at(r, 1), at(r, 2)));
+    if (!differ.empty())
+      throw parameter_mismatch_error(fmt::format("ddp::reducer: {} differs between ranks: rank 0 has {}{}",
+                                                 param_name(params[i], i), describe(at(0, 0), at(0, 1), at(0, 2)),
+                                                 differ),
+                                     i);
+  }
+}
+
+void reducer::impl::apply_layout(bucket_layout l, bool keep_gradients) {
+  std::vector<std::vector<std::uint64_t>> mem(l.buckets.size());
+  for (std::size_t b = 0; b < l.buckets.size(); ++b)
+    mem[b].assign((l.buckets[b].bytes() + 7) / 8, 0);
+  std::vector<std::size_t> bof = l.bucket_of(n), off(n, 0);
+  for (const auto& b : l.buckets)
+    for (std::size_t k = 0; k < b.parameters.size(); ++k)
+      off[b.parameters[k]] = b.offsets[k];
+  if (keep_gradients && !storage.empty())
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto es = cc::element_size(params[i].type);
+      std::memcpy(reinterpret_cast<std::byte*>(mem[bof[i]].data()) + off[i] * es, slot(i), params[i].count * es);
+    }
+  layout = std::move(l);
+  storage = std::move(mem);
+  bucket_of = std::move(bof);
+  offset_of = std::move(off);
+  pending.assign(layout.buckets.size(), 0);
+}
+
+asio::awaitable<void> reducer::impl::rebuild() {
+  std::vector<std::int64_t> order;
+  order.reserve(n);
+  std::vector<char> seen(n, 0);
+  for (auto i : ready_order) {
+    order.push_back(static_cast<std::int64_t>(i));
+    seen[i] = 1;
+  }
+  for (std::size_t i = n; i-- > 0;)
+    if (!seen[i])
+      order.push_back(static_cast<std::int64_t>(i));
+  const auto began = clock_type::now();
+  co_await pg->broadcast(cc::tensor_view(order.data(), n, cc::dtype::int64), 0, call);
+  comm.push_back({began, clock_type::now()});
+  std::vector<std::size_t> o(n);
+  for (std::size_t k = 0; k < n; ++k) {
+    const auto v = order[k];
+    if (v < 0 || static_cast<std::size_t>(v) >= n)
+      throw error("ddp::reducer: rank 0 sent a bad bucket order");
+    o[k] = static_cast<std::size_t>(v);
+  }
+  apply_layout(bucket_layout::compute(params, o, opts.first_bucket_bytes, opts.bucket_cap_bytes),
+               opts.gradient_as_bucket_view);
+  rebuilt = true;
+  rebuilt_now = true;
+}
+
+} // namespace corodist::ddp

@@ -1,0 +1,183 @@
+// The hello exchange that opens a connection, on either side
+// (connection::connect, connection::accept), with the optional token
+// authentication, within the handshake deadline.
+#include <corodist/net/connection.hpp>
+
+#include "core/deadline.hpp"
+#include "core/log.hpp"
+#include "net/auth.hpp"
+#include "net/endpoint_text.hpp"
+
+#include <asio/read.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/write.hpp>
+
+#include <array>
+#include <cstring>
+
+namespace corodist::net {
+
+namespace {
+
+/// The local end of `s` as text, for the debug lines of connects and accepts.
+std::string local_text(const asio::ip::tcp::socket& s) {
+  std::error_code ec;
+  auto ep = s.local_endpoint(ec);
+  return ec ? std::string("?") : detail::endpoint_text(ep);
+}
+
+using corodist::detail::use_tuple;
+
+// Largest hello extension accepted (reserved for authentication).
+constexpr std::uint32_t max_hello_extension = 64 * 1024;
+
+// Reads the peer's hello and validates it; `extension` receives its extension block.
+asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out, bytes& extension) {
+  std::array<std::byte, hello_size> buf;
+  auto [ec, n] = co_await asio::async_read(s, asio::buffer(buf), use_tuple);
+  if (ec)
+    co_return ec == asio::error::eof ? std::error_code(errc::bad_hello) : ec;
+  out = decode_hello(buf.data());
+  if (out.magic != protocol_magic)
+    co_return errc::bad_magic;
+  if (out.extension_len > max_hello_extension)
+    co_return errc::bad_hello;
+  extension.resize(out.extension_len);
+  if (out.extension_len) {
+    auto [ec2, n2] = co_await asio::async_read(s, asio::buffer(extension), use_tuple);
+    if (ec2)
+      co_return ec2;
+  }
+  co_return std::error_code{};
+}
+
+asio::awaitable<std::error_code> write_all(asio::ip::tcp::socket& s, asio::const_buffer b) {
+  auto [ec, n] = co_await asio::async_write(s, b, use_tuple);
+  co_return ec;
+}
+
+// The client side of the hello. With a token it sends a nonce, requires the
+// server to prove the token over both nonces before proving it in turn, and
+// refuses a server that does not authenticate (auth_not_offered).
+asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
+                                                  const std::string& token) {
+  auto [ec] = co_await s.async_connect(ep, use_tuple);
+  if (ec)
+    co_return ec;
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
+  hello mine;
+  bytes client_nonce;
+  if (!token.empty()) {
+    mine.flags |= hello_flags::auth;
+    client_nonce = auth_nonce();
+    mine.extension_len = static_cast<std::uint32_t>(client_nonce.size());
+  }
+  auto hb = encode(mine);
+  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(client_nonce)};
+  if (auto [wec, wn] = co_await asio::async_write(s, out, use_tuple); wec)
+    co_return wec;
+  hello h;
+  bytes ext;
+  if (auto rec = co_await read_hello(s, h, ext))
+    co_return rec;
+  if (h.version != protocol_version)
+    co_return errc::unsupported_version;
+  const bool server_authenticates = (h.flags & hello_flags::auth) != 0;
+  if (token.empty())
+    co_return server_authenticates ? std::error_code(errc::auth_required) : std::error_code{};
+  if (!server_authenticates)
+    co_return errc::auth_not_offered;
+  if (ext.size() != auth_nonce_size + auth_proof_size)
+    co_return errc::bad_hello;
+  const bytes server_nonce(ext.begin(), ext.begin() + auth_nonce_size);
+  auth_proof server_proof;
+  std::memcpy(server_proof.data(), ext.data() + auth_nonce_size, auth_proof_size);
+  if (!check_auth_proof(token, auth_role::server, client_nonce, server_nonce, server_proof))
+    co_return errc::auth_failed; // the server does not hold our token
+  const auto proof = make_auth_proof(token, auth_role::client, client_nonce, server_nonce);
+  if (auto wec = co_await write_all(s, asio::buffer(proof)))
+    co_return wec;
+  std::array<std::byte, 1> verdict{};
+  auto [vec, vn] = co_await asio::async_read(s, asio::buffer(verdict), use_tuple);
+  if (vec || verdict[0] != std::byte{1})
+    co_return errc::auth_failed;
+  co_return std::error_code{};
+}
+
+// The server side: with a token, answers the client's nonce with its own and
+// its proof, then checks the client's proof.
+asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, const std::string& token) {
+  hello h;
+  bytes client_nonce;
+  if (auto ec = co_await read_hello(s, h, client_nonce))
+    co_return ec;
+  // Answer even on a version mismatch so the client can report which we speak.
+  hello mine;
+  bytes ext;
+  const bool client_proves = (h.flags & hello_flags::auth) && client_nonce.size() == auth_nonce_size;
+  if (!token.empty() && h.version == protocol_version) {
+    mine.flags |= hello_flags::auth;
+    ext = auth_nonce();
+    if (client_proves) {
+      const auto proof = make_auth_proof(token, auth_role::server, client_nonce, ext);
+      ext.insert(ext.end(), proof.begin(), proof.end());
+    }
+    mine.extension_len = static_cast<std::uint32_t>(ext.size());
+  }
+  auto hb = encode(mine);
+  std::array<asio::const_buffer, 2> out{asio::buffer(hb), asio::buffer(ext)};
+  auto [wec, wn] = co_await asio::async_write(s, out, use_tuple);
+  if (wec)
+    co_return wec;
+  if (h.version != protocol_version)
+    co_return errc::unsupported_version;
+  if (token.empty())
+    co_return std::error_code{};
+  if (!client_proves)
+    co_return errc::auth_failed; // a client without a token (it reports auth_required itself)
+  const bytes server_nonce(ext.begin(), ext.begin() + auth_nonce_size);
+  auth_proof proof;
+  auto [rec, rn] = co_await asio::async_read(s, asio::buffer(proof), use_tuple);
+  if (rec || !check_auth_proof(token, auth_role::client, client_nonce, server_nonce, proof))
+    co_return errc::auth_failed;
+  std::array<std::byte, 1> ok{std::byte{1}};
+  co_return co_await write_all(s, asio::buffer(ok));
+}
+
+// Runs `op` (a hello exchange), giving up with hello_timeout after `timeout` (the op is cancelled).
+asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::error_code> op,
+                                               std::chrono::milliseconds timeout) {
+  auto r = co_await corodist::detail::within(std::move(op), timeout);
+  co_return r ? *r : make_error_code(errc::hello_timeout);
+}
+
+} // namespace
+
+asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
+connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts) {
+  asio::ip::tcp::socket s(ex);
+  auto ec = co_await within_handshake_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
+  if (ec) {
+    std::error_code ignored;
+    s.close(ignored);
+    co_return std::pair{ec, std::shared_ptr<connection>{}};
+  }
+  CORODIST_LOG_DEBUG("net: connected to {} (from {})", detail::endpoint_text(ep), local_text(s));
+  co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};
+}
+
+asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
+connection::accept(asio::ip::tcp::socket s, connection_options opts) {
+  std::error_code ec;
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
+  ec = co_await within_handshake_deadline(server_handshake(s, opts.auth_token), opts.handshake_timeout);
+  if (ec) {
+    std::error_code ignored;
+    s.close(ignored);
+    co_return std::pair{ec, std::shared_ptr<connection>{}};
+  }
+  CORODIST_LOG_DEBUG("net: accepted a connection from {} (on {})", detail::peer_text(s), local_text(s));
+  co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};
+}
+
+} // namespace corodist::net

@@ -1,0 +1,143 @@
+// The input side of a connection: the read loop, which parses frames out of
+// what arrives and hands each to dispatch(), keeping only an incomplete
+// frame's bytes.
+#include <corodist/net/connection.hpp>
+
+#include "core/deadline.hpp"
+#include "core/log.hpp"
+#include "net/endpoint_text.hpp"
+
+#include <asio/co_spawn.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <cstring>
+#include <sys/socket.h>
+
+namespace corodist::net {
+
+namespace {
+
+using corodist::detail::use_tuple;
+// Size of the per-thread read buffer; a frame that does not fit is read straight
+// into its own buffer.
+constexpr std::size_t read_buffer_size = 64 * 1024;
+
+} // namespace
+
+std::size_t connection::parse(const std::byte* data, std::size_t n) {
+  std::size_t used = 0;
+  while (open_ && n - used >= header_size) {
+    auto h = decode_header(data + used);
+    if (h.payload_len > opts_.max_frame_size) {
+      CORODIST_LOG_WARN("closing connection from {}: frame of {} bytes exceeds max_frame_size {}",
+                        detail::peer_text(socket_), h.payload_len, opts_.max_frame_size);
+      close(errc::frame_too_large);
+      return used;
+    }
+    if (n - used - header_size < h.payload_len)
+      break; // incomplete
+    const auto* p = data + used + header_size;
+    used += header_size + h.payload_len;
+    dispatch(message{h, bytes(p, p + h.payload_len)});
+  }
+  return used;
+}
+
+void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
+  if (!open_)
+    return;
+  if (ec == errc::frame_stalled) {
+    CORODIST_LOG_INFO("closing connection from {}: no byte of an incomplete frame for {} ms ({} bytes of it received)",
+                      detail::peer_text(socket_), opts_.frame_timeout.count(), frame_bytes);
+    close(errc::frame_stalled);
+    return;
+  }
+  if (frame_bytes > 0) {
+    CORODIST_LOG_WARN("connection from {} closed in the middle of a frame ({} bytes buffered): {}",
+                      detail::peer_text(socket_), frame_bytes, ec.message());
+    close(errc::truncated_frame);
+    return;
+  }
+  if (ec != asio::error::eof)
+    CORODIST_LOG_DEBUG("connection from {} lost: {}", detail::peer_text(socket_), ec.message());
+  close(errc::connection_closed);
+}
+
+// Idle connections hold only a 512-byte read buffer (head_): a read into it
+// stays posted; what follows is drained into a per-thread scratch buffer, and
+// frames are parsed straight from there.
+// Only the bytes of an incomplete frame are kept, in carry_; a frame too large
+// for the scratch buffer is read directly into its own payload buffer.
+asio::awaitable<void> connection::read_loop() {
+  auto self = shared_from_this();
+  thread_local bytes scratch(read_buffer_size);
+  // The fd stays in blocking mode: with it, Asio's io_uring backend hands whole
+  // recvmsg/sendmsg operations to the kernel; a readiness wait + non-blocking
+  // recv instead was measured 2x slower for 1 MiB frames. The drain uses MSG_DONTWAIT.
+  try {
+    while (open_) {
+      if (carry_.empty()) {
+        // Keep a read posted so the kernel completes it the moment data arrives:
+        // into the 512-byte head_ while traffic is light, into a 64 KiB buffer of
+        // the connection's own while reads keep filling the small one.
+        const bool big = !big_.empty();
+        auto [rec, got] = co_await socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), use_tuple);
+        if (rec) {
+          on_read_error(rec, 0);
+          co_return;
+        }
+        if (!open_)
+          co_return; // closed meanwhile (a loop draining at its destruction): touch no buffer
+        std::byte* data = big_.data();
+        std::size_t n = got;
+        if (!big) {
+          data = scratch.data();
+          std::memcpy(data, head_.data(), got);
+          if (got == head_.size()) { // more is probably waiting: drain it without waiting
+            const ssize_t more = ::recv(socket_.native_handle(), data + n, scratch.size() - n, MSG_DONTWAIT);
+            if (more > 0)
+              n += static_cast<std::size_t>(more); // errors and EOF surface on the next read
+            big_.resize(read_buffer_size);
+          }
+        } else if (got <= head_.size()) {
+          scratch_hold_.swap(big_); // light traffic again: release the big buffer once parsed
+        }
+        std::size_t used = parse(data, n);
+        if (open_ && used < n)
+          carry_.assign(data + used, data + n);
+        scratch_hold_ = bytes();
+        continue;
+      }
+      // An incomplete frame is buffered: complete it.
+      std::size_t want = read_buffer_size;
+      if (carry_.size() >= header_size) {
+        auto h = decode_header(carry_.data());
+        if (header_size + h.payload_len > read_buffer_size) {
+          co_await read_large_frame(h);
+          continue;
+        }
+        want = header_size + h.payload_len; // no more than this frame needs
+      }
+      const std::size_t have = carry_.size();
+      carry_.resize(want);
+      auto [rec, n] = co_await read_frame_bytes(asio::buffer(carry_.data() + have, want - have), false);
+      carry_.resize(have + (rec ? 0 : n));
+      if (rec) {
+        on_read_error(rec, carry_.size());
+        co_return;
+      }
+      std::size_t used = parse(carry_.data(), carry_.size());
+      if (!open_)
+        co_return;
+      if (used == carry_.size())
+        carry_ = bytes(); // release: idle connections keep no buffer
+      else if (used > 0)
+        carry_.erase(carry_.begin(), carry_.begin() + static_cast<std::ptrdiff_t>(used));
+    }
+  } catch (const std::exception& e) {
+    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", detail::peer_text(socket_), e.what());
+    close(errc::connection_closed);
+  }
+}
+
+} // namespace corodist::net

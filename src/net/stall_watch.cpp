@@ -1,0 +1,88 @@
+// The stall watch: the bytes of an incomplete frame are read under a
+// watchdog that closes the connection (frame_stalled) when none arrives for
+// frame_timeout.
+#include <corodist/net/connection.hpp>
+
+#include "core/deadline.hpp"
+
+#include <asio/read.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include <limits>
+#include <tuple>
+
+namespace corodist::net {
+
+namespace {
+
+using corodist::detail::use_tuple;
+using clock = std::chrono::steady_clock;
+
+// Completion condition "everything" (uncapped, as writer.cpp's transfer_all_uncapped) that
+// also records the time of each step of progress for the stall watchdog.
+struct transfer_all_noting_progress {
+  std::chrono::steady_clock::time_point* progress_at;
+  std::size_t seen = 0;
+  std::size_t operator()(const std::error_code& ec, std::size_t n) noexcept {
+    if (n != seen) {
+      seen = n;
+      *progress_at = clock::now();
+    }
+    return ec ? 0 : std::numeric_limits<std::uint32_t>::max();
+  }
+};
+
+} // namespace
+
+// While an incomplete frame is being read, a watchdog looks once per
+// frame_timeout whether any byte arrived since the last progress; if none did it
+// cancels the read, which then ends with frame_stalled. One timer wait per
+// frame_timeout, not one per read.
+void connection::arm_stall_watch() {
+  if (opts_.frame_timeout.count() <= 0 || stall_watch_armed_)
+    return;
+  stall_watch_armed_ = true;
+  if (!stall_timer_)
+    stall_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
+  stall_timer_->expires_at(progress_at_ + opts_.frame_timeout);
+  stall_timer_->async_wait([w = weak_from_this()](std::error_code ec) {
+    if (ec)
+      return;
+    if (auto self = w.lock())
+      self->on_stall_watch();
+  });
+}
+
+void connection::on_stall_watch() {
+  stall_watch_armed_ = false;
+  if (!in_frame_ || !open_)
+    return;
+  if (clock::now() - progress_at_ >= opts_.frame_timeout) {
+    stalled_ = true;
+    std::error_code ignored;
+    socket_.cancel(ignored);
+    return;
+  }
+  arm_stall_watch(); // from the last progress
+}
+
+asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_bytes(asio::mutable_buffer b,
+                                                                                     bool all) {
+  in_frame_ = true;
+  progress_at_ = clock::now();
+  arm_stall_watch();
+  std::error_code ec;
+  std::size_t n = 0;
+  if (all) {
+    std::tie(ec, n) = co_await asio::async_read(socket_, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
+  } else {
+    std::tie(ec, n) = co_await socket_.async_read_some(b, use_tuple);
+    progress_at_ = clock::now();
+  }
+  in_frame_ = false;
+  if (stalled_)
+    ec = errc::frame_stalled;
+  co_return std::pair{ec, n};
+}
+
+} // namespace corodist::net
