@@ -16,6 +16,7 @@
 #include <future>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <poll.h>
 #include <sys/socket.h>
 
@@ -36,6 +37,21 @@ auto on_loop(event_loop& loop, F f) {
   });
   BOOST_REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   return fut.get();
+}
+
+/// Polls `pred` (every millisecond) until it holds or `limit` passes; returns
+/// whether it held. Only for state that no event of the program announces:
+/// the kernel's (a socket's queues, a thread's /proc state); everything the
+/// program does itself is waited on through an event.
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() >= deadline)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 /// Writes all of `bytes` to the blocking socket `s`, going on after EINTR: the
