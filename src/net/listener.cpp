@@ -100,19 +100,20 @@ asio::awaitable<void> listener::accept_loop() {
       backoff = first_accept_backoff;
     }
     if (admit(socket))
-      asio::co_spawn(acceptor_.get_executor(), greet(std::move(socket)), asio::detached);
+      asio::co_spawn(acceptor_.get_executor(), greet(std::move(socket), false), asio::detached);
   }
 }
 
 // A connection counts against the limit from its accept until the hello is
-// done (then its owner counts it).
-asio::awaitable<void> listener::greet(asio::ip::tcp::socket socket) {
+// done (then its owner counts it). `late_hello`: its first byte, the native
+// hello's, came after a foreign protocol took it as silent.
+asio::awaitable<void> listener::greet(asio::ip::tcp::socket socket, bool late_hello) {
   ++handshaking_;
   struct uncount {
     std::shared_ptr<listener> self;
     ~uncount() { --self->handshaking_; }
   } guard{shared_from_this()};
-  if (foreign_)
+  if (foreign_ && !late_hello)
     co_await sniff(std::move(socket));
   else
     co_await handshake(std::move(socket), clock::now() + opts_.handshake_timeout);
@@ -168,6 +169,10 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
   }
   CORODIST_LOG_WARN("rejected connection from {}: protocol not served here (first byte 0x{:02x})", endpoint_text(peer),
                     first[0]);
+}
+
+void listener::accept_late_hello(asio::ip::tcp::socket socket) {
+  asio::co_spawn(acceptor_.get_executor(), greet(std::move(socket), true), asio::detached);
 }
 
 asio::awaitable<void> listener::handshake(asio::ip::tcp::socket socket, clock::time_point deadline) {

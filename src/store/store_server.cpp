@@ -126,7 +126,14 @@ void store_server::impl::accept_torch(asio::ip::tcp::socket socket, bool silent)
                                                      });
   torch_sessions[sid] = s;
   changed();
-  s->start();
+  if (!silent)
+    return s->start();
+  // A native client merely slow to say hello (one of many connecting at once)
+  // looks silent too: its hello goes back to the listener.
+  s->start([w = weak_from_this()](asio::ip::tcp::socket late) {
+    if (auto self = w.lock(); self && !self->stopped && self->listener)
+      self->listener->accept_late_hello(std::move(late));
+  });
 }
 
 void store_server::impl::close_all() {

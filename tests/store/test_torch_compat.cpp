@@ -6,6 +6,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/net/frame.hpp>
 #include <corodist/store/connect_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
@@ -485,6 +486,25 @@ BOOST_AUTO_TEST_CASE(pytorch_protocol_can_be_switched_off, *utf::timeout(60)) {
     BOOST_TEST(::poll(&p, 1, 0) == 0); // nothing to read: not closed
     BOOST_TEST(on_loop(loop, [&] { return srv->connection_count(); }) == 1u);
   }
+}
+
+// A native client whose hello comes after the handshake timeout (one of a
+// thousand connecting at once, say) was taken for a silent PyTorch client and
+// closed when its 'C' arrived (an unknown query code 67). Its hello is answered.
+BOOST_AUTO_TEST_CASE(a_late_native_hello_is_answered, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  asio::io_context ctx;
+  auto srv = start_server(loop, true);
+  auto late = raw_socket(ctx, srv->local_endpoint().port());
+  BOOST_REQUIRE(corodist::test::server_reaches(loop, *srv, [&] { return srv->connection_count() == 1u; })); // silent now
+  const auto hello = corodist::net::encode(corodist::net::hello{});
+  send_all(late, std::string_view(reinterpret_cast<const char*>(hello.data()), hello.size()));
+  std::array<std::byte, corodist::net::hello_size> answer{};
+  std::error_code ec;
+  asio::read(late, asio::buffer(answer), ec);
+  BOOST_TEST_REQUIRE(!ec, "the server closed instead of answering: " << ec.message());
+  BOOST_TEST(corodist::net::decode_hello(answer.data()).magic == corodist::net::protocol_magic);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

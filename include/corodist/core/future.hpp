@@ -94,6 +94,7 @@ public:
   /// Throws `usage_error` on an event-loop thread if not ready, or if the value
   /// was already taken.
   T get() {
+    check_valid(); // (also here: GCC 12 does not see wait()'s check and warns of a null state below)
     wait();
     if constexpr (std::is_void_v<T>)
       state_->take();

@@ -24,7 +24,9 @@ struct foreign_protocol {
   /// Whether this protocol takes a connection whose first byte is `first`.
   std::function<bool(std::uint8_t first)> accepts;
   /// Takes over a claimed socket; nothing has been read from it yet. `silent`:
-  /// it sent nothing within the handshake timeout (see take_silent).
+  /// it sent nothing within the handshake timeout (see take_silent); if its
+  /// first byte later is the native hello's, hand it back with
+  /// listener::accept_late_hello.
   std::function<void(asio::ip::tcp::socket, bool silent)> take;
   /// Also take connections that send nothing within the handshake timeout
   /// (they are kept open with TCP keep-alive on); if false they are closed.
@@ -72,6 +74,13 @@ public:
   /// Starts the accept loop. Call once, on the loop.
   void start();
 
+  /// Runs the native hello on `socket`, a connection the foreign protocol took
+  /// as silent whose first byte then turned out to be the native hello's (a
+  /// client that was merely slow, e.g. one of many connecting at once): the
+  /// hello gets a fresh handshake timeout, and a good connection goes to the
+  /// accept handler. Loop only.
+  void accept_late_hello(asio::ip::tcp::socket socket);
+
   /// Stops accepting; connections already handed out are not affected. Idempotent.
   void close();
 
@@ -80,7 +89,7 @@ public:
 
 private:
   asio::awaitable<void> accept_loop();
-  asio::awaitable<void> greet(asio::ip::tcp::socket socket);
+  asio::awaitable<void> greet(asio::ip::tcp::socket socket, bool late_hello);
   asio::awaitable<void> handshake(asio::ip::tcp::socket socket, std::chrono::steady_clock::time_point deadline);
   asio::awaitable<void> sniff(asio::ip::tcp::socket socket);
   /// Whether a connection just accepted may proceed (the connection limit).

@@ -1,5 +1,7 @@
 #include "store/torch/session.hpp"
 
+#include <corodist/net/frame.hpp>
+
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
@@ -11,6 +13,7 @@
 #include <asio/write.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <type_traits>
 
@@ -35,7 +38,9 @@ session::session(asio::ip::tcp::socket socket, std::shared_ptr<engine> eng, engi
 
 session::~session() = default;
 
-void session::start() { asio::co_spawn(socket_.get_executor(), run(), asio::detached); }
+void session::start(std::function<void(asio::ip::tcp::socket)> late_hello) {
+  asio::co_spawn(socket_.get_executor(), run(std::move(late_hello)), asio::detached);
+}
 
 void session::close() { finish(true); }
 
@@ -50,8 +55,19 @@ void session::finish(bool notify) {
   on_close_ = nullptr;
 }
 
-asio::awaitable<void> session::run() {
+asio::awaitable<void> session::run(std::function<void(asio::ip::tcp::socket)> late_hello) {
   auto self = shared_from_this();
+  if (late_hello) { // a silent connection: look at its first byte without taking it
+    std::array<std::uint8_t, 1> first{};
+    auto [ec, n] = co_await socket_.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple);
+    if (!ec && n == 1 && first[0] == static_cast<std::uint8_t>(net::protocol_magic & 0xff) && !closed_) {
+      CORODIST_LOG_DEBUG("store: {} was silent past the handshake timeout, then sent a native hello", peer_);
+      auto socket = std::move(socket_);
+      close();
+      late_hello(std::move(socket));
+      co_return;
+    }
+  }
   // Largest query accepted: one maximal value and key with room for framing,
   // and at least 4 maximal values (a MULTI_SET).
   const auto& limits = engine_->limits();

@@ -33,13 +33,16 @@ public:
   session(const session&) = delete;
   session& operator=(const session&) = delete;
 
-  /// Starts reading queries. Call once, on the loop.
-  void start();
+  /// Starts reading queries. Call once, on the loop. `late_hello`, for a
+  /// connection taken because it stayed silent: where it goes if its first
+  /// byte turns out to be a native hello's (a late native client, not a
+  /// PyTorch one); the session then ends without touching its bytes.
+  void start(std::function<void(asio::ip::tcp::socket)> late_hello = {});
   /// Closes the socket; pending waits are dropped. Idempotent.
   void close();
 
 private:
-  asio::awaitable<void> run();
+  asio::awaitable<void> run(std::function<void(asio::ip::tcp::socket)> late_hello);
   /// Decodes and serves one query from the front of `input`; returns the bytes it used, 0 if incomplete.
   std::size_t serve_one(std::span<const std::uint8_t> input);
   void serve(query&& q);
