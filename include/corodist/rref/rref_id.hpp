@@ -23,7 +23,15 @@ struct global_id {
   friend bool operator==(const global_id&, const global_id&) = default;
   friend auto operator<=>(const global_id&, const global_id&) = default;
   /// "{worker, local}".
-  std::string str() const { return "{" + std::to_string(worker) + ", " + std::to_string(local) + "}"; }
+  std::string str() const {
+    // Appended piece by piece: GCC 12's -Wrestrict misfires on "{" + std::string.
+    std::string s = "{";
+    s += std::to_string(worker);
+    s += ", ";
+    s += std::to_string(local);
+    s += '}';
+    return s;
+  }
 };
 
 /// Identifies an RRef (its OwnerRRef and every UserRRef of it).
