@@ -13,6 +13,7 @@
 
 #include "collective/collective_checks.hpp"
 #include "collective/gloo_fixtures.hpp"
+#include "support/temp_file.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -394,22 +395,18 @@ BOOST_AUTO_TEST_CASE(abort_and_destruction_end_blocked_collectives_promptly, *ut
 
 // Creation from a rendezvous URL (file://).
 BOOST_AUTO_TEST_CASE(create_from_a_rendezvous_url, *utf::timeout(60)) {
-  char path[] = "/tmp/corodist_collective_XXXXXX";
-  const int fd = ::mkstemp(path);
-  BOOST_REQUIRE(fd >= 0);
-  ::close(fd);
+  const corodist::test::temp_file file;
   corodist::event_loop loop;
   loop.start();
   thread_ranks job;
   require_all_ok(job.run(2, [&](int r) {
-    auto url = std::string("file://") + path + "?rank=" + std::to_string(r) + "&world_size=2";
+    auto url = "file://" + file.path + "?rank=" + std::to_string(r) + "&world_size=2";
     auto pg = cc::gloo_group::create_sync(loop, url, gloo_test_options());
     RANK_REQUIRE(pg->rank() == r && pg->size() == 2);
     std::vector<std::uint8_t> v(10, static_cast<std::uint8_t>(r + 1));
     pg->allreduce(v, cc::reduce_op::product).get();
     RANK_REQUIRE(v[9] == 2);
   }));
-  ::unlink(path);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

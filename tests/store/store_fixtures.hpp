@@ -10,6 +10,8 @@
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 
+#include "support/temp_file.hpp"
+
 #include <unistd.h>
 
 #include <chrono>
@@ -42,17 +44,10 @@ struct hash_impl {
 
 struct file_impl {
   static constexpr const char* name = "file_store";
-  file_impl() {
-    char tmpl[] = "/tmp/corodist_store_test_XXXXXX";
-    int fd = ::mkstemp(tmpl);
-    ::close(fd);
-    path = tmpl;
-    loop.start();
-  }
-  ~file_impl() { ::unlink(path.c_str()); }
-  std::shared_ptr<store::store> make() { return std::make_shared<store::file_store>(loop.get_executor(), path); }
+  file_impl() { loop.start(); }
+  std::shared_ptr<store::store> make() { return std::make_shared<store::file_store>(loop.get_executor(), file.path); }
+  temp_file file;
   event_loop loop;
-  std::string path;
 };
 
 struct tcp_impl {

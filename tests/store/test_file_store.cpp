@@ -8,6 +8,7 @@
 
 #include "support/child_process.hpp"
 #include "support/coro_test.hpp"
+#include "support/temp_file.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -39,6 +40,7 @@ namespace utf = boost::unit_test;
 // (not `using ...::file_store`: the test suite below is a namespace of that name)
 namespace cs = corodist::store;
 using corodist::test::child_process;
+using corodist::test::temp_file;
 using corodist::test::pipe_pair;
 using corodist::test::read_all;
 using corodist::test::run_in_child;
@@ -47,20 +49,6 @@ using cs::watch_event;
 
 namespace {
 
-/// A unique, initially empty file under /tmp, removed at scope exit.
-struct temp_file {
-  temp_file() {
-    char name[] = "/tmp/corodist_file_store_XXXXXX";
-    int fd = ::mkstemp(name);
-    BOOST_REQUIRE_MESSAGE(fd >= 0, "mkstemp failed");
-    ::close(fd);
-    path = name;
-  }
-  ~temp_file() { ::unlink(path.c_str()); }
-  temp_file(const temp_file&) = delete;
-  temp_file& operator=(const temp_file&) = delete;
-  std::string path;
-};
 
 std::string le32(std::uint32_t v) {
   std::string s;

@@ -10,6 +10,7 @@
 #include "store/log_capture.hpp"
 #include "support/child_process.hpp"
 #include "support/free_port.hpp"
+#include "support/temp_file.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/use_future.hpp>
@@ -123,14 +124,11 @@ BOOST_AUTO_TEST_CASE(env_url_twice_in_each_process_shares_one_store, *utf::timeo
 }
 
 BOOST_AUTO_TEST_CASE(file_url_twice_in_each_process_shares_one_store, *utf::timeout(120)) {
-  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  std::string path = tmpl;
+  const corodist::test::temp_file file;
+  const std::string& path = file.path;
   BOOST_TEST(run_ranks(
                  2, [&](int r) { return "file://" + path + "?rank=" + std::to_string(r) + "&world_size=2"; }, {},
                  true) == 2);
-  ::unlink(path.c_str());
 }
 
 // Two rendezvous of one rank started together (before either has finished)
@@ -209,10 +207,8 @@ BOOST_AUTO_TEST_CASE(a_rank_claimed_by_two_processes_names_both, *utf::timeout(6
 // A process that joined a job, let its store go, and joins again is told so
 // (the store it let go was the one to keep).
 BOOST_AUTO_TEST_CASE(rejoining_after_releasing_the_store_is_explained, *utf::timeout(60)) {
-  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  const std::string url = std::string("file://") + tmpl + "?rank=0&world_size=1";
+  const corodist::test::temp_file file;
+  const std::string url = "file://" + file.path + "?rank=0&world_size=1";
   event_loop loop;
   loop.start();
   auto first = cs::rendezvous(loop, url);
@@ -227,17 +223,14 @@ BOOST_AUTO_TEST_CASE(rejoining_after_releasing_the_store_is_explained, *utf::tim
                what);
     BOOST_TEST(what.find("has been released since") != std::string::npos, what);
   }
-  ::unlink(tmpl);
 }
 
 // A child forked after its parent joined a job does not get the parent's
 // store (a copy whose event loop does not run in the child): it joins
 // itself, and is told the parent holds the rank.
 BOOST_AUTO_TEST_CASE(a_forked_child_does_not_share_its_parents_rendezvous, *utf::timeout(60)) {
-  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  const std::string url = std::string("file://") + tmpl + "?rank=0&world_size=1";
+  const corodist::test::temp_file file;
+  const std::string url = "file://" + file.path + "?rank=0&world_size=1";
   event_loop loop;
   loop.start();
   auto parent = cs::rendezvous(loop, url);
@@ -261,7 +254,6 @@ BOOST_AUTO_TEST_CASE(a_forked_child_does_not_share_its_parents_rendezvous, *utf:
   std::string what(4096, '\0');
   what.resize(static_cast<std::size_t>(std::max<ssize_t>(0, ::read(err.read_end(), what.data(), what.size()))));
   BOOST_TEST(rc == 0, what);
-  ::unlink(tmpl);
 }
 
 // Another job (here another world size) cannot be hosted on a port this
@@ -303,24 +295,19 @@ BOOST_AUTO_TEST_CASE(two_servers_cannot_share_a_port, *utf::timeout(30)) {
 }
 
 BOOST_AUTO_TEST_CASE(file_url_across_processes, *utf::timeout(120)) {
-  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  std::string path = tmpl;
+  const corodist::test::temp_file file;
+  const std::string& path = file.path;
   BOOST_TEST(run_ranks(3, [&](int r) {
                return "file://" + path + "?rank=" + std::to_string(r) + "&world_size=3";
              }) == 3);
-  ::unlink(path.c_str());
 }
 
 // A file:// rendezvous in a file an earlier job used fails at once, saying the
 // file must be fresh (it would otherwise "complete" before the other ranks
 // came) and naming the earlier claimant of the rank and this one.
 BOOST_AUTO_TEST_CASE(file_url_reused_says_the_file_must_be_fresh, *utf::timeout(60)) {
-  char tmpl[] = "/tmp/corodist_rdzv_XXXXXX";
-  int fd = ::mkstemp(tmpl);
-  ::close(fd);
-  const std::string url = std::string("file://") + tmpl + "?rank=0&world_size=1";
+  const corodist::test::temp_file file;
+  const std::string url = "file://" + file.path + "?rank=0&world_size=1";
   child_process earlier_job([&]() -> int {
     event_loop loop;
     loop.start();
@@ -341,7 +328,6 @@ BOOST_AUTO_TEST_CASE(file_url_reused_says_the_file_must_be_fresh, *utf::timeout(
                what);
     BOOST_TEST(what.find("now by pid " + std::to_string(::getpid())) != std::string::npos, what);
   }
-  ::unlink(tmpl);
 }
 
 // A rendezvous that lasts says so early (here after 50 ms; 5 s by default):
