@@ -4,11 +4,17 @@
 
 #include <corodist/core/error.hpp>
 
+#include <string>
+#include <utility>
+
 namespace corodist::test::sim {
 
 port::port(network& net, int rank, int world) : net_(net), rank_(rank) {
-  for (int r = 0; r < world; ++r)
-    info_.push_back(rpc::worker_info{"w" + std::to_string(r), r, "sim", 0});
+  for (int r = 0; r < world; ++r) {
+    std::string name = "w"; // (not "w" + std::string: GCC 12's -Wrestrict misfires on it)
+    name += std::to_string(r);
+    info_.push_back(rpc::worker_info{std::move(name), r, "sim", 0});
+  }
 }
 
 const rpc::worker_info& port::worker(rpc::worker_ref w) const {
