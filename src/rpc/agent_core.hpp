@@ -84,10 +84,12 @@ public:
 
 private:
   void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done);
+  // Graceful shutdown's parts (shutdown.cpp), each within the one deadline.
   asio::awaitable<void> run_shutdown(bool graceful);
-  asio::awaitable<void> join();
-  asio::awaitable<void> leave(std::string base);
-  asio::awaitable<void> wait_idle(std::chrono::milliseconds timeout);
+  asio::awaitable<void> join(std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> leave(std::string base, std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> wait_idle(std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> in_phase(std::string what, asio::awaitable<void> op);
 };
 
 } // namespace corodist::rpc::detail

@@ -4,6 +4,7 @@
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/core/run_on.hpp>
 
+#include "core/deadline.hpp"
 #include "core/log.hpp"
 
 #include <asio/bind_executor.hpp>
@@ -44,10 +45,17 @@ std::exception_ptr as_remote_error(const std::exception_ptr& e, const std::strin
 
 std::atomic<bool> break_g2_for_tests{false};
 
+// A to_here() on the owner, waiting for the value until its deadline.
+struct rref_context::local_fetch {
+  promise<net::bytes> p;
+  clock::time_point deadline;
+  std::chrono::milliseconds timeout;
+};
+
 // The rarely used parts of an OwnerRRef, out of the common entry.
 struct rref_context::owner_extra {
   std::vector<std::pair<rpc::responder, int>> waiting;   // fetches before the value
-  std::vector<promise<net::bytes>> waiting_here;          // fetches on the owner itself
+  std::vector<local_fetch> waiting_here;                  // fetches on the owner itself
   std::vector<promise<std::shared_ptr<value_slot>>> waiting_slots; // local_value() calls
   std::exception_ptr failure;                             // its function threw
 };
@@ -59,11 +67,14 @@ rref_context::rref_context(rpc::message_port& port, rpc::agent* agent, context_o
   if (!now_) { // the real clock: retries on a timer of the loop
     now_ = [] { return clock::now(); };
     retry_timer_ = std::make_unique<asio::steady_timer>(ex_);
+    fetch_timer_ = std::make_unique<asio::steady_timer>(ex_);
     registration_.emplace(ex_, [this](bool final) {
-      if (retry_timer_)
-        retry_timer_->cancel();
-      if (final)
-        retry_timer_.reset(); // destroyed while the timer service is alive
+      for (auto* t : {&retry_timer_, &fetch_timer_}) {
+        if (*t)
+          (*t)->cancel();
+        if (final)
+          t->reset(); // destroyed while the timer service is alive
+      }
     });
   }
 }
@@ -105,8 +116,10 @@ void rref_context::install() {
 void rref_context::post(corodist::detail::unique_function<void(rref_context&)> f) {
   // Weak: a change posted after the agent (and this context) went is dropped.
   asio::post(ex_, [w = weak_from_this(), f = std::move(f)]() mutable {
-    if (auto self = w.lock())
+    if (auto self = w.lock()) {
       f(*self);
+      self->wake_drain();
+    }
   });
 }
 
@@ -165,12 +178,14 @@ void rref_context::creation_acked(fork_id f, std::exception_ptr failure) {
     return;
   if (failure) { // the owner never got it, or is gone: nothing to tell it later
     users_.erase(it);
+    wake_drain();
     return;
   }
   it->second.confirmed = true;
   if (auto h = it->second.h.lock())
     h->set_confirmed();
   maybe_delete_user(f);
+  wake_drain();
 }
 
 // ---- forks (any thread; from the codec) -----------------------------------------
@@ -247,11 +262,17 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
     pk.pack(id.local);
     return port_.request(h->owner(), kind_fetch, e.finish(), timeout);
   }
-  // On the owner: the value here, once there.
+  // On the owner: the value here, once there (at most until the deadline).
   promise<net::bytes> p;
   auto f = p.get_future();
-  post([id, p = std::move(p)](rref_context& self) mutable {
-    auto& e = self.owner_of(id);
+  post([id, p = std::move(p), timeout](rref_context& self) mutable {
+    auto it = self.owners_.find(id);
+    if (it == self.owners_.end()) { // (a handle keeps its entry: not expected)
+      p.set_exception(std::make_exception_ptr(
+          usage_error("to_here of RRef R" + id.str() + " on its owner: the RRef is not held here")));
+      return;
+    }
+    auto& e = it->second;
     if (e.extra && e.extra->failure) {
       p.set_exception(e.extra->failure);
     } else if (e.value) {
@@ -263,7 +284,9 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
     } else {
       if (!e.extra)
         e.extra = std::make_unique<owner_extra>();
-      e.extra->waiting_here.push_back(std::move(p));
+      const auto deadline = self.now_() + timeout;
+      e.extra->waiting_here.push_back(local_fetch{std::move(p), deadline, timeout});
+      self.arm_fetch_timer(deadline);
     }
   });
   return f;
@@ -419,7 +442,7 @@ void rref_context::remote_done(rref_id id, std::shared_ptr<value_slot> value, st
     }
     for (auto& [r, to] : waiting)
       answer(e, std::move(r), to);
-    for (auto& p : here) {
+    for (auto& [p, deadline, timeout] : here) {
       if (e.extra->failure) {
         p.set_exception(e.extra->failure);
       } else {
@@ -508,6 +531,7 @@ void rref_context::on_control(const rpc::inbound_message& m) {
   } catch (const std::exception& e) {
     CORODIST_LOG_WARN("rref: bad control message from worker {}: {}", m.from, e.what());
   }
+  wake_drain();
 }
 
 void rref_context::process(int from, const control_msg& m) {
@@ -596,13 +620,22 @@ bool rref_context::holds_value(rref_id id) const {
   return it != owners_.end() && it->second.value != nullptr;
 }
 
-bool rref_context::empty() const noexcept {
-  return owners_.empty() && users_.empty() && children_.empty() && channel_.unacked() == 0;
+bool rref_context::settled() const noexcept {
+  if (!users_.empty() || !children_.empty() || channel_.unacked() != 0)
+    return false;
+  return std::all_of(owners_.begin(), owners_.end(), [](auto& o) { return o.second.forks.empty(); });
+}
+
+bool rref_context::empty() const noexcept { return settled() && owners_.empty(); }
+
+void rref_context::wake_drain() {
+  if (drain_wait_ && settled())
+    drain_wait_->cancel();
 }
 
 asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
-  draining_ = true;
-  // Every UserRRef goes, live handles or not; every OwnerRRef nobody else knows goes.
+  // Every UserRRef goes, live handles or not (the application's handles of it
+  // fail afterwards); so does every OwnerRRef that nothing refers to any more.
   std::vector<fork_id> users;
   for (auto& [f, u] : users_) {
     u.handle_alive = false;
@@ -612,23 +645,31 @@ asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
     maybe_delete_user(f);
   std::vector<rref_id> owners;
   for (auto& [id, e] : owners_)
-    if (e.forks.empty()) {
-      e.local_refs = 0;
-      owners.push_back(id);
-    }
+    owners.push_back(id);
   for (auto id : owners)
     maybe_delete_owner(id);
-  // Then wait for the others' deletes and our messages' acknowledgements.
+  // Then wait for the others' deletes, the confirmations our pending children
+  // and users need, and our messages' acknowledgements (each wakes this wait;
+  // retries go out on the retry timer meanwhile).
   const auto deadline = clock::now() + budget;
   asio::steady_timer t(co_await asio::this_coro::executor);
-  while (!empty() && clock::now() < deadline) {
-    pump();
-    t.expires_after(std::min<clock::duration>(opts_.first_retry, deadline - clock::now()));
-    co_await t.async_wait(asio::use_awaitable);
+  while (!settled() && clock::now() < deadline) {
+    t.expires_at(deadline);
+    drain_wait_ = &t;
+    co_await t.async_wait(corodist::detail::use_tuple);
+    drain_wait_ = nullptr;
   }
-  if (empty())
+  if (settled())
     co_return true;
-  auto left = alive();
+  std::vector<std::string> left;
+  for (auto& [id, e] : owners_)
+    if (!e.forks.empty())
+      left.push_back("OwnerRRef R" + id.str() + " (" + std::to_string(e.forks.size()) + " forks on other workers)");
+  for (auto& [f, u] : users_)
+    left.push_back("UserRRef R" + u.id.str() + " F" + f.str() + (u.confirmed ? "" : " (unconfirmed)") +
+                   (u.pending_children ? " (" + std::to_string(u.pending_children) + " pending children)" : ""));
+  if (!children_.empty())
+    left.push_back(std::to_string(children_.size()) + " forks sent and not yet confirmed");
   std::string list;
   for (std::size_t i = 0; i < left.size() && i < 16; ++i)
     list += (i ? "; " : "") + left[i];
@@ -639,6 +680,45 @@ asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
                     channel_.unacked() ? " (" + std::to_string(channel_.unacked()) + " control messages unacknowledged)"
                                        : "");
   co_return false;
+}
+
+// ---- deadlines of to_here() on the owner (real clock only) -----------------------
+
+void rref_context::arm_fetch_timer(clock::time_point deadline) {
+  if (!fetch_timer_ || (fetch_armed_ && fetch_timer_->expiry() <= deadline))
+    return;
+  fetch_armed_ = true;
+  fetch_timer_->expires_at(deadline); // (cancels the wait for a later one)
+  fetch_timer_->async_wait([w = weak_from_this()](std::error_code ec) {
+    auto self = w.lock();
+    if (!self || ec) // cancelled: re-armed earlier, or the loop is shutting down
+      return;
+    self->fetch_armed_ = false;
+    self->expire_local_fetches();
+  });
+}
+
+void rref_context::expire_local_fetches() {
+  const auto now = now_();
+  std::optional<clock::time_point> next;
+  for (auto& [id, e] : owners_) {
+    if (!e.extra)
+      continue;
+    auto& here = e.extra->waiting_here;
+    for (auto it = here.begin(); it != here.end();) {
+      if (it->deadline > now) {
+        next = std::min(next.value_or(it->deadline), it->deadline);
+        ++it;
+        continue;
+      }
+      it->p.set_exception(std::make_exception_ptr(timeout_error(
+          "to_here of RRef R" + id.str() + " on its owner '" + port_.self().name +
+          "': its function did not finish within " + std::to_string(it->timeout.count()) + " ms")));
+      it = here.erase(it);
+    }
+  }
+  if (next)
+    arm_fetch_timer(*next);
 }
 
 } // namespace corodist::rref::detail

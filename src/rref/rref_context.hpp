@@ -75,19 +75,24 @@ public:
   debug_info info() const;
   /// The ids of the RRefs still held here, for a report (loop only).
   std::vector<std::string> alive() const;
-  /// Graceful shutdown's first step (loop only): every UserRRef here is let go
-  /// (whatever handles remain) and every OwnerRRef that no other worker knows is
-  /// dropped; then it waits, up to `budget`, until nothing is held here and every
-  /// control message was acknowledged. Returns false (after logging what is
-  /// left, by RRefId) if the budget ran out.
+  /// Graceful shutdown's step (loop only; PyTorch's delAllUsersAndUnforkedOwners):
+  /// every UserRRef here is let go (whatever handles remain), then it waits, up
+  /// to `budget`, until the protocol is settled (settled()). OwnerRRefs that only
+  /// this worker's own handles hold are the application's: they are neither
+  /// dropped nor waited for, and keep their value until their last handle goes.
+  /// Returns false (after logging what is left, by RRefId) if the budget ran out.
   asio::awaitable<bool> drain(std::chrono::milliseconds budget);
-  /// True when nothing is held here and nothing is unacknowledged (loop only).
+  /// True when no UserRRef, pending child or unacknowledged control message is
+  /// left here and no OwnerRRef here is known to another worker (loop only).
+  bool settled() const noexcept;
+  /// True when settled() and no OwnerRRef is left either (loop only).
   bool empty() const noexcept;
   /// True if this worker holds the OwnerRRef `id` with its value (loop only; the simulation's checks).
   bool holds_value(rref_id id) const;
 
 private:
   struct owner_extra; // the rarely used parts of an OwnerRRef
+  struct local_fetch; // a to_here() on the owner waiting for the value
   struct owner_entry {
     std::vector<fork_id> forks;   // UserRRefs elsewhere that this owner knows
     std::uint32_t local_refs = 0; // live handles here
@@ -123,6 +128,11 @@ private:
   void maybe_delete_owner(rref_id id);
   void maybe_delete_user(fork_id f);
   void arm_retry();
+  /// Wakes a drain() waiting for the protocol to settle, once it has.
+  void wake_drain();
+  /// Fails the to_here() calls on the owner whose deadline passed (`fetch_timer_`).
+  void arm_fetch_timer(clock::time_point deadline);
+  void expire_local_fetches();
 
   rpc::message_port& port_;
   rpc::agent* agent_;
@@ -136,9 +146,11 @@ private:
   std::unordered_map<rref_id, owner_entry, global_id_hash> owners_;
   std::unordered_map<fork_id, user_entry, global_id_hash> users_;
   std::unordered_map<fork_id, pending_child, global_id_hash> children_;
-  bool draining_ = false;
+  asio::steady_timer* drain_wait_ = nullptr; // drain()'s wait while it runs
   std::unique_ptr<asio::steady_timer> retry_timer_; // real clock only; armed while messages await acks
   bool retry_armed_ = false;
+  std::unique_ptr<asio::steady_timer> fetch_timer_; // real clock only; armed while a local to_here waits
+  bool fetch_armed_ = false;
   std::optional<corodist::detail::io_registration> registration_; // drops the timer at the context's shutdown
 };
 

@@ -17,6 +17,7 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <asio/post.hpp>
@@ -555,6 +556,66 @@ BOOST_AUTO_TEST_CASE(graceful_shutdown_gives_up_after_its_timeout, *utf::timeout
   BOOST_TEST(timeouts.load() == 2);
   BOOST_TEST(named.load() >= 1);
   BOOST_CHECK_THROW(f.get(), corodist::connection_error);
+}
+
+// Graceful shutdown has one deadline, and a step gets half of what is left of
+// it: a step that takes all it is given (and a little more, as a real one may)
+// on one worker does not make the others give up waiting for it in the barrier
+// behind the step (each wait used to get the whole shutdown_timeout, so the
+// others' barrier timed out first).
+BOOST_AUTO_TEST_CASE(a_slow_shutdown_step_does_not_fail_the_others, *utf::timeout(30)) {
+  cluster c(3, [](rpc::agent_options& o) { o.shutdown_timeout = 2s; }, false);
+  std::atomic<int> ran{0};
+  for (int r = 0; r < 3; ++r)
+    c[r].port().add_shutdown_step("test: slow on w0", [r, &ran](std::chrono::milliseconds budget) -> asio::awaitable<void> {
+      ++ran;
+      if (r == 0) { // all of its budget, and more
+        asio::steady_timer t(co_await asio::this_coro::executor, budget + 200ms);
+        co_await t.async_wait(asio::use_awaitable);
+      }
+    });
+  c.start_all();
+  BOOST_CHECK_NO_THROW(c.shutdown_all());
+  BOOST_TEST(ran.load() == 3);
+}
+
+// A step that throws on one worker: that worker still passes the barrier
+// behind it and runs the later steps, so the others finish at once and
+// without error; its own shutdown() closes the agent, then throws the step's
+// exception.
+BOOST_AUTO_TEST_CASE(a_failed_shutdown_step_fails_only_its_worker, *utf::timeout(60)) {
+  cluster c(3, [](rpc::agent_options& o) { o.shutdown_timeout = 30s; }, false);
+  std::atomic<int> second{0};
+  for (int r = 0; r < 3; ++r) {
+    c[r].port().add_shutdown_step("test: fails on w1", [r](std::chrono::milliseconds) -> asio::awaitable<void> {
+      if (r == 1)
+        throw std::runtime_error("the step of w1 failed");
+      co_return;
+    });
+    c[r].port().add_shutdown_step("test: counts", [&second](std::chrono::milliseconds) -> asio::awaitable<void> {
+      ++second;
+      co_return;
+    });
+  }
+  c.start_all();
+  std::array<std::string, 3> errors;
+  auto done = std::async(std::launch::async, [&] {
+    c.for_each_agent([&](rpc::agent& a, int r) {
+      try {
+        a.shutdown();
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  });
+  // A hang check (the others used to wait out the 30 s in the barrier), not a speed target.
+  BOOST_TEST_REQUIRE((done.wait_for(15s) == std::future_status::ready));
+  BOOST_TEST(errors[0] == "");
+  BOOST_TEST(errors[1] == "the step of w1 failed");
+  BOOST_TEST(errors[2] == "");
+  BOOST_TEST(second.load() == 3);
+  for (int r = 0; r < 3; ++r)
+    BOOST_CHECK_THROW(c[r].rpc_sync<int>("w0", "add", 1, 2), corodist::usage_error);
 }
 
 // shutdown(false) closes at once: the caller's pending calls fail promptly.

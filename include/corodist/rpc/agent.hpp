@@ -60,7 +60,7 @@ using reply_handler = corodist::detail::unique_function<void(reply&&)>;
 /// * `port()`: the message port layers above rpc/ build on (rref/).
 ///
 /// Destroying an agent without shutdown() is safe (it is an immediate
-/// shutdown); it waits for running plain functions to return.
+/// shutdown, and never throws); it waits for running plain functions to return.
 class agent {
 public:
   /// Creates an agent on `loop` (owned and started, or embedded). Nothing
@@ -90,18 +90,24 @@ public:
   /// or when the loop is not running.
   void start();
 
-  /// Graceful shutdown: waits until no call is in flight on any worker (every
-  /// worker must call it; store barriers, each bounded by shutdown_timeout),
-  /// then runs the upper layers' shutdown steps (every worker ends each before
-  /// any goes on), then closes every connection. Later calls throw `usage_error`. A second shutdown() while
-  /// one runs shares its outcome.
+  /// Graceful shutdown, within one deadline (`shutdown_timeout` from the
+  /// call): waits until no call is in flight on any worker (every worker must
+  /// call it; store barriers), then runs the upper layers' shutdown steps
+  /// (every worker ends each before any goes on), then closes every
+  /// connection. Throws `timeout_error` when the deadline passed first (own
+  /// calls still in flight, or a worker that did not join, finish a step or
+  /// leave in time: the message says which), `connection_error` or
+  /// `store_error` when the store failed, a step's own exception after the rest
+  /// has finished; the agent is closed in every case, and later calls throw
+  /// `usage_error`. A second shutdown() while one runs shares its outcome.
   [[nodiscard]] asio::awaitable<void> async_shutdown();
   /// `graceful == false`: immediate — closes at once; pending calls fail with
   /// `connection_error` (here and at the peers); running coroutine functions
   /// are cancelled.
   [[nodiscard]] asio::awaitable<void> async_shutdown(bool graceful);
 
-  /// Blocking shutdown for plain threads; throws `usage_error` on a loop thread.
+  /// Blocking shutdown for plain threads (throws as async_shutdown); throws
+  /// `usage_error` on a loop thread.
   void shutdown(bool graceful = true);
 
   /// Calls `fn` on worker `to` with `args`; returns at once. The future holds

@@ -103,7 +103,8 @@ class message_port {
 public:
   /// A handler of one message kind.
   using handler = std::function<void(inbound_message&&, responder&&)>;
-  /// A step of graceful shutdown; gets the time it may take.
+  /// A step of graceful shutdown; gets the time it may take (half of what is
+  /// left of the shutdown's deadline).
   using shutdown_step = std::function<asio::awaitable<void>(std::chrono::milliseconds budget)>;
 
   virtual ~message_port() = default;
@@ -141,8 +142,9 @@ public:
 
   /// Adds `step` to graceful shutdown: steps run in order after the workers'
   /// join (no user call is in flight anywhere; the connections are still
-  /// open), each bounded by the shutdown timeout; every worker ends a step
-  /// before any worker goes on to the next (or closes).
+  /// open), each given half of the time left; every worker ends a step before
+  /// any worker goes on to the next (or closes). A step that throws is logged,
+  /// the others still run, and shutdown() throws its exception at the end.
   virtual void add_shutdown_step(std::string name, shutdown_step step) = 0;
 
   /// A codec_context for decoding a message from `from` on this port.

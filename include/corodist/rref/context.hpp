@@ -48,9 +48,11 @@ struct debug_info {
 
 /// Turns RRefs on for `a` (before `a.start()`; throws usage_error after, or if
 /// already enabled): message handlers, the retry timer, and a step in graceful
-/// shutdown that deletes every UserRRef and unforked OwnerRRef first and waits
-/// until no owner here is referenced from elsewhere (bounded by the agent's
-/// shutdown_timeout; what is still alive is logged by RRefId).
+/// shutdown that deletes every UserRRef here and waits until no OwnerRRef here
+/// is referenced from another worker (within the time the agent's shutdown
+/// gives it; what is still held is logged by RRefId, nothing is thrown).
+/// OwnerRRefs that only this worker's own handles hold are the application's:
+/// not waited for, they keep their value until their last handle goes.
 void enable(rpc::agent& a, context_options opts = {});
 
 /// What `a`'s protocol holds now (any thread; waits for the loop).
