@@ -99,15 +99,15 @@ void rref_context::arm_retry() {
 
 void rref_context::install() {
   auto w = weak_from_this();
-  port_.set_handler(kind_remote, [w](rpc::inbound_message&& m, rpc::responder&& r) {
+  port_.set_handler(kind_remote, "rref: remote() call", [w](rpc::inbound_message&& m, rpc::responder&& r) {
     if (auto self = w.lock())
       self->on_remote(std::move(m), std::move(r));
   });
-  port_.set_handler(kind_fetch, [w](rpc::inbound_message&& m, rpc::responder&& r) {
+  port_.set_handler(kind_fetch, "rref: to_here() request", [w](rpc::inbound_message&& m, rpc::responder&& r) {
     if (auto self = w.lock())
       self->on_fetch(std::move(m), std::move(r));
   });
-  port_.set_handler(kind_control, [w](rpc::inbound_message&& m, rpc::responder&&) {
+  port_.set_handler(kind_control, "rref: control message", [w](rpc::inbound_message&& m, rpc::responder&&) {
     if (auto self = w.lock())
       self->on_control(m);
   });
@@ -128,6 +128,16 @@ void rref_context::send_control(int to, const control_msg& m) {
                      m.fork.str(), m.parent);
   channel_.send(to, m, now_());
   arm_retry();
+}
+
+std::string rref_context::describe(const handle& h) const {
+  std::string owner;
+  try {
+    owner = "'" + port_.worker(h.owner()).name + "'";
+  } catch (const std::exception&) { // (not expected: handles exist once the agent runs)
+    owner = "rank " + std::to_string(h.owner());
+  }
+  return "RRef R" + h.id().str() + " owned by " + owner;
 }
 
 // ---- creating RRefs (any thread) ----------------------------------------------
@@ -151,12 +161,14 @@ std::shared_ptr<handle> rref_context::new_remote(int owner) {
   return h;
 }
 
-void rref_context::send_remote(const std::shared_ptr<handle>& h, rpc::payload call, std::chrono::milliseconds timeout) {
+void rref_context::send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
+                               std::chrono::milliseconds timeout) {
   // The owner acknowledges the creator's fork at once (it runs the function after).
-  port_.request(h->owner(), kind_remote, std::move(call), timeout)
-      .async_get(asio::bind_executor(ex_, [w = weak_from_this(), f = h->fork()](std::exception_ptr e, net::bytes) {
+  auto what = "remote '" + std::string(fn) + "' on '" + port_.worker(h->owner()).name + "' (RRef R" + h->id().str() + ")";
+  port_.request(h->owner(), kind_remote, std::move(call), timeout, what)
+      .async_get(asio::bind_executor(ex_, [w = weak_from_this(), f = h->fork(), what](std::exception_ptr e, net::bytes) {
         if (auto self = w.lock())
-          self->creation_acked(f, e);
+          self->creation_acked(f, what, e);
       }));
 }
 
@@ -172,7 +184,16 @@ std::shared_ptr<handle> rref_context::new_owned(std::shared_ptr<value_slot> v) {
   return h;
 }
 
-void rref_context::creation_acked(fork_id f, std::exception_ptr failure) {
+void rref_context::creation_acked(fork_id f, const std::string& what, std::exception_ptr failure) {
+  if (failure) { // (every use of the RRef fails on its own, saying why)
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      CORODIST_LOG_DEBUG("rref: worker {}: {}", self(), e.what());
+    } catch (...) {
+      CORODIST_LOG_DEBUG("rref: worker {}: {} failed", self(), what);
+    }
+  }
   auto it = users_.find(f);
   if (it == users_.end())
     return;
@@ -260,7 +281,7 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
     pk.pack_array(2);
     pk.pack(id.worker);
     pk.pack(id.local);
-    return port_.request(h->owner(), kind_fetch, e.finish(), timeout);
+    return port_.request(h->owner(), kind_fetch, e.finish(), timeout, "to_here of " + describe(*h));
   }
   // On the owner: the value here, once there (at most until the deadline).
   promise<net::bytes> p;
@@ -269,7 +290,8 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) { // (a handle keeps its entry: not expected)
       p.set_exception(std::make_exception_ptr(
-          usage_error("to_here of RRef R" + id.str() + " on its owner: the RRef is not held here")));
+          usage_error("to_here of RRef R" + id.str() + " on its owner '" + self.port_.self().name +
+                      "': the RRef is not held here")));
       return;
     }
     auto& e = it->second;
@@ -294,19 +316,21 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
 
 std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
   if (!h.is_owner())
-    throw usage_error("rref " + h.id().str() + ": local_value() on worker " + std::to_string(self()) +
-                      ", which is not its owner (worker " + std::to_string(h.owner()) + "); use to_here()");
+    throw usage_error("local_value of " + describe(h) + ": this is worker '" + port_.self().name +
+                      "', not its owner; use to_here()");
   if (corodist::detail::on_loop_thread()) // (cannot block) the value if it is there, inline when on our loop
     return run_on(ex_, [w = weak_from_this(), id = h.id()]() -> std::shared_ptr<value_slot> {
              auto self = w.lock();
              if (!self)
-               throw usage_error("rref " + id.str() + ": its worker's RRef context is gone");
+               throw usage_error("local_value of RRef R" + id.str() + ": this worker's RRef context is gone "
+                                 "(its agent was destroyed)");
              auto it = self->owners_.find(id);
              if (it != self->owners_.end() && it->second.extra && it->second.extra->failure)
                std::rethrow_exception(it->second.extra->failure);
              if (it == self->owners_.end() || !it->second.value)
-               throw usage_error("rref " + id.str() + ": local_value() on an event-loop thread before its "
-                                 "function finished (it would block the loop); co_await to_here().async_get()");
+               throw usage_error("local_value of RRef R" + id.str() + " on its owner '" + self->port_.self().name +
+                                 "': called on an event-loop thread before its function finished (it would block "
+                                 "the loop); co_await to_here().async_get()");
              return it->second.value;
            })
         .get();
@@ -316,7 +340,8 @@ std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
   post([id = h.id(), p = std::move(p)](rref_context& self) mutable {
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) {
-      p.set_exception(std::make_exception_ptr(usage_error("rref " + id.str() + ": not held on this worker")));
+      p.set_exception(std::make_exception_ptr(usage_error("local_value of RRef R" + id.str() + " on its owner '" +
+                                                          self.port_.self().name + "': the RRef is not held here")));
       return;
     }
     auto& e = it->second;
@@ -331,7 +356,8 @@ std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
     }
   });
   if (!f.wait_for(opts_.timeout))
-    throw timeout_error("rref " + h.id().str() + ": local_value(): its function did not finish within " +
+    throw timeout_error("local_value of RRef R" + h.id().str() + " on its owner '" + port_.self().name +
+                        "': its function did not finish within " +
                         std::to_string(opts_.timeout.count()) + " ms");
   return f.get();
 }

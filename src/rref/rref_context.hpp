@@ -61,7 +61,8 @@ public:
   rpc::agent* agent() override { return agent_; }
   std::chrono::milliseconds default_timeout() const override { return opts_.timeout; }
   std::shared_ptr<handle> new_remote(int owner) override;
-  void send_remote(const std::shared_ptr<handle>& h, rpc::payload call, std::chrono::milliseconds timeout) override;
+  void send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
+                   std::chrono::milliseconds timeout) override;
   std::shared_ptr<handle> new_owned(std::shared_ptr<value_slot> v) override;
   fork_info fork_to(const std::shared_ptr<handle>& h, int peer) override;
   std::shared_ptr<handle> adopt(const fork_info& f, int from) override;
@@ -122,7 +123,9 @@ private:
   void on_remote(rpc::inbound_message&& m, rpc::responder&& r);
   void on_fetch(rpc::inbound_message&& m, rpc::responder&& r);
   void remote_done(rref_id id, std::shared_ptr<value_slot> value, std::exception_ptr failure);
-  void creation_acked(fork_id f, std::exception_ptr failure);
+  void creation_acked(fork_id f, const std::string& what, std::exception_ptr failure);
+  /// "RRef R{0, 1} owned by 'w1'": how errors name the RRef of `h`.
+  std::string describe(const handle& h) const;
   void answer(owner_entry& e, rpc::responder&& r, int to);
   owner_entry& owner_of(rref_id id);
   void maybe_delete_owner(rref_id id);

@@ -421,6 +421,34 @@ BOOST_AUTO_TEST_CASE(usage_errors, *utf::timeout(30)) {
   BOOST_CHECK_THROW(rpc::agent(*c.loops[0], o), corodist::usage_error);
 }
 
+// A request of an upper layer's kind (message_port) names the operation the
+// caller gave in its errors, never the kind's number (it used to say "request
+// of kind 1792" and "has no handler for message kind 1792").
+BOOST_AUTO_TEST_CASE(port_requests_name_their_operation, *utf::timeout(30)) {
+  cluster c(2, {}, false);
+  constexpr rpc::message_kind kind_ping = 0x0700;
+  auto answer = [](rpc::inbound_message&&, rpc::responder&& r) { r.reply({}); };
+  c[0].port().set_handler(kind_ping, "test: ping", answer); // w1 does not handle pings
+  auto what_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const corodist::error& e) {
+      return e.what();
+    }
+    return {};
+  };
+  BOOST_TEST(what_of([&] { c[0].port().set_handler(kind_ping, "test: pong", answer); }) ==
+             "rpc: set_handler('test: pong'): message kind 0x0700 is already handled by 'test: ping'");
+  c.start_all();
+  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, 5s, "ping of 'w0'").get(); }) == "");
+  BOOST_TEST(what_of([&] { c[0].port().request(1, kind_ping, {}, 5s, "ping of 'w1'").get(); }) ==
+             "ping of 'w1': worker 'w1' rejected it: worker 'w1' does not handle this request (the layer that sent "
+             "it is not enabled there)");
+  c.shutdown_all();
+  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, 5s, "ping of 'w0'").get(); }) ==
+             "ping of 'w0': agent 'w1' is shut down");
+}
+
 // A second worker claiming a taken name fails start() naming both ranks.
 BOOST_AUTO_TEST_CASE(duplicate_name, *utf::timeout(30)) {
   cluster c(2, [](rpc::agent_options& o) {

@@ -23,9 +23,12 @@ const rpc::worker_info& port::worker(rpc::worker_ref w) const {
   throw usage_error("sim: no worker named " + std::string(w.name()));
 }
 
-future<net::bytes> port::request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds) {
+future<net::bytes> port::request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds,
+                                 std::string what) {
   const auto id = next_request_++;
-  auto f = pending_[id].get_future();
+  auto& pending = pending_[id];
+  pending.what = std::move(what);
+  auto f = pending.p.get_future();
   net_.send(message{rank_, to, kind, message::type::request, id, flatten(std::move(p))});
   return f;
 }
@@ -56,7 +59,8 @@ void port::deliver(message&& m) {
   case message::type::request: {
     auto it = handlers_.find(m.kind);
     if (it == handlers_.end())
-      throw usage_error("sim: no handler for kind " + std::to_string(m.kind));
+      throw usage_error("sim: worker " + std::to_string(rank_) + " has no handler for a request of worker " +
+                        std::to_string(m.from));
     const int from = m.from;
     const auto id = m.request;
     const auto kind = m.kind;
@@ -78,12 +82,13 @@ void port::deliver(message&& m) {
     auto it = pending_.find(m.request);
     if (it == pending_.end())
       return; // a reply nobody waits for
-    auto p = std::move(it->second);
+    auto [p, what] = std::move(it->second);
     pending_.erase(it);
     if (m.what == message::type::reply)
       p.set_value(std::move(m.payload));
     else
-      p.set_exception(rpc::detail::decode_failure(info_[static_cast<std::size_t>(m.from)].name, std::move(m.payload)));
+      p.set_exception(
+          rpc::detail::decode_failure(info_[static_cast<std::size_t>(m.from)].name, what, std::move(m.payload)));
     break;
   }
   case message::type::one_way: {

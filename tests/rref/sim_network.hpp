@@ -55,8 +55,9 @@ public:
   int world_size() const override { return static_cast<int>(info_.size()); }
   const rpc::worker_info& worker(rpc::worker_ref w) const override;
   asio::any_io_executor get_executor() override { return ctx_.get_executor(); }
-  void set_handler(rpc::message_kind kind, handler h) override { handlers_[kind] = std::move(h); }
-  future<net::bytes> request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds) override;
+  void set_handler(rpc::message_kind kind, std::string, handler h) override { handlers_[kind] = std::move(h); }
+  future<net::bytes> request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds,
+                             std::string what) override;
   void notify(int to, rpc::message_kind kind, rpc::payload p) override;
   future<rpc::payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
                                  rpc::call_context ctx) override;
@@ -88,7 +89,11 @@ private:
   std::unordered_map<rpc::message_kind, handler> handlers_;
   std::unordered_map<std::string, rpc::detail::handler> functions_;
   std::uint64_t next_request_ = 1;
-  std::unordered_map<std::uint64_t, promise<net::bytes>> pending_;
+  struct pending_request {
+    promise<net::bytes> p;
+    std::string what; // names the request in its errors
+  };
+  std::unordered_map<std::uint64_t, pending_request> pending_;
 };
 
 /// Flattens an encoded payload into the bytes a receiver gets.

@@ -60,7 +60,8 @@ std::string run_seed(std::uint64_t seed, int actions) {
 
   for (int r = 0; r < workers; ++r) {
     net.at(r).add_function("mk", [r](int k) { return k * 1000 + r; });
-    net.at(r).set_handler(kind_pass, [&, r](corodist::rpc::inbound_message&& m, corodist::rpc::responder&&) {
+    net.at(r).set_handler(kind_pass, "test: an rref passed on", [&, r](corodist::rpc::inbound_message&& m,
+                                                                        corodist::rpc::responder&&) {
       corodist::rpc::codec_context ctx;
       net.at(r).decode_context(m.from, ctx);
       auto parsed = corodist::rpc::detail::parse_payload(std::move(m.payload), ctx);

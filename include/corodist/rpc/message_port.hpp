@@ -118,19 +118,26 @@ public:
   /// The executor handlers run on.
   virtual asio::any_io_executor get_executor() = 0;
 
-  /// Handles every message of `kind` with `h`. Throws usage_error for a kind of
-  /// rpc's own range, a kind already handled, or after start.
-  virtual void set_handler(message_kind kind, handler h) = 0;
+  /// Handles every message of `kind` with `h`; `name` says what such a
+  /// message is, in logs and errors ("rref: control message"). Throws
+  /// usage_error for a kind of rpc's own range, a kind already handled, or
+  /// after start.
+  virtual void set_handler(message_kind kind, std::string name, handler h) = 0;
 
   /// Sends a request of `kind` to worker `to`; the future holds the reply's
   /// frame payload, or timeout_error (after `timeout`; zero: none),
   /// connection_error (unreachable, or lost with the request pending),
-  /// remote_error (the handler failed). Nothing is retried.
-  virtual future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout) = 0;
+  /// usage_error (this worker is not running), remote_error (the handler
+  /// failed). Every error but remote_error reads `<what>: <reason>`: `what`
+  /// names the operation, its object and the worker, as the user knows them
+  /// ("to_here of RRef R{0, 1} owned by 'w1'"). Nothing is retried.
+  virtual future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout,
+                                     std::string what) = 0;
 
   /// Sends a one-way message of `kind` to worker `to`. A failure to deliver is
-  /// logged at debug level and otherwise silent (a protocol above that needs
-  /// delivery acknowledges and retries).
+  /// logged at debug level (naming the kind by its handler's name) and
+  /// otherwise silent (a protocol above that needs delivery acknowledges and
+  /// retries).
   virtual void notify(int to, message_kind kind, payload p) = 0;
 
   /// Runs the function registered as `fn` here, on `args` (a msgpack array,

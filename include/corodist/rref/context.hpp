@@ -66,7 +66,7 @@ struct method_wrapper<T, F, std::tuple<V, A...>> {
   static auto make(F f) {
     static_assert(std::is_same_v<V, T>, "rref::register_method<T>: the method's first parameter must be T& (or const T&)");
     return [f = std::move(f)](const rref<T>& r, A... args) {
-      auto p = r.handle()->protocol_of();
+      auto p = r.handle()->protocol_of("a method call");
       return p->local_slot(*r.handle())->template with<T>(&p->port(), p->self(),
                                                             [&](T& value) { return f(value, std::move(args)...); });
     };

@@ -35,7 +35,7 @@ rref<R> remote_on(rpc::message_port& port, std::optional<std::chrono::millisecon
   pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
   (rpc::detail::pack_arg(pk, args), ...);
   pk.pack(static_cast<std::uint64_t>(std::max<std::int64_t>(t.count(), 0)));
-  p.send_remote(h, e.finish(), t);
+  p.send_remote(h, fn, e.finish(), t);
   return rref<R>(std::move(h));
 }
 

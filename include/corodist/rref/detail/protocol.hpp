@@ -147,8 +147,9 @@ public:
   /// True once the owner knows this UserRRef (always, on the owner).
   bool confirmed() const noexcept { return confirmed_.load(std::memory_order_acquire); }
   void set_confirmed() noexcept { confirmed_.store(true, std::memory_order_release); }
-  /// The protocol it belongs to; throws usage_error once that is gone (agent destroyed).
-  std::shared_ptr<protocol> protocol_of() const;
+  /// The protocol it belongs to; throws usage_error naming `op` ("to_here")
+  /// and the RRef once that is gone (agent destroyed).
+  std::shared_ptr<protocol> protocol_of(std::string_view op) const;
 
 private:
   std::weak_ptr<protocol> protocol_;
@@ -175,8 +176,10 @@ public:
   /// A new RRef owned by `owner`, created by this worker: its handle (a
   /// UserRRef not yet confirmed, or the owner's own when `owner` is this worker).
   virtual std::shared_ptr<handle> new_remote(int owner) = 0;
-  /// Sends remote()'s call for `h` (a body `[fn, [args], timeout]` encoded for the owner).
-  virtual void send_remote(const std::shared_ptr<handle>& h, rpc::payload call, std::chrono::milliseconds timeout) = 0;
+  /// Sends remote()'s call of `fn` for `h` (a body `[R, F, fn, [args], timeout]`
+  /// encoded for the owner).
+  virtual void send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
+                           std::chrono::milliseconds timeout) = 0;
   /// A new OwnerRRef here holding `v` (make_rref).
   virtual std::shared_ptr<handle> new_owned(std::shared_ptr<value_slot> v) = 0;
 
@@ -203,10 +206,11 @@ inline handle::~handle() {
     p->released(*this);
 }
 
-inline std::shared_ptr<protocol> handle::protocol_of() const {
+inline std::shared_ptr<protocol> handle::protocol_of(std::string_view op) const {
   auto p = protocol_.lock();
   if (!p)
-    throw usage_error("rref " + id_.str() + ": its worker's RRef context is gone (the agent was destroyed)");
+    throw usage_error(std::string(op) + " of RRef R" + id_.str() +
+                      ": this worker's RRef context is gone (its agent was destroyed)");
   return p;
 }
 
