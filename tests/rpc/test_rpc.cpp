@@ -159,17 +159,19 @@ BOOST_AUTO_TEST_CASE(coroutine_and_blocking_functions_side_by_side, *utf::timeou
   cluster c(2);
   auto& log = corodist::test::sleeps();
   const int entered = log.entries(), left = log.exits();
+  corodist::test::holds().close();
   std::vector<corodist::future<int>> slow;
   for (int i = 0; i < 4; ++i)
-    slow.push_back(c[0].rpc_async<int>("w1", "sleep_ms", 3000));
-  // All four run at once, one per pool thread ...
+    slow.push_back(c[0].rpc_async<int>("w1", "hold", i));
+  // All four run at once, one per pool thread, held there ...
   BOOST_TEST_REQUIRE(log.wait_entries(entered + 4));
-  // ... and while they do, the loop answers coroutine functions.
+  // ... and while they are, the loop answers coroutine functions.
   for (int i = 0; i < 20; ++i)
     BOOST_TEST(c[0].rpc_sync<int>("w1", "co_add", i, i) == 2 * i);
   BOOST_TEST(log.exits() == left, "the coroutine calls were answered while every pool thread was busy");
-  for (auto& f : slow)
-    BOOST_TEST(f.get() == 3000);
+  corodist::test::holds().open();
+  for (int i = 0; i < 4; ++i)
+    BOOST_TEST(slow[static_cast<std::size_t>(i)].get() == i);
   c.shutdown_all();
 }
 
@@ -362,12 +364,14 @@ BOOST_AUTO_TEST_CASE(timeout_and_late_reply, *utf::timeout(30)) {
   cluster c(2, [](rpc::agent_options& o) { o.rpc_timeout = 5s; });
   auto& log = corodist::test::sleeps();
   const int left = log.exits();
+  corodist::test::holds().close(); // the call runs until after its deadline
   try {
-    c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "sleep_ms", 400);
+    c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "hold", 400);
     BOOST_FAIL("no timeout");
   } catch (const corodist::timeout_error& e) {
     BOOST_TEST(std::string(e.what()).find("deadline 100 ms") != std::string::npos, e.what());
   }
+  corodist::test::holds().open();
   BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{50ms}, "w1", "co_sleep_ms", 300), corodist::timeout_error);
   // Both functions end later and reply (the coroutine one is cancelled at its
   // deadline): those late replies come in first on the channel, ahead of the
@@ -741,17 +745,10 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_replies_is_dropped, *utf::timeout(60)
 // pool when their callers gave up are not started, so a later call behind
 // them runs as soon as the pool is free (it used to time out behind them).
 BOOST_AUTO_TEST_CASE(calls_whose_caller_gave_up_are_not_started, *utf::timeout(60)) {
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> started{0};
-  cluster c(2, [](rpc::agent_options& o) { o.worker_threads = 1; }, false);
-  c[1].register_function("hold", [&](int) {
-    ++started;
-    released.wait();
-    return 0;
-  });
-  c[0].register_function("hold", [](int) { return 0; });
-  c.start_all();
+  cluster c(2, [](rpc::agent_options& o) { o.worker_threads = 1; });
+  auto& log = corodist::test::sleeps();
+  const int entered = log.entries();
+  corodist::test::holds().close();
   // The first runs (and blocks the only pool thread); the three behind it have
   // deadlines that end long before the first one's caller gives up, so once
   // that happens theirs have passed on the callee too (its clock starts a
@@ -763,9 +760,9 @@ BOOST_AUTO_TEST_CASE(calls_whose_caller_gave_up_are_not_started, *utf::timeout(6
   for (auto& f : held)
     BOOST_CHECK_THROW(f.get(), corodist::timeout_error);
   auto quick = c[0].rpc_async<int>(rpc::call_timeout{20s}, "w1", "add", 2, 3);
-  release.set_value(); // the first hold returns; the three queued behind it are skipped
-  BOOST_TEST(quick.get() == 5);
-  BOOST_TEST(started.load() == 1);
+  corodist::test::holds().open(); // the first hold returns; the three queued behind it are skipped
+  BOOST_TEST(quick.get() == 5);   // (it ran after them, on the one pool thread)
+  BOOST_TEST(log.entries() == entered + 1);
   c.shutdown_all();
 }
 

@@ -94,24 +94,27 @@ BOOST_AUTO_TEST_CASE(worker_killed_mid_call, *utf::timeout(60)) {
   store_host host;
   const auto port = host.port();
   pipe_pair started;
+  pipe_pair never; // never written: the child waits on it until killed (it closes when the test ends)
   child_process child([&]() -> int {
     started.close_read();
+    never.close_write();
     event_loop loop;
     loop.start();
     auto store = connect_store(loop, port);
     rpc::agent a(loop, corodist::test::worker_options(1, 2, store));
-    const int fd = started.write_end();
-    a.register_function("hang", [fd](int) {
+    const int fd = started.write_end(), hold = never.read_end();
+    a.register_function("hang", [fd, hold](int) {
       char c = 'x';
       (void)::write(fd, &c, 1);
-      std::this_thread::sleep_for(30s);
+      wait_readable(hold, 30s); // until killed
       return 0;
     });
     a.start();
-    std::this_thread::sleep_for(60s); // until killed
+    wait_readable(hold, 60s); // until killed
     return 3;
   });
   started.close_write();
+  never.close_read();
   event_loop loop;
   loop.start();
   rpc::agent a(loop, corodist::test::worker_options(0, 2, connect_store(loop, port)));

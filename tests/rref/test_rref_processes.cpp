@@ -82,6 +82,12 @@ int worker(std::uint16_t port, int rank, int world, const std::function<void(rpc
   return 0;
 }
 
+/// Waits until `fd` is readable (or closed), at most `limit`.
+bool wait_readable(int fd, std::chrono::milliseconds limit) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(limit.count())) == 1;
+}
+
 /// The port of the store server the workers meet at, read from `fd`.
 std::uint16_t read_port(int fd) {
   std::uint16_t port = 0;
@@ -241,25 +247,28 @@ BOOST_AUTO_TEST_CASE(parameter_server, *utf::timeout(120)) {
 // connection_error promptly, later uses too, and nothing hangs.
 BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
   corodist::test::pipe_pair started, go;
+  corodist::test::pipe_pair never; // never written: the owner waits on it until killed (it closes when the test ends)
   child_process owner([&] { // forked before any thread of ours starts (see run_job)
     started.close_read();
+    never.close_write();
     const auto port = read_port(go.read_end());
     event_loop loop;
     loop.start();
     rpc::agent a(loop, corodist::test::worker_options(1, 2, connect_store(loop, port)));
     rr::enable(a);
-    const int fd = started.write_end();
-    a.register_function("hang", [fd](int v) {
+    const int fd = started.write_end(), hold = never.read_end();
+    a.register_function("hang", [fd, hold](int v) {
       char c = 'x';
       (void)::write(fd, &c, 1);
-      std::this_thread::sleep_for(60s); // until killed
+      wait_readable(hold, 60s); // until killed
       return v;
     });
     a.start();
-    std::this_thread::sleep_for(60s); // until killed
+    wait_readable(hold, 60s); // until killed
     return 3;
   });
   started.close_write();
+  never.close_read();
   store_host host;
   const std::uint16_t port = host.port();
   BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
@@ -273,8 +282,7 @@ BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
   auto r = rr::remote<int>(a, "w1", "hang", 5);
   auto first = r.to_here();
   auto second = r.to_here();
-  pollfd pf{started.read_end(), POLLIN, 0};
-  BOOST_REQUIRE(::poll(&pf, 1, 10000) == 1); // the function is running on the owner
+  BOOST_REQUIRE(wait_readable(started.read_end(), 10s)); // the function is running on the owner
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(owner.pid(), SIGKILL);
   // The errors name the operation, the RRef and its owner (they used to say
