@@ -1,7 +1,7 @@
 #include "rpc/error_reply.hpp"
 
 #include <corodist/core/error.hpp>
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/errors.hpp>
 
 #include <tuple>
@@ -13,8 +13,8 @@ payload encode_failure(failure code, std::string_view type, std::string_view mes
   auto& pk = e.packer();
   pk.pack_array(3);
   pk.pack(static_cast<int>(code));
-  pack_arg(pk, type);
-  pack_arg(pk, message);
+  pack_value(pk, type);
+  pack_value(pk, message);
   return e.finish();
 }
 

@@ -36,7 +36,7 @@ std::exception_ptr as_remote_error(const std::exception_ptr& e, const std::strin
   } catch (const remote_error&) {
     return e;
   } catch (const std::exception& x) {
-    return std::make_exception_ptr(remote_error(worker, rpc::detail::demangle(typeid(x).name()), x.what()));
+    return std::make_exception_ptr(remote_error(worker, rpc::demangle(typeid(x).name()), x.what()));
   } catch (...) {
     return std::make_exception_ptr(remote_error(worker, "unknown", "a non-standard exception"));
   }
@@ -276,7 +276,7 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
     timeout = opts_.timeout;
   const rref_id id = h->id();
   if (!h->is_owner()) {
-    rpc::detail::encoder e;
+    rpc::encoder e;
     auto& pk = e.packer();
     pk.pack_array(2);
     pk.pack(id.worker);
@@ -396,14 +396,14 @@ rref_context::owner_entry& rref_context::owner_of(rref_id id) {
 void rref_context::on_remote(rpc::inbound_message&& m, rpc::responder&& r) {
   rpc::codec_context ctx;
   port_.decode_context(m.from, ctx);
-  std::shared_ptr<rpc::detail::parsed_payload> parsed;
+  std::shared_ptr<rpc::parsed_payload> parsed;
   rref_id id;
   fork_id creator;
   std::string fn;
   const msgpack::object* args = nullptr;
   std::uint64_t timeout_ms = 0;
   try {
-    parsed = std::make_shared<rpc::detail::parsed_payload>(rpc::detail::parse_payload(std::move(m.payload), ctx));
+    parsed = std::make_shared<rpc::parsed_payload>(rpc::parse_payload(std::move(m.payload), ctx));
     const auto& o = parsed->body.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != 7)
       throw protocol_error("rref: a remote() call is [R, F, fn, [args], timeout_ms]");
@@ -501,7 +501,7 @@ void rref_context::on_fetch(rpc::inbound_message&& m, rpc::responder&& r) {
   rref_id id;
   try {
     rpc::codec_context ctx;
-    auto parsed = rpc::detail::parse_payload(std::move(m.payload), ctx);
+    auto parsed = rpc::parse_payload(std::move(m.payload), ctx);
     const auto& o = parsed.body.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != 2)
       throw protocol_error("rref: a fetch is [R]");

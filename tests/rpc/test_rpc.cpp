@@ -711,7 +711,7 @@ asio::ip::tcp::socket raw_peer(asio::io_context& ctx, const rpc::agent& a) {
 // Writes one call frame `fn(arg)` with request id `id`.
 template <typename A>
 void send_call(asio::ip::tcp::socket& s, std::uint64_t id, std::string_view fn, const A& arg, std::error_code& ec) {
-  rpc::detail::encoder e;
+  rpc::encoder e;
   auto call = rpc::detail::encode_call(e, fn, 0, arg);
   auto h = corodist::net::encode(
       corodist::net::frame_header{static_cast<std::uint32_t>(call.body.size()), rpc::detail::kind_call, 0, id});

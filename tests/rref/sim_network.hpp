@@ -10,6 +10,8 @@
 // carrying RRefs) are delayed and reordered freely but delivered exactly once,
 // as TCP delivers them; control messages may also be dropped and duplicated.
 
+#include <corodist/rpc/codec.hpp>
+#include <corodist/rpc/detail/codec.hpp> // make_handler: the simulated port registers functions as rpc::agent does
 #include <corodist/rpc/message_port.hpp>
 #include <corodist/rref/rref.hpp>
 

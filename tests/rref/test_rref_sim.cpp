@@ -64,7 +64,7 @@ std::string run_seed(std::uint64_t seed, int actions) {
                                                                         corodist::rpc::responder&&) {
       corodist::rpc::codec_context ctx;
       net.at(r).decode_context(m.from, ctx);
-      auto parsed = corodist::rpc::detail::parse_payload(std::move(m.payload), ctx);
+      auto parsed = corodist::rpc::parse_payload(std::move(m.payload), ctx);
       corodist::rpc::codec_scope scope(ctx);
       auto [expected, ref] = parsed.body.get().as<std::tuple<int, rr::rref<int>>>();
       --passes_in_flight[ref.id()];
@@ -120,7 +120,7 @@ std::string run_seed(std::uint64_t seed, int actions) {
     } else if (what < 50) { // pass one to a random worker (onward, back to its owner, to itself)
       auto& h = mine[static_cast<std::size_t>(rnd(static_cast<int>(mine.size())))];
       const int to = rnd(workers);
-      corodist::rpc::detail::encoder e(&net.at(w), w, to);
+      corodist::rpc::encoder e(&net.at(w), w, to);
       auto& pk = e.packer();
       pk.pack_array(2);
       pk.pack(h.expected);

@@ -10,6 +10,7 @@
 #include <corodist/rpc/agent_options.hpp>
 #include <corodist/rpc/attachment.hpp>
 #include <corodist/rpc/call_context.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 #include <corodist/rpc/errors.hpp>
 #include <corodist/rpc/message_port.hpp>
@@ -180,7 +181,7 @@ private:
     try {
       rank = rank_of(to);
       t = timeout.value_or(default_timeout());
-      detail::encoder e(&port(), self_rank(), rank);
+      encoder e(&port(), self_rank(), rank);
       call = detail::encode_call(e, fn, static_cast<std::uint64_t>(std::max<std::int64_t>(t.count(), 0)), args...);
     } catch (...) {
       p.set_exception(std::current_exception());
@@ -212,14 +213,14 @@ private:
     try {
       codec_context ctx;
       port.decode_context(rank, ctx);
-      auto parsed = detail::parse_payload(std::move(r.payload), ctx);
+      auto parsed = parse_payload(std::move(r.payload), ctx);
       if constexpr (std::is_void_v<R>) {
         p.set_value();
       } else {
         codec_scope scope(ctx);
-        p.set_value(detail::decode_result<R>(parsed.body.get()));
+        p.set_value(decode_value<R>(parsed.body.get()));
       }
-    } catch (const detail::result_type_error& e) {
+    } catch (const value_type_error& e) {
       p.set_exception(std::make_exception_ptr(bad_result_error(fn, port.worker(rank).name, e.what())));
     } catch (...) {
       p.set_exception(std::current_exception());

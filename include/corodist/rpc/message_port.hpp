@@ -47,7 +47,7 @@ struct inbound_message {
   /// A notification: nothing is expected back.
   bool one_way = false;
   /// The frame payload (an encoded rpc::payload); decode it with
-  /// detail::parse_payload under a codec_context (message_port::decode_context).
+  /// rpc::parse_payload (codec.hpp) under a codec_context (message_port::decode_context).
   net::bytes payload;
 };
 

@@ -6,6 +6,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/rpc/agent.hpp>
+#include <corodist/rpc/callable_traits.hpp>
 #include <corodist/rref/rref.hpp>
 
 #include <chrono>
@@ -80,7 +81,7 @@ struct method_wrapper<T, F, std::tuple<V, A...>> {
 /// runs); calls on different values run in parallel on the worker pool.
 template <typename T, typename F>
 void register_method(rpc::agent& a, std::string name, F f) {
-  using params = typename rpc::detail::callable_traits<F>::params;
+  using params = typename rpc::callable_traits<F>::params;
   a.register_function(std::move(name), detail::method_wrapper<T, F, params>::make(std::move(f)));
 }
 

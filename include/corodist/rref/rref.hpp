@@ -59,9 +59,9 @@ public:
     return p->fetch(h_, timeout).then([port = &p->port(), owner, keep = h_](net::bytes b) {
       rpc::codec_context ctx;
       port->decode_context(owner, ctx);
-      auto parsed = rpc::detail::parse_payload(std::move(b), ctx);
+      auto parsed = rpc::parse_payload(std::move(b), ctx);
       rpc::codec_scope scope(ctx);
-      return rpc::detail::decode_result<T>(parsed.body.get());
+      return rpc::decode_value<T>(parsed.body.get());
     });
   }
 

@@ -9,7 +9,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/future.hpp>
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/message_port.hpp>
 #include <corodist/rref/rref_id.hpp>
 
@@ -62,16 +62,16 @@ public:
     std::lock_guard lk(mutex_);
     if (typed_) {
       if (*type_ != typeid(T))
-        throw usage_error("rref: the value is a " + rpc::detail::demangle(type_->name()) + ", not a " +
-                          rpc::detail::demangle(typeid(T).name()));
+        throw usage_error("rref: the value is a " + rpc::demangle(type_->name()) + ", not a " +
+                          rpc::demangle(typeid(T).name()));
       return std::static_pointer_cast<T>(typed_);
     }
     rpc::codec_context ctx;
     ctx.port = port;
     ctx.self = ctx.peer = self;
-    auto parsed = rpc::detail::parse_payload(flatten(), ctx);
+    auto parsed = rpc::parse_payload(flatten(), ctx);
     rpc::codec_scope scope(ctx);
-    auto v = std::make_shared<T>(rpc::detail::decode_result<T>(parsed.body.get()));
+    auto v = std::make_shared<T>(rpc::decode_value<T>(parsed.body.get()));
     set_typed(v);
     encoded_.reset();
     return v;
@@ -108,8 +108,8 @@ private:
     typed_ = std::move(v);
     type_ = &typeid(T);
     encode_typed_ = [](const void* p, rpc::message_port* port, int self, int peer) {
-      rpc::detail::encoder e(port, self, peer);
-      return rpc::detail::encode_value(e, *static_cast<const T*>(p));
+      rpc::encoder e(port, self, peer);
+      return rpc::encode_value(e, *static_cast<const T*>(p));
     };
   }
   // The encoded value as one received payload (attachments appended).
