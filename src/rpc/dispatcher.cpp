@@ -87,14 +87,14 @@ void dispatcher::add_function(std::string name, handler h) {
 }
 
 void dispatcher::set_handler(message_kind kind, std::string name, message_port::handler h) {
-  // (The kind is the caller's own argument: named in hex, as it is written.)
+  // Named by the caller's name for it, never by its number.
   if (kind >= rpc_kinds_begin && kind < rpc_kinds_end)
-    throw usage_error(fmt::format("rpc: set_handler('{}'): message kind {:#06x} is in rpc's own range [{:#06x}, "
-                                  "{:#06x})",
-                                  name, kind, rpc_kinds_begin, rpc_kinds_end));
+    throw usage_error(fmt::format("rpc: set_handler('{}'): its message kind is reserved for rpc's own messages "
+                                  "(rpc_kinds_begin to rpc_kinds_end)",
+                                  name));
   if (auto it = handlers_.find(kind); it != handlers_.end())
-    throw usage_error(fmt::format("rpc: set_handler('{}'): message kind {:#06x} is already handled by '{}'", name,
-                                  kind, it->second.name));
+    throw usage_error(
+        fmt::format("rpc: set_handler('{}'): its message kind is already handled by '{}'", name, it->second.name));
   handlers_.emplace(kind, named_handler{std::move(name), std::move(h)});
 }
 

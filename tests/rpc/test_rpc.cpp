@@ -427,7 +427,8 @@ BOOST_AUTO_TEST_CASE(usage_errors, *utf::timeout(30)) {
 
 // A request of an upper layer's kind (message_port) names the operation the
 // caller gave in its errors, never the kind's number (it used to say "request
-// of kind 1792" and "has no handler for message kind 1792").
+// of kind 1792" and "has no handler for message kind 1792"); so do set_handler's
+// refusals (they said "message kind 0x0700").
 BOOST_AUTO_TEST_CASE(port_requests_name_their_operation, *utf::timeout(30)) {
   cluster c(2, {}, false);
   constexpr rpc::message_kind kind_ping = 0x0700;
@@ -442,7 +443,10 @@ BOOST_AUTO_TEST_CASE(port_requests_name_their_operation, *utf::timeout(30)) {
     return {};
   };
   BOOST_TEST(what_of([&] { c[0].port().set_handler(kind_ping, "test: pong", answer); }) ==
-             "rpc: set_handler('test: pong'): message kind 0x0700 is already handled by 'test: ping'");
+             "rpc: set_handler('test: pong'): its message kind is already handled by 'test: ping'");
+  BOOST_TEST(what_of([&] { c[0].port().set_handler(rpc::rpc_kinds_begin + 1, "test: mine", answer); }) ==
+             "rpc: set_handler('test: mine'): its message kind is reserved for rpc's own messages "
+             "(rpc_kinds_begin to rpc_kinds_end)");
   c.start_all();
   BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, 5s, "ping of 'w0'").get(); }) == "");
   BOOST_TEST(what_of([&] { c[0].port().request(1, kind_ping, {}, 5s, "ping of 'w1'").get(); }) ==
