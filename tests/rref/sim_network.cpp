@@ -106,11 +106,11 @@ network::network(int workers, std::uint64_t seed) : rng_(seed), now_(clock::time
   for (int r = 0; r < workers; ++r)
     ports_.push_back(std::make_unique<port>(*this, r, workers));
   for (int r = 0; r < workers; ++r) {
-    auto ctx = std::make_shared<rr::detail::rref_context>(*ports_[static_cast<std::size_t>(r)], nullptr, opts,
-                                                          [this] { return now_; });
-    ctx->install();
-    ports_[static_cast<std::size_t>(r)]->set_extension(ctx);
-    contexts_.push_back(ctx);
+    auto t = std::make_shared<rr::detail::reference_tracker>(*ports_[static_cast<std::size_t>(r)], nullptr, opts,
+                                                             [this] { return now_; });
+    t->install();
+    ports_[static_cast<std::size_t>(r)]->set_extension(t);
+    trackers_.push_back(t);
   }
 }
 
@@ -131,7 +131,7 @@ void network::settle() {
 
 void network::advance(std::chrono::milliseconds d) {
   now_ += d;
-  for (auto& c : contexts_)
+  for (auto& c : trackers_)
     c->pump();
   settle();
 }
@@ -161,7 +161,7 @@ bool network::drain() {
   for (int i = 0; i < 200000; ++i) {
     if (in_flight_.empty()) {
       bool quiet = true;
-      for (auto& c : contexts_)
+      for (auto& c : trackers_)
         quiet = quiet && c->info().unacked == 0;
       if (quiet)
         return true;

@@ -4,7 +4,7 @@
 // in flight, and a seeded schedule decides what happens next -- which message is
 // delivered (any order), which control message is dropped (its sender sends it
 // again) or duplicated, when time advances (retries), and what the workers'
-// programs do. The protocol under test is the real rref_context, unchanged.
+// programs do. The protocol under test is the real reference_tracker, unchanged.
 //
 // User messages (remote() calls, to_here requests and their replies, messages
 // carrying RRefs) are delayed and reordered freely but delivered exactly once,
@@ -15,7 +15,7 @@
 #include <corodist/rpc/message_port.hpp>
 #include <corodist/rref/rref.hpp>
 
-#include "rref/rref_context.hpp"
+#include "rref/reference_tracker.hpp"
 
 #include <asio/io_context.hpp>
 
@@ -108,7 +108,7 @@ inline net::bytes flatten(rpc::payload&& p) {
   return b;
 }
 
-/// The network and its workers (each with its real rref_context).
+/// The network and its workers (each with its real reference_tracker).
 class network {
 public:
   network(int workers, std::uint64_t seed);
@@ -116,7 +116,7 @@ public:
 
   int size() const noexcept { return static_cast<int>(ports_.size()); }
   port& at(int r) { return *ports_[static_cast<std::size_t>(r)]; }
-  rr::detail::rref_context& context(int r) { return *contexts_[static_cast<std::size_t>(r)]; }
+  rr::detail::reference_tracker& tracker(int r) { return *trackers_[static_cast<std::size_t>(r)]; }
   std::mt19937_64& rng() noexcept { return rng_; }
   clock::time_point now() const noexcept { return now_; }
 
@@ -143,7 +143,7 @@ private:
   clock::time_point now_;
   std::deque<message> in_flight_;
   std::vector<std::unique_ptr<port>> ports_;
-  std::vector<std::shared_ptr<rr::detail::rref_context>> contexts_;
+  std::vector<std::shared_ptr<rr::detail::reference_tracker>> trackers_;
 };
 
 } // namespace corodist::test::sim

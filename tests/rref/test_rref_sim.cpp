@@ -1,4 +1,4 @@
-// The RRef protocol (the real rref_context) in a deterministic simulated
+// The RRef protocol (the real reference_tracker) in a deterministic simulated
 // network: thousands of seeded schedules of random programs -- remote() to
 // random workers, RRefs passed to random workers (onward, and back to their
 // owner), to_here at random moments, handles dropped at random moments --
@@ -85,7 +85,7 @@ std::string run_seed(std::uint64_t seed, int actions) {
       if (!f.value.is_ready())
         ++refs[f.id];
     for (auto& [id, owner] : owner_of) {
-      const bool has = net.context(owner).holds_value(id);
+      const bool has = net.tracker(owner).holds_value(id);
       if (has)
         created[id] = true;
       if (created[id] && !has && refs[id] > 0) {
@@ -183,11 +183,11 @@ std::string run_seed(std::uint64_t seed, int actions) {
   fetches.clear();
   net.settle();
   for (int r = 0; r < workers; ++r)
-    if (!net.context(r).empty()) {
+    if (!net.tracker(r).empty()) {
       std::string left;
-      for (auto& s : net.context(r).alive())
+      for (auto& s : net.tracker(r).alive())
         left += " " + s + ";";
-      auto i = net.context(r).info();
+      auto i = net.tracker(r).info();
       return "worker " + std::to_string(r) + " still holds:" + left + " (unacked " + std::to_string(i.unacked) +
              ", pending children " + std::to_string(i.pending_children) + ")";
     }

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// What the rref<T> templates need of the RRef protocol, behind an interface
-/// (implemented in src/rref/ by rref_context), and the two objects they share
+/// (implemented in src/rref/ by reference_tracker), and the two objects they share
 /// with it: a handle (one UserRRef, or one reference to an OwnerRRef) and the
 /// OwnerRRef's value.
 
@@ -161,7 +161,7 @@ private:
 };
 
 /// The RRef protocol of one worker, as the templates see it. Implemented by
-/// rref_context (src/rref/); thread-safe unless said otherwise.
+/// reference_tracker (src/rref/); thread-safe unless said otherwise.
 class protocol {
 public:
   virtual ~protocol() = default;

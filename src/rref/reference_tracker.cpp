@@ -1,4 +1,6 @@
-#include "rref/rref_context.hpp"
+// One worker's side of the RRef protocol: the references it owns and uses,
+// their forks and confirmations, remote() and to_here(), and draining at shutdown.
+#include "rref/reference_tracker.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
@@ -46,22 +48,22 @@ std::exception_ptr as_remote_error(const std::exception_ptr& e, const std::strin
 std::atomic<bool> break_g2_for_tests{false};
 
 // A to_here() on the owner, waiting for the value until its deadline.
-struct rref_context::local_fetch {
+struct reference_tracker::local_fetch {
   promise<net::bytes> p;
   clock::time_point deadline;
   std::chrono::milliseconds timeout;
 };
 
 // The rarely used parts of an OwnerRRef, out of the common entry.
-struct rref_context::owner_extra {
+struct reference_tracker::owner_extra {
   std::vector<std::pair<rpc::responder, int>> waiting;   // fetches before the value
   std::vector<local_fetch> waiting_here;                  // fetches on the owner itself
   std::vector<promise<std::shared_ptr<value_slot>>> waiting_slots; // local_value() calls
   std::exception_ptr failure;                             // its function threw
 };
 
-rref_context::rref_context(rpc::message_port& port, rpc::agent* agent, context_options opts,
-                           std::function<clock::time_point()> now)
+reference_tracker::reference_tracker(rpc::message_port& port, rpc::agent* agent, context_options opts,
+                                     std::function<clock::time_point()> now)
     : port_(port), agent_(agent), opts_(opts), now_(std::move(now)), ex_(port.get_executor()),
       channel_([&port](int to, rpc::payload p) { port.notify(to, kind_control, std::move(p)); }, opts) {
   if (!now_) { // the real clock: retries on a timer of the loop
@@ -79,9 +81,9 @@ rref_context::rref_context(rpc::message_port& port, rpc::agent* agent, context_o
   }
 }
 
-rref_context::~rref_context() = default;
+reference_tracker::~reference_tracker() = default;
 
-void rref_context::arm_retry() {
+void reference_tracker::arm_retry() {
   if (!retry_timer_ || retry_armed_ || channel_.unacked() == 0)
     return;
   retry_armed_ = true;
@@ -97,7 +99,7 @@ void rref_context::arm_retry() {
   });
 }
 
-void rref_context::install() {
+void reference_tracker::install() {
   auto w = weak_from_this();
   port_.set_handler(kind_remote, "rref: remote() call", [w](rpc::inbound_message&& m, rpc::responder&& r) {
     if (auto self = w.lock())
@@ -113,7 +115,7 @@ void rref_context::install() {
   });
 }
 
-void rref_context::post(corodist::detail::unique_function<void(rref_context&)> f) {
+void reference_tracker::post(corodist::detail::unique_function<void(reference_tracker&)> f) {
   // Weak: a change posted after the agent (and this context) went is dropped.
   asio::post(ex_, [w = weak_from_this(), f = std::move(f)]() mutable {
     if (auto self = w.lock()) {
@@ -123,14 +125,14 @@ void rref_context::post(corodist::detail::unique_function<void(rref_context&)> f
   });
 }
 
-void rref_context::send_control(int to, const control_msg& m) {
+void reference_tracker::send_control(int to, const control_msg& m) {
   CORODIST_LOG_TRACE("rref: worker {} -> {}: {} R{} F{} parent {}", self(), to, name(m.type), m.id.str(),
                      m.fork.str(), m.parent);
   channel_.send(to, m, now_());
   arm_retry();
 }
 
-std::string rref_context::describe(const handle& h) const {
+std::string reference_tracker::describe(const handle& h) const {
   std::string owner;
   try {
     owner = "'" + port_.worker(h.owner()).name + "'";
@@ -142,12 +144,12 @@ std::string rref_context::describe(const handle& h) const {
 
 // ---- creating RRefs (any thread) ----------------------------------------------
 
-std::shared_ptr<handle> rref_context::new_remote(int owner) {
+std::shared_ptr<handle> reference_tracker::new_remote(int owner) {
   const rref_id id = next_id();
   if (owner == self()) { // remote() to ourselves: the handle is the owner's own
     auto h = std::make_shared<handle>(weak_from_this(), id, fork_id{}, owner, true);
     h->set_confirmed();
-    post([id](rref_context& self) {
+    post([id](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: remote() to itself, R{}", self.self(), id.str());
       ++self.owner_of(id).local_refs;
     });
@@ -155,14 +157,14 @@ std::shared_ptr<handle> rref_context::new_remote(int owner) {
   }
   const fork_id f = next_id();
   auto h = std::make_shared<handle>(weak_from_this(), id, f, owner, false);
-  post([id, f, owner, wh = std::weak_ptr<handle>(h)](rref_context& self) {
+  post([id, f, owner, wh = std::weak_ptr<handle>(h)](reference_tracker& self) {
     self.users_[f] = user_entry{id, owner, created_here, 0, false, true, wh};
   });
   return h;
 }
 
-void rref_context::send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
-                               std::chrono::milliseconds timeout) {
+void reference_tracker::send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
+                                    std::chrono::milliseconds timeout) {
   // The owner acknowledges the creator's fork at once (it runs the function after).
   auto what = "remote '" + std::string(fn) + "' on '" + port_.worker(h->owner()).name + "' (RRef R" + h->id().str() + ")";
   port_.request(h->owner(), kind_remote, std::move(call), timeout, what)
@@ -172,11 +174,11 @@ void rref_context::send_remote(const std::shared_ptr<handle>& h, std::string_vie
       }));
 }
 
-std::shared_ptr<handle> rref_context::new_owned(std::shared_ptr<value_slot> v) {
+std::shared_ptr<handle> reference_tracker::new_owned(std::shared_ptr<value_slot> v) {
   const rref_id id = next_id();
   auto h = std::make_shared<handle>(weak_from_this(), id, fork_id{}, self(), true);
   h->set_confirmed();
-  post([id, v = std::move(v)](rref_context& self) mutable {
+  post([id, v = std::move(v)](reference_tracker& self) mutable {
     auto& e = self.owner_of(id);
     ++e.local_refs;
     e.value = std::move(v);
@@ -184,7 +186,7 @@ std::shared_ptr<handle> rref_context::new_owned(std::shared_ptr<value_slot> v) {
   return h;
 }
 
-void rref_context::creation_acked(fork_id f, const std::string& what, std::exception_ptr failure) {
+void reference_tracker::creation_acked(fork_id f, const std::string& what, std::exception_ptr failure) {
   if (failure) { // (every use of the RRef fails on its own, saying why)
     try {
       std::rethrow_exception(failure);
@@ -211,12 +213,12 @@ void rref_context::creation_acked(fork_id f, const std::string& what, std::excep
 
 // ---- forks (any thread; from the codec) -----------------------------------------
 
-fork_info rref_context::fork_to(const std::shared_ptr<handle>& h, int peer) {
+fork_info reference_tracker::fork_to(const std::shared_ptr<handle>& h, int peer) {
   const fork_id child = next_id();
   const rref_id id = h->id();
   if (h->is_owner()) {
     // The owner is the parent: it records the fork itself, before it is sent.
-    post([id, child, peer](rref_context& self) {
+    post([id, child, peer](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: the owner forks R{} as F{} for worker {}", self.self(), id.str(),
                          child.str(), peer);
       self.owner_of(id).forks.push_back(child);
@@ -225,7 +227,7 @@ fork_info rref_context::fork_to(const std::shared_ptr<handle>& h, int peer) {
   }
   // A user is the parent: it holds its own UserRRef until the child is confirmed (G2).
   if (!break_g2_for_tests.load(std::memory_order_relaxed))
-    post([id, child, parent_fork = h->fork()](rref_context& self) {
+    post([id, child, parent_fork = h->fork()](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: forks R{} F{} as F{}", self.self(), id.str(), parent_fork.str(),
                          child.str());
       self.children_[child] = pending_child{id, parent_fork};
@@ -236,13 +238,13 @@ fork_info rref_context::fork_to(const std::shared_ptr<handle>& h, int peer) {
   return fork_info{id, h->owner(), child, self()};
 }
 
-std::shared_ptr<handle> rref_context::adopt(const fork_info& f, int from) {
+std::shared_ptr<handle> reference_tracker::adopt(const fork_info& f, int from) {
   const int me = self();
   if (f.owner == me) {
     // Back on the owner: a local reference; the owner accepts the child directly.
     auto h = std::make_shared<handle>(weak_from_this(), f.id, fork_id{}, me, true);
     h->set_confirmed();
-    post([f, me](rref_context& self) {
+    post([f, me](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: R{} F{} came back to its owner (from worker {})", me, f.id.str(),
                          f.fork.str(), f.parent);
       auto& e = self.owner_of(f.id);
@@ -258,7 +260,7 @@ std::shared_ptr<handle> rref_context::adopt(const fork_info& f, int from) {
   const bool confirmed = f.parent == f.owner; // the owner itself sent it: it knows this fork
   if (confirmed)
     h->set_confirmed();
-  post([f, confirmed, wh = std::weak_ptr<handle>(h)](rref_context& self) {
+  post([f, confirmed, wh = std::weak_ptr<handle>(h)](reference_tracker& self) {
     CORODIST_LOG_TRACE("rref: worker {}: takes R{} F{} from worker {}{}", self.self(), f.id.str(), f.fork.str(),
                        f.parent, confirmed ? " (confirmed: the owner sent it)" : "");
     self.users_[f.fork] = user_entry{f.id, f.owner, f.parent, 0, confirmed, true, wh};
@@ -271,7 +273,7 @@ std::shared_ptr<handle> rref_context::adopt(const fork_info& f, int from) {
 
 // ---- using them -------------------------------------------------------------------
 
-future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) {
+future<net::bytes> reference_tracker::fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0)
     timeout = opts_.timeout;
   const rref_id id = h->id();
@@ -286,7 +288,7 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
   // On the owner: the value here, once there (at most until the deadline).
   promise<net::bytes> p;
   auto f = p.get_future();
-  post([id, p = std::move(p), timeout](rref_context& self) mutable {
+  post([id, p = std::move(p), timeout](reference_tracker& self) mutable {
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) { // (a handle keeps its entry: not expected)
       p.set_exception(std::make_exception_ptr(
@@ -314,7 +316,7 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
   return f;
 }
 
-std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
+std::shared_ptr<value_slot> reference_tracker::local_slot(const handle& h) {
   if (!h.is_owner())
     throw usage_error("local_value of " + describe(h) + ": this is worker '" + port_.self().name +
                       "', not its owner; use to_here()");
@@ -337,7 +339,7 @@ std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
   // The value, once its function has finished (as PyTorch's OwnerRRef::getValue).
   promise<std::shared_ptr<value_slot>> p;
   auto f = p.get_future();
-  post([id = h.id(), p = std::move(p)](rref_context& self) mutable {
+  post([id = h.id(), p = std::move(p)](reference_tracker& self) mutable {
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) {
       p.set_exception(std::make_exception_ptr(usage_error("local_value of RRef R" + id.str() + " on its owner '" +
@@ -362,9 +364,9 @@ std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
   return f.get();
 }
 
-void rref_context::released(const handle& h) noexcept {
+void reference_tracker::released(const handle& h) noexcept {
   try {
-    post([id = h.id(), f = h.fork(), owner = h.is_owner()](rref_context& self) {
+    post([id = h.id(), f = h.fork(), owner = h.is_owner()](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: a handle of R{} F{} is gone", self.self(), id.str(), f.str());
       if (owner) {
         auto it = self.owners_.find(id);
@@ -386,14 +388,14 @@ void rref_context::released(const handle& h) noexcept {
 
 // ---- the owner's side -----------------------------------------------------------
 
-rref_context::owner_entry& rref_context::owner_of(rref_id id) {
+reference_tracker::owner_entry& reference_tracker::owner_of(rref_id id) {
   auto [it, fresh] = owners_.try_emplace(id);
   if (fresh)
     CORODIST_LOG_TRACE("rref: worker {}: OwnerRRef R{} recorded", self(), id.str());
   return it->second;
 }
 
-void rref_context::on_remote(rpc::inbound_message&& m, rpc::responder&& r) {
+void reference_tracker::on_remote(rpc::inbound_message&& m, rpc::responder&& r) {
   rpc::codec_context ctx;
   port_.decode_context(m.from, ctx);
   std::shared_ptr<rpc::parsed_payload> parsed;
@@ -441,7 +443,7 @@ void rref_context::on_remote(rpc::inbound_message&& m, rpc::responder&& r) {
   }));
 }
 
-void rref_context::remote_done(rref_id id, std::shared_ptr<value_slot> value, std::exception_ptr failure) {
+void reference_tracker::remote_done(rref_id id, std::shared_ptr<value_slot> value, std::exception_ptr failure) {
   auto it = owners_.find(id);
   if (it == owners_.end())
     return; // nobody refers to it any more: the value goes
@@ -485,7 +487,7 @@ void rref_context::remote_done(rref_id id, std::shared_ptr<value_slot> value, st
   maybe_delete_owner(id);
 }
 
-void rref_context::answer(owner_entry& e, rpc::responder&& r, int to) {
+void reference_tracker::answer(owner_entry& e, rpc::responder&& r, int to) {
   if (e.extra && e.extra->failure) {
     r.fail(e.extra->failure);
     return;
@@ -497,7 +499,7 @@ void rref_context::answer(owner_entry& e, rpc::responder&& r, int to) {
   }
 }
 
-void rref_context::on_fetch(rpc::inbound_message&& m, rpc::responder&& r) {
+void reference_tracker::on_fetch(rpc::inbound_message&& m, rpc::responder&& r) {
   rref_id id;
   try {
     rpc::codec_context ctx;
@@ -521,7 +523,7 @@ void rref_context::on_fetch(rpc::inbound_message&& m, rpc::responder&& r) {
   e.extra->waiting.emplace_back(std::move(r), m.from);
 }
 
-void rref_context::maybe_delete_owner(rref_id id) {
+void reference_tracker::maybe_delete_owner(rref_id id) {
   auto it = owners_.find(id);
   if (it == owners_.end())
     return;
@@ -536,7 +538,7 @@ void rref_context::maybe_delete_owner(rref_id id) {
 
 // ---- the users' side ---------------------------------------------------------------
 
-void rref_context::maybe_delete_user(fork_id f) {
+void reference_tracker::maybe_delete_user(fork_id f) {
   auto it = users_.find(f);
   if (it == users_.end())
     return;
@@ -549,7 +551,7 @@ void rref_context::maybe_delete_user(fork_id f) {
 
 // ---- control messages ------------------------------------------------------------
 
-void rref_context::on_control(const rpc::inbound_message& m) {
+void reference_tracker::on_control(const rpc::inbound_message& m) {
   try {
     auto [seq, msg] = decode_control(net::bytes(m.payload));
     if (auto fresh = channel_.receive(m.from, seq, msg))
@@ -560,7 +562,7 @@ void rref_context::on_control(const rpc::inbound_message& m) {
   wake_drain();
 }
 
-void rref_context::process(int from, const control_msg& m) {
+void reference_tracker::process(int from, const control_msg& m) {
   CORODIST_LOG_TRACE("rref: worker {} <- {}: {} R{} F{} parent {}", self(), from, name(m.type), m.id.str(),
                      m.fork.str(), m.parent);
   switch (m.type) {
@@ -611,14 +613,14 @@ void rref_context::process(int from, const control_msg& m) {
   }
 }
 
-void rref_context::pump() {
+void reference_tracker::pump() {
   channel_.pump(now_());
   arm_retry();
 }
 
 // ---- introspection and shutdown --------------------------------------------------------
 
-debug_info rref_context::info() const {
+debug_info reference_tracker::info() const {
   debug_info d;
   d.owners = owners_.size();
   for (auto& [id, e] : owners_)
@@ -630,7 +632,7 @@ debug_info rref_context::info() const {
   return d;
 }
 
-std::vector<std::string> rref_context::alive() const {
+std::vector<std::string> reference_tracker::alive() const {
   std::vector<std::string> out;
   for (auto& [id, e] : owners_)
     out.push_back("OwnerRRef R" + id.str() + " (" + std::to_string(e.forks.size()) + " forks, " +
@@ -641,25 +643,25 @@ std::vector<std::string> rref_context::alive() const {
   return out;
 }
 
-bool rref_context::holds_value(rref_id id) const {
+bool reference_tracker::holds_value(rref_id id) const {
   auto it = owners_.find(id);
   return it != owners_.end() && it->second.value != nullptr;
 }
 
-bool rref_context::settled() const noexcept {
+bool reference_tracker::settled() const noexcept {
   if (!users_.empty() || !children_.empty() || channel_.unacked() != 0)
     return false;
   return std::all_of(owners_.begin(), owners_.end(), [](auto& o) { return o.second.forks.empty(); });
 }
 
-bool rref_context::empty() const noexcept { return settled() && owners_.empty(); }
+bool reference_tracker::empty() const noexcept { return settled() && owners_.empty(); }
 
-void rref_context::wake_drain() {
+void reference_tracker::wake_drain() {
   if (drain_wait_ && settled())
     drain_wait_->cancel();
 }
 
-asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
+asio::awaitable<bool> reference_tracker::drain(std::chrono::milliseconds budget) {
   // Every UserRRef goes, live handles or not (the application's handles of it
   // fail afterwards); so does every OwnerRRef that nothing refers to any more.
   std::vector<fork_id> users;
@@ -710,7 +712,7 @@ asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
 
 // ---- deadlines of to_here() on the owner (real clock only) -----------------------
 
-void rref_context::arm_fetch_timer(clock::time_point deadline) {
+void reference_tracker::arm_fetch_timer(clock::time_point deadline) {
   if (!fetch_timer_ || (fetch_armed_ && fetch_timer_->expiry() <= deadline))
     return;
   fetch_armed_ = true;
@@ -724,7 +726,7 @@ void rref_context::arm_fetch_timer(clock::time_point deadline) {
   });
 }
 
-void rref_context::expire_local_fetches() {
+void reference_tracker::expire_local_fetches() {
   const auto now = now_();
   std::optional<clock::time_point> next;
   for (auto& [id, e] : owners_) {

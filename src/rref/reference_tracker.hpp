@@ -1,7 +1,8 @@
 #pragma once
-// The RRef protocol of one worker (private): OwnerRRefs and the forks they
-// know, UserRRefs (confirmed or pending), the forks this worker made that are
-// not confirmed yet (pending children, G2), and the reliable control channel.
+// One worker's side of the RRef protocol (private): it tracks the references
+// this worker owns and uses -- OwnerRRefs and the forks they know, UserRRefs
+// (confirmed or pending), the forks this worker made that are not confirmed
+// yet (pending children, G2) -- and runs the reliable control channel.
 // It talks only to an rpc::message_port -- the agent's, or a simulated
 // network's in tests/rref/ -- so the simulation runs this very code.
 //
@@ -41,16 +42,16 @@ inline constexpr rpc::message_kind kind_remote = 0x0600;  ///< request: [R, F, f
 inline constexpr rpc::message_kind kind_fetch = 0x0601;   ///< request: [R] -> the value
 inline constexpr rpc::message_kind kind_control = 0x0602; ///< one-way: control_channel frames
 
-class rref_context final : public protocol, public std::enable_shared_from_this<rref_context> {
+class reference_tracker final : public protocol, public std::enable_shared_from_this<reference_tracker> {
 public:
   using clock = std::chrono::steady_clock;
 
   /// `agent` may be null (a simulated port). With `now` given (a simulated
   /// clock), retries are sent only when the caller calls pump(); otherwise a
   /// timer on the port's executor does it whenever a message awaits its ack.
-  rref_context(rpc::message_port& port, rpc::agent* agent, context_options opts,
-               std::function<clock::time_point()> now = {});
-  ~rref_context() override;
+  reference_tracker(rpc::message_port& port, rpc::agent* agent, context_options opts,
+                    std::function<clock::time_point()> now = {});
+  ~reference_tracker() override;
 
   /// Registers the protocol's message handlers on the port (before it starts).
   void install();
@@ -116,7 +117,7 @@ private:
 
   global_id next_id() { return {self(), next_local_.fetch_add(1, std::memory_order_relaxed)}; }
   /// Runs `f` on the loop, if this context still exists then.
-  void post(corodist::detail::unique_function<void(rref_context&)> f);
+  void post(corodist::detail::unique_function<void(reference_tracker&)> f);
   void send_control(int to, const control_msg& m);
   void on_control(const rpc::inbound_message& m);
   void process(int from, const control_msg& m);
