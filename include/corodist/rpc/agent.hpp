@@ -100,11 +100,14 @@ public:
   /// leave in time: the message says which), `connection_error` or
   /// `store_error` when the store failed, a step's own exception after the rest
   /// has finished; the agent is closed in every case, and later calls throw
-  /// `usage_error`. A second shutdown() while one runs shares its outcome.
+  /// `usage_error`. A later shutdown() (while one runs or after it ended,
+  /// graceful or not) shares the first one's outcome: it returns or rethrows.
+  /// Throws `usage_error` while start() is running (nothing is closed then).
   [[nodiscard]] asio::awaitable<void> async_shutdown();
   /// `graceful == false`: immediate — closes at once; pending calls fail with
   /// `connection_error` (here and at the peers); running coroutine functions
-  /// are cancelled.
+  /// are cancelled. Throws only `usage_error` (as above), or a failed earlier
+  /// shutdown's exception.
   [[nodiscard]] asio::awaitable<void> async_shutdown(bool graceful);
 
   /// Blocking shutdown for plain threads (throws as async_shutdown); throws
