@@ -21,7 +21,7 @@
 #include <corodist/net/frame.hpp>
 #include <corodist/net/listener.hpp>
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/store/hash_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
@@ -968,10 +968,19 @@ call_frame make_call_frame(std::size_t body_len, std::size_t objects, std::uint6
   f.nils = objects - other_objects;
   std::size_t pad = body_len - f.nils - 18; // the msgpack headers of this shape take 18 bytes
   for (int attempt = 0; attempt < 2; ++attempt) {
-    rpc::detail::encoder e;
+    rpc::encoder e;
     const std::vector<msgpack::type::nil_t> nils(f.nils);
     const std::string padding(pad, 'p');
-    auto p = rpc::detail::encode_call(e, "sink", 0, nils, padding);
+    // The call body of the RPC protocol, as a foreign client writes it:
+    // [function name, [args...], timeout_ms (0: none)].
+    auto& pk = e.packer();
+    pk.pack_array(3);
+    rpc::pack_value(pk, "sink");
+    pk.pack_array(2);
+    rpc::pack_value(pk, nils);
+    rpc::pack_value(pk, padding);
+    pk.pack(std::uint64_t{0});
+    auto p = e.finish();
     const std::size_t got = net::detail::load_le<std::uint32_t>(p.body.data());
     if (got == body_len && p.attachments.empty()) {
       f.pad = pad;
@@ -1013,7 +1022,7 @@ call_outcome timed_call(int fd, const call_frame& f) {
   out.seconds = seconds_since(t0);
   out.growth = proc_status_bytes("VmHWM") - base;
   rpc::codec_context cctx;
-  auto parsed = rpc::detail::parse_payload(std::move(body), cctx);
+  auto parsed = rpc::parse_payload(std::move(body), cctx);
   if (h.kind == rpc_kind_reply) {
     out.ok = true;
     out.value = parsed.body.get().as<std::uint64_t>();

@@ -70,7 +70,10 @@ asio::awaitable<void> agent_core::start() {
     copts.request_timeout = std::chrono::milliseconds(0);
     copts.auth_token = store::resolve_auth_token(opts_.auth_token);
     channels_ = std::make_shared<channels>(
-        ex_, registry_, copts,
+        ex_, registry_, copts, [d = std::weak_ptr<dispatcher>(dispatcher_)](message_kind k) {
+          auto p = d.lock();
+          return p ? p->kind_name(k) : std::string("a message");
+        },
         [w = std::weak_ptr<dispatcher>(dispatcher_)](int from, const std::shared_ptr<net::connection>& c,
                                                      net::message&& m) {
           if (auto d = w.lock())
@@ -117,10 +120,10 @@ void agent_core::close_all() {
 
 // ---- message_port -------------------------------------------------------------
 
-void agent_core::set_handler(message_kind kind, handler h) {
+void agent_core::set_handler(message_kind kind, std::string name, handler h) {
   if (state_ != agent_state::created)
-    throw usage_error("rpc: set_handler() after start()");
-  dispatcher_->set_handler(kind, std::move(h));
+    throw usage_error("rpc: set_handler('" + name + "') after start()");
+  dispatcher_->set_handler(kind, std::move(name), std::move(h));
 }
 
 void agent_core::add_shutdown_step(std::string name, shutdown_step step) {
@@ -135,22 +138,25 @@ void agent_core::decode_context(int from, codec_context& ctx) {
   ctx.peer = from;
 }
 
-future<net::bytes> agent_core::request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout) {
+future<net::bytes> agent_core::request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout,
+                                       std::string what) {
   promise<net::bytes> pr;
   auto f = pr.get_future();
-  start_message(to, kind, std::move(p), timeout,
-                [pr = std::move(pr)](reply&& r) mutable {
-                  if (r.error)
-                    pr.set_exception(std::move(r.error));
-                  else
-                    pr.set_value(std::move(r.payload));
-                });
+  start_message(
+      to, kind, std::move(p), timeout,
+      [pr = std::move(pr)](reply&& r) mutable {
+        if (r.error)
+          pr.set_exception(std::move(r.error));
+        else
+          pr.set_value(std::move(r.payload));
+      },
+      std::move(what));
   return f;
 }
 
 void agent_core::notify(int to, message_kind kind, payload p) {
   if (state_ != agent_state::running) {
-    CORODIST_LOG_DEBUG("rpc: notification of kind {:#x} to rank {} dropped: agent '{}' is not running", kind, to,
+    CORODIST_LOG_DEBUG("rpc: {} to rank {} dropped: agent '{}' is not running", dispatcher_->kind_name(kind), to,
                        opts_.name);
     return;
   }

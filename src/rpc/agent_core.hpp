@@ -46,9 +46,9 @@ public:
   void start_call(worker_ref to, std::string_view fn, payload call, std::chrono::milliseconds timeout,
                   reply_handler done);
   /// Sends a request of any kind to rank `to` (any thread): counted as a call
-  /// in flight until `done` ran. `what` names it in errors.
+  /// in flight until `done` ran. `what` names the operation in errors (`<what>: <reason>`).
   void start_message(int to, message_kind kind, payload p, std::chrono::milliseconds timeout, reply_handler done,
-                     std::string what = {});
+                     std::string what);
   /// The deadline of a call with no explicit one.
   std::chrono::milliseconds default_timeout() const noexcept { return opts_.rpc_timeout; }
 
@@ -57,8 +57,9 @@ public:
   int world_size() const override { return opts_.world_size; }
   const worker_info& worker(worker_ref w) const override { return registry_.lookup(w); }
   asio::any_io_executor get_executor() override { return ex_; }
-  void set_handler(message_kind kind, handler h) override;
-  future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout) override;
+  void set_handler(message_kind kind, std::string name, handler h) override;
+  future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout,
+                             std::string what) override;
   void notify(int to, message_kind kind, payload p) override;
   future<payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
                             call_context ctx) override;
@@ -84,10 +85,12 @@ public:
 
 private:
   void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done);
+  // Graceful shutdown's parts (shutdown.cpp), each within the one deadline.
   asio::awaitable<void> run_shutdown(bool graceful);
-  asio::awaitable<void> join();
-  asio::awaitable<void> leave(std::string base);
-  asio::awaitable<void> wait_idle(std::chrono::milliseconds timeout);
+  asio::awaitable<void> join(std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> leave(std::string base, std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> wait_idle(std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> in_phase(std::string what, asio::awaitable<void> op);
 };
 
 } // namespace corodist::rpc::detail

@@ -21,8 +21,9 @@ std::chrono::milliseconds left_until(clock::time_point deadline) {
 } // namespace
 
 channels::channels(asio::any_io_executor ex, const worker_registry& registry, net::connection_options options,
-                   message_fn on_message)
-    : ex_(std::move(ex)), registry_(registry), options_(std::move(options)), on_message_(std::move(on_message)) {}
+                   kind_name_fn kind_name, message_fn on_message)
+    : ex_(std::move(ex)), registry_(registry), options_(std::move(options)), kind_name_(std::move(kind_name)),
+      on_message_(std::move(on_message)) {}
 
 void channels::request(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout, response_fn done) {
   waiting w{kind, std::move(p), timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max(), timeout,
@@ -62,7 +63,7 @@ void channels::notify(int rank, message_kind kind, payload p) {
 void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
   if (!w.done) { // a notification: handed over once queued on the connection
     if (auto ec = conn->send(w.kind, std::move(w.body.body), std::move(w.body.attachments)))
-      CORODIST_LOG_DEBUG("rpc: notification of kind {:#x} to {} not sent: {}", w.kind,
+      CORODIST_LOG_DEBUG("rpc: {} to {} not sent: {}", kind_name_(w.kind),
                          net::detail::endpoint_text(conn->remote_endpoint()), ec.message());
     return;
   }

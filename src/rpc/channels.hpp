@@ -33,8 +33,11 @@ public:
   /// Completes a request: the response, or an error in it.
   using response_fn = corodist::detail::unique_function<void(net::response&&)>;
 
+  /// What a message of a kind is, for logs (the dispatcher's kind_name).
+  using kind_name_fn = std::function<std::string(message_kind)>;
+
   channels(asio::any_io_executor ex, const worker_registry& registry, net::connection_options options,
-           message_fn on_message);
+           kind_name_fn kind_name, message_fn on_message);
 
   /// Sends a request to worker `rank`, dialling it first if no connection is
   /// open (calls queue behind one dial). `timeout` (zero: none) bounds the dial
@@ -87,6 +90,7 @@ private:
   asio::any_io_executor ex_;
   const worker_registry& registry_;
   net::connection_options options_;
+  kind_name_fn kind_name_;
   message_fn on_message_;
   std::unordered_map<int, peer> peers_;
   std::unordered_map<net::connection*, accepted_conn> incoming_;

@@ -1,6 +1,9 @@
+// The RPC codec: the codec_context current on a thread, payloads encoded and
+// parsed (bounded by their size), a call body viewed in place, and the names of
+// types for errors.
 #include <corodist/core/error.hpp>
 #include <corodist/net/frame.hpp>
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
 
 #include "rpc/call_format.hpp"
 
@@ -19,10 +22,6 @@ codec_context* codec_context::current() noexcept { return current_context; }
 codec_scope::codec_scope(codec_context& ctx) noexcept : previous_(current_context) { current_context = &ctx; }
 
 codec_scope::~codec_scope() { current_context = previous_; }
-
-} // namespace corodist::rpc
-
-namespace corodist::rpc::detail {
 
 namespace {
 constexpr std::size_t prefix_size = 8; // u32 body_len, u32 attachment_count
@@ -158,14 +157,6 @@ parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
   return p;
 }
 
-call_view view_call(const msgpack::object& body) {
-  if (body.type != msgpack::type::ARRAY || body.via.array.size != 3 || body.via.array.ptr[0].type != msgpack::type::STR ||
-      body.via.array.ptr[2].type != msgpack::type::POSITIVE_INTEGER)
-    throw protocol_error("rpc: a call is [name, [args...], timeout_ms]");
-  const auto& a = body.via.array;
-  return call_view{std::string_view(a.ptr[0].via.str.ptr, a.ptr[0].via.str.size), &a.ptr[1], a.ptr[2].via.u64};
-}
-
 std::string demangle(const char* mangled) {
   int status = 0;
   char* s = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
@@ -176,7 +167,7 @@ std::string demangle(const char* mangled) {
   return out;
 }
 
-std::string type_name(msgpack::type::object_type t) {
+std::string msgpack_type_name(msgpack::type::object_type t) {
   switch (t) {
   case msgpack::type::NIL: return "nil";
   case msgpack::type::BOOLEAN: return "boolean";
@@ -193,4 +184,16 @@ std::string type_name(msgpack::type::object_type t) {
   return "unknown";
 }
 
-} // namespace corodist::rpc::detail
+namespace detail {
+
+call_view view_call(const msgpack::object& body) {
+  if (body.type != msgpack::type::ARRAY || body.via.array.size != 3 || body.via.array.ptr[0].type != msgpack::type::STR ||
+      body.via.array.ptr[2].type != msgpack::type::POSITIVE_INTEGER)
+    throw protocol_error("rpc: a call is [name, [args...], timeout_ms]");
+  const auto& a = body.via.array;
+  return call_view{std::string_view(a.ptr[0].via.str.ptr, a.ptr[0].via.str.size), &a.ptr[1], a.ptr[2].via.u64};
+}
+
+} // namespace detail
+
+} // namespace corodist::rpc

@@ -86,11 +86,28 @@ void dispatcher::add_function(std::string name, handler h) {
     throw usage_error("rpc: function '" + name + "' is already registered");
 }
 
-void dispatcher::set_handler(message_kind kind, message_port::handler h) {
+void dispatcher::set_handler(message_kind kind, std::string name, message_port::handler h) {
+  // Named by the caller's name for it, never by its number.
   if (kind >= rpc_kinds_begin && kind < rpc_kinds_end)
-    throw usage_error("rpc: message kind " + std::to_string(kind) + " belongs to rpc itself");
-  if (!handlers_.emplace(kind, std::move(h)).second)
-    throw usage_error("rpc: message kind " + std::to_string(kind) + " already has a handler");
+    throw usage_error(fmt::format("rpc: set_handler('{}'): its message kind is reserved for rpc's own messages "
+                                  "(rpc_kinds_begin to rpc_kinds_end)",
+                                  name));
+  if (auto it = handlers_.find(kind); it != handlers_.end())
+    throw usage_error(
+        fmt::format("rpc: set_handler('{}'): its message kind is already handled by '{}'", name, it->second.name));
+  handlers_.emplace(kind, named_handler{std::move(name), std::move(h)});
+}
+
+std::string dispatcher::kind_name(message_kind kind) const {
+  switch (kind) {
+  case kind_call: return "rpc call";
+  case kind_reply: return "rpc reply";
+  case kind_error_reply: return "rpc error reply";
+  case kind_identify: return "rpc identification";
+  default: break;
+  }
+  auto it = handlers_.find(kind);
+  return it != handlers_.end() ? it->second.name : std::string("a message no layer here handles");
 }
 
 std::function<std::unique_ptr<encoder>()> dispatcher::result_encoder(int to) {
@@ -108,11 +125,15 @@ void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& co
   }
   auto it = handlers_.find(m.header.kind);
   if (it == handlers_.end()) {
+    // The sender's layer is not enabled here (e.g. rref::enable on one worker only).
     if (!one_way) {
       auto p = encode_failure(failure::malformed, "protocol_error",
-                              "worker '" + env_.worker_name + "' has no handler for message kind " +
-                                  std::to_string(m.header.kind));
+                              "worker '" + env_.worker_name +
+                                  "' does not handle this request (the layer that sent it is not enabled there)");
       conn->respond(id, kind_error_reply, std::move(p.body), std::move(p.attachments));
+    } else {
+      CORODIST_LOG_DEBUG("rpc: worker '{}' dropped a one-way message from rank {} that no layer here handles",
+                         env_.worker_name, from);
     }
     return;
   }
@@ -134,7 +155,7 @@ void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& co
           });
         });
   }
-  it->second(inbound_message{from, m.header.kind, one_way, std::move(m.payload)}, std::move(r));
+  it->second.h(inbound_message{from, m.header.kind, one_way, std::move(m.payload)}, std::move(r));
 }
 
 void dispatcher::serve_call(int from, std::weak_ptr<net::connection> conn, std::uint64_t id, net::bytes&& frame,

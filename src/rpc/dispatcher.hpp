@@ -48,8 +48,10 @@ public:
   void set_self_rank(int rank) noexcept { env_.self_rank = rank; }
   /// Registers a function (before start).
   void add_function(std::string name, handler h);
-  /// Registers an upper layer's handler for `kind` (before start).
-  void set_handler(message_kind kind, message_port::handler h);
+  /// Registers an upper layer's handler for `kind`, which `name` describes (before start).
+  void set_handler(message_kind kind, std::string name, message_port::handler h);
+  /// What a message of `kind` is, for logs: its handler's name, or rpc's own.
+  std::string kind_name(message_kind kind) const;
 
   /// Serves one message that arrived from worker `from` (-1: unknown) on `conn`.
   void on_message(int from, const std::shared_ptr<net::connection>& conn, net::message&& m);
@@ -86,7 +88,11 @@ private:
   dispatch_env env_;
   std::unique_ptr<asio::thread_pool> pool_;
   std::unordered_map<std::string, handler> functions_;                   // immutable once started
-  std::unordered_map<message_kind, message_port::handler> handlers_;     // immutable once started
+  struct named_handler {
+    std::string name;
+    message_port::handler h;
+  };
+  std::unordered_map<message_kind, named_handler> handlers_;             // immutable once started
   gate serving_{"rpc: the worker"};
   std::atomic<std::uint64_t> received_{0};
   std::list<asio::cancellation_signal> running_coroutines_; // loop only

@@ -1,7 +1,7 @@
 #include "rpc/error_reply.hpp"
 
 #include <corodist/core/error.hpp>
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/errors.hpp>
 
 #include <tuple>
@@ -13,8 +13,8 @@ payload encode_failure(failure code, std::string_view type, std::string_view mes
   auto& pk = e.packer();
   pk.pack_array(3);
   pk.pack(static_cast<int>(code));
-  pack_arg(pk, type);
-  pack_arg(pk, message);
+  pack_value(pk, type);
+  pack_value(pk, message);
   return e.finish();
 }
 
@@ -33,7 +33,7 @@ payload encode_exception(const std::exception_ptr& err, const std::string& self)
   return encode_failure(failure::exception, type, message);
 }
 
-std::exception_ptr decode_failure(const std::string& worker, net::bytes&& payload) {
+std::exception_ptr decode_failure(const std::string& worker, const std::string& what, net::bytes&& payload) {
   try {
     codec_context ctx;
     auto p = parse_payload(std::move(payload), ctx);
@@ -44,15 +44,15 @@ std::exception_ptr decode_failure(const std::string& worker, net::bytes&& payloa
     case failure::bad_arguments:
       return std::make_exception_ptr(bad_arguments_error(worker, message));
     case failure::malformed:
-      return std::make_exception_ptr(protocol_error("rpc: worker '" + worker + "' rejected the message: " + message));
+      return std::make_exception_ptr(protocol_error(what + ": worker '" + worker + "' rejected it: " + message));
     case failure::deadline:
-      return std::make_exception_ptr(timeout_error("rpc: on worker '" + worker + "': " + message));
+      return std::make_exception_ptr(timeout_error(what + ": " + message));
     default:
       return std::make_exception_ptr(remote_error(worker, type, message));
     }
   } catch (const std::exception& e) {
     return std::make_exception_ptr(
-        protocol_error("rpc: malformed error reply from worker '" + worker + "': " + e.what()));
+        protocol_error(what + ": malformed error reply from worker '" + worker + "': " + e.what()));
   }
 }
 

@@ -28,8 +28,10 @@ payload encode_failure(failure code, std::string_view type, std::string_view mes
 /// it was raised on unless that is `self`.
 payload encode_exception(const std::exception_ptr& e, const std::string& self = {});
 
-/// The exception an error reply from `worker` stands for (protocol_error if the
-/// reply itself is malformed).
-std::exception_ptr decode_failure(const std::string& worker, net::bytes&& payload);
+/// The exception an error reply from `worker` to the request `what` ("rpc
+/// 'f' on worker 'w1'") stands for: a remote_error (or one of its kinds) as the
+/// callee raised it, else an error reading `<what>: <reason>` (protocol_error
+/// also if the reply itself is malformed).
+std::exception_ptr decode_failure(const std::string& worker, const std::string& what, net::bytes&& payload);
 
 } // namespace corodist::rpc::detail

@@ -33,23 +33,22 @@ void agent_core::start_call(worker_ref to, std::string_view fn, payload call, st
                {}});
     return;
   }
-  start_message(rank, kind_call, std::move(call), timeout, std::move(done), "rpc '" + std::string(fn) + "'");
+  start_message(rank, kind_call, std::move(call), timeout, std::move(done),
+                "rpc '" + std::string(fn) + "' on worker '" + registry_.lookup(rank).name + "'");
 }
 
 void agent_core::start_message(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout,
                                reply_handler done, std::string what) {
-  if (what.empty())
-    what = "request of kind " + std::to_string(kind);
   try {
     const auto st = state_.load();
     if (st != agent_state::running)
-      throw usage_error(st == agent_state::stopped ? "rpc: agent '" + opts_.name + "' is shut down"
-                                                   : "rpc: agent '" + opts_.name + "' is not started");
+      throw usage_error(what + ": agent '" + opts_.name + "' is " +
+                        (st == agent_state::stopped ? "shut down" : "not started"));
     if (p.size() > opts_.max_message_size)
       throw usage_error(what + ": the message's " + std::to_string(p.size()) + " bytes exceed max_message_size " +
                         std::to_string(opts_.max_message_size));
     if (!outgoing_.try_enter())
-      throw usage_error("rpc: agent '" + opts_.name + "' is shut down");
+      throw usage_error(what + ": agent '" + opts_.name + "' is shut down");
   } catch (...) {
     done(reply{std::current_exception(), {}});
     return;
@@ -71,12 +70,12 @@ void agent_core::finish_message(int rank, const std::string& what, net::response
   reply out;
   if (r.ec) {
     try {
-      net::throw_net_error(r.ec, what + " on worker '" + worker + "'");
+      net::throw_net_error(r.ec, what);
     } catch (...) {
       out.error = std::current_exception();
     }
   } else if (r.msg.header.kind == kind_error_reply) {
-    out.error = decode_failure(worker, std::move(r.msg.payload));
+    out.error = decode_failure(worker, what, std::move(r.msg.payload));
   } else {
     out.payload = std::move(r.msg.payload);
   }

@@ -1,5 +1,6 @@
 // Graceful shutdown of rpc::agent: PyTorch's _wait_all_workers on the store
-// (join rounds until no call moved), then upper layers' steps, then close.
+// (join rounds until no call moved), then upper layers' steps, then close --
+// all within one deadline, shutdown_timeout from the call.
 #include "rpc/agent_core.hpp"
 
 #include <corodist/core/error.hpp>
@@ -13,6 +14,12 @@ namespace corodist::rpc::detail {
 
 namespace {
 using clock = std::chrono::steady_clock;
+
+// The time left until `deadline`, at least 1 ms (a store timeout of 0 means "none").
+std::chrono::milliseconds left_until(clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
 } // namespace
 
 asio::awaitable<void> agent_core::shutdown(bool graceful) {
@@ -41,22 +48,34 @@ asio::awaitable<void> agent_core::shutdown(bool graceful) {
 asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
   std::exception_ptr failure;
   if (graceful) {
+    const auto deadline = clock::now() + opts_.shutdown_timeout;
     try {
       // As PyTorch: every worker idle first (no user call anywhere), then the
       // upper layers' cleanup (which still talks over the open connections).
-      co_await join();
+      co_await join(deadline);
       // Every worker ends a step before any goes on (a step's last messages
-      // -- acknowledgements -- find their receivers still open).
+      // -- acknowledgements -- find their receivers still open). A step gets
+      // half the time left: the rest is the barrier's, where the workers whose
+      // step ended sooner wait for the others. A step that fails is reported
+      // at the end; the barrier behind it is still passed, so that no other
+      // worker waits for this one in vain.
       int n = 0;
       for (auto& [name, step] : shutdown_steps_) {
         CORODIST_LOG_DEBUG("rpc: agent '{}' shutdown step '{}'", opts_.name, name);
-        co_await step(opts_.shutdown_timeout);
-        co_await store_->barrier(opts_.key_prefix + "shutdown_step/" + std::to_string(n++), opts_.world_size,
-                                 opts_.shutdown_timeout);
+        try {
+          co_await step(left_until(deadline) / 2);
+        } catch (const std::exception& e) {
+          CORODIST_LOG_WARN("rpc: agent '{}' shutdown: step '{}' failed: {}", opts_.name, name, e.what());
+          if (!failure)
+            failure = std::current_exception();
+        }
+        co_await in_phase("not every worker finished step '" + name + "'",
+                          store_->barrier(opts_.key_prefix + "shutdown_step/" + std::to_string(n++),
+                                          opts_.world_size, left_until(deadline)));
       }
-      co_await leave(opts_.key_prefix + "join/left");
+      co_await leave(opts_.key_prefix + "join/left", deadline);
     } catch (...) {
-      failure = std::current_exception();
+      failure = std::current_exception(); // the wait that gave up (a step's failure matters less)
     }
   }
   state_ = agent_state::stopped;
@@ -66,20 +85,36 @@ asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
     std::rethrow_exception(failure);
 }
 
+// Awaits `op`, a wait of graceful shutdown: its failure, rethrown with the same
+// type, says what the agent was waiting for.
+asio::awaitable<void> agent_core::in_phase(std::string what, asio::awaitable<void> op) {
+  const auto prefix = "rpc: agent '" + opts_.name + "' shutdown: " + what + " within shutdown_timeout (" +
+                      std::to_string(opts_.shutdown_timeout.count()) + " ms): ";
+  try {
+    co_await std::move(op);
+  } catch (const timeout_error& e) {
+    throw timeout_error(prefix + e.what());
+  } catch (const connection_error& e) {
+    throw connection_error(prefix + e.what());
+  } catch (const store_error& e) {
+    throw store_error(prefix + e.what());
+  }
+}
+
 // Waits until this worker has no call of its own in flight and serves none.
-asio::awaitable<void> agent_core::wait_idle(std::chrono::milliseconds timeout) {
+asio::awaitable<void> agent_core::wait_idle(clock::time_point deadline) {
   auto both = [this]() -> asio::awaitable<int> {
     co_await outgoing_.wait_idle().async_get();
     co_await dispatcher_->serving().wait_idle().async_get();
     co_return 0;
   };
   // A call may start again in between (another thread's rpc_async): look again.
-  const auto deadline = clock::now() + timeout;
   while (outgoing_.count() + dispatcher_->serving().count() > 0) {
     if (!co_await corodist::detail::within(both(), deadline - clock::now()))
       throw timeout_error("rpc: agent '" + opts_.name + "' shutdown: " + std::to_string(outgoing_.count()) +
                           " outgoing and " + std::to_string(dispatcher_->serving().count()) +
-                          " incoming calls still in flight after " + std::to_string(timeout.count()) + " ms");
+                          " incoming calls still in flight after shutdown_timeout (" +
+                          std::to_string(opts_.shutdown_timeout.count()) + " ms)");
   }
 }
 
@@ -88,21 +123,21 @@ asio::awaitable<void> agent_core::wait_idle(std::chrono::milliseconds timeout) {
 // publishes how many messages it has sent plus received so far, and passes a
 // barrier. When every worker's count is the same as in the previous round,
 // nobody did anything in between: no message is in flight anywhere.
-asio::awaitable<void> agent_core::join() {
+asio::awaitable<void> agent_core::join(clock::time_point deadline) {
   const auto& pre = opts_.key_prefix;
   std::vector<std::string> previous;
   constexpr int max_rounds = 10000;
   for (int round = 0; round < max_rounds; ++round) {
-    co_await wait_idle(opts_.shutdown_timeout);
+    co_await wait_idle(deadline);
     const auto base = pre + "join/" + std::to_string(round);
     CORODIST_LOG_DEBUG("rpc: agent '{}' shutdown round {}", opts_.name, round);
     co_await store_->set(base + "/" + std::to_string(opts_.rank),
                          std::to_string(calls_sent_.load() + dispatcher_->received()));
-    co_await store_->barrier(base, opts_.world_size, opts_.shutdown_timeout);
+    co_await in_phase("not every worker joined", store_->barrier(base, opts_.world_size, left_until(deadline)));
     std::vector<std::string> keys;
     for (int r = 0; r < opts_.world_size; ++r)
       keys.push_back(base + "/" + std::to_string(r));
-    auto counts = co_await store_->multi_get(std::move(keys), opts_.shutdown_timeout);
+    auto counts = co_await store_->multi_get(std::move(keys), left_until(deadline));
     if (round > 0 && counts == previous)
       co_return;
     previous = std::move(counts);
@@ -114,7 +149,7 @@ asio::awaitable<void> agent_core::join() {
 // The last step of shutdown: every worker says it has left, and rank 0 (which
 // hosts the store under env:// and tcp:// rendezvous) waits until all have, so
 // that its store outlives every other worker's last request.
-asio::awaitable<void> agent_core::leave(std::string base) {
+asio::awaitable<void> agent_core::leave(std::string base, clock::time_point deadline) {
   co_await store_->set(base + "/" + std::to_string(opts_.rank), "1");
   if (opts_.rank != 0)
     co_return;
@@ -122,7 +157,7 @@ asio::awaitable<void> agent_core::leave(std::string base) {
   for (int r = 1; r < opts_.world_size; ++r)
     keys.push_back(base + "/" + std::to_string(r));
   if (!keys.empty())
-    co_await store_->wait(std::move(keys), opts_.shutdown_timeout);
+    co_await in_phase("not every worker left", store_->wait(std::move(keys), left_until(deadline)));
 }
 
 } // namespace corodist::rpc::detail

@@ -3,13 +3,13 @@
 #include <corodist/core/run_on.hpp>
 #include <corodist/rref/context.hpp>
 
-#include "rref/rref_context.hpp"
+#include "rref/reference_tracker.hpp"
 
 namespace corodist::rref {
 
 namespace detail {
 protocol& protocol::of(rpc::message_port& port) {
-  auto* p = port.extension<rref_context>();
+  auto* p = port.extension<reference_tracker>();
   if (!p)
     throw usage_error("rref: RRefs are not enabled on this worker (call corodist::rref::enable(agent) before "
                       "agent.start())");
@@ -19,13 +19,13 @@ protocol& protocol::of(rpc::message_port& port) {
 
 void enable(rpc::agent& a, context_options opts) {
   auto& port = a.port();
-  if (port.extension<detail::rref_context>())
+  if (port.extension<detail::reference_tracker>())
     throw usage_error("rref::enable: RRefs are already enabled on this agent");
-  auto ctx = std::make_shared<detail::rref_context>(port, &a, opts);
-  ctx->install(); // throws usage_error after start()
-  port.set_extension(ctx);
+  auto tracker = std::make_shared<detail::reference_tracker>(port, &a, opts);
+  tracker->install(); // throws usage_error after start()
+  port.set_extension(tracker);
   port.add_shutdown_step("rref: let go of every UserRRef and unshared OwnerRRef",
-                         [w = std::weak_ptr<detail::rref_context>(ctx)](std::chrono::milliseconds budget)
+                         [w = std::weak_ptr<detail::reference_tracker>(tracker)](std::chrono::milliseconds budget)
                              -> asio::awaitable<void> {
                            if (auto c = w.lock())
                              co_await c->drain(budget);
@@ -33,10 +33,10 @@ void enable(rpc::agent& a, context_options opts) {
 }
 
 debug_info info(rpc::agent& a) {
-  auto* ctx = a.port().extension<detail::rref_context>();
-  if (!ctx)
+  auto* tracker = a.port().extension<detail::reference_tracker>();
+  if (!tracker)
     throw usage_error("rref::info: RRefs are not enabled on this agent");
-  return run_on(a.port().get_executor(), [ctx] { return ctx->info(); }).get();
+  return run_on(a.port().get_executor(), [tracker] { return tracker->info(); }).get();
 }
 
 } // namespace corodist::rref

@@ -1,7 +1,7 @@
 #include "rref/control_channel.hpp"
 
 #include <corodist/core/error.hpp>
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
 
 #include "core/log.hpp"
 
@@ -21,7 +21,7 @@ const char* name(control c) noexcept {
 }
 
 rpc::payload encode_control(std::uint64_t seq, const control_msg& m) {
-  rpc::detail::encoder e;
+  rpc::encoder e;
   auto& pk = e.packer();
   if (m.type == control::ack) {
     pk.pack_array(2);
@@ -42,7 +42,7 @@ rpc::payload encode_control(std::uint64_t seq, const control_msg& m) {
 
 std::pair<std::uint64_t, control_msg> decode_control(net::bytes&& frame) {
   rpc::codec_context ctx;
-  auto p = rpc::detail::parse_payload(std::move(frame), ctx);
+  auto p = rpc::parse_payload(std::move(frame), ctx);
   const auto& o = p.body.get();
   try {
     if (o.type != msgpack::type::ARRAY || (o.via.array.size != 2 && o.via.array.size != 7))

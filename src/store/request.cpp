@@ -107,7 +107,7 @@ watch_event_frame decode_watch_event(std::span<const std::byte> payload) {
   f.watch_id = in.u64();
   const auto type = in.u8();
   if (type > static_cast<std::uint8_t>(watch_event::kind::deleted))
-    throw protocol_error("store: unknown watch event kind " + std::to_string(type));
+    throw protocol_error("store: a watch event of an unknown type");
   f.event.type = static_cast<watch_event::kind>(type);
   f.event.key = in.str();
   f.event.value = in.str();

@@ -33,14 +33,15 @@ void server_session::handle(const std::shared_ptr<net::connection>& conn, net::m
   try {
     r = decode_request(kind, m.payload);
   } catch (const protocol_error& e) {
-    CORODIST_LOG_WARN("store: malformed request (op {}) from {}: {}", kind,
-                      net::detail::endpoint_text(conn->remote_endpoint()), e.what());
+    CORODIST_LOG_WARN("store: malformed request from {}: {}", net::detail::endpoint_text(conn->remote_endpoint()),
+                      e.what());
     conn->respond(rid, kind, failed_reply(status::error, std::string("malformed request: ") + e.what()));
     return;
   }
   if (!r) {
-    CORODIST_LOG_WARN("store: unknown operation {} from {}", kind, net::detail::endpoint_text(conn->remote_endpoint()));
-    conn->respond_error(rid, kind, "unknown store operation " + std::to_string(kind));
+    CORODIST_LOG_WARN("store: a request of an unknown operation from {}",
+                      net::detail::endpoint_text(conn->remote_endpoint()));
+    conn->respond_error(rid, kind, "unknown store operation");
     return;
   }
   try {

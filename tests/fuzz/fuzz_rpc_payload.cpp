@@ -2,7 +2,8 @@
 // table, msgpack body) parsed with its bounds, read as a call, and its
 // arguments decoded into a function of several parameter types, attachments
 // included; then the same body decoded as a reply of a container type.
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
+#include <corodist/rpc/detail/codec.hpp> // make_handler: rpc's own handler is under test
 
 #include "rpc/call_format.hpp"
 
@@ -34,17 +35,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   corodist::net::bytes bytes(reinterpret_cast<const std::byte*>(data), reinterpret_cast<const std::byte*>(data) + size);
   try {
     rpc::codec_context ctx;
-    auto parsed = rpc::detail::parse_payload(std::move(bytes), ctx);
+    auto parsed = rpc::parse_payload(std::move(bytes), ctx);
     rpc::codec_scope scope(ctx);
     try {
       auto call = rpc::detail::view_call(parsed.body.get());
-      auto bound = function()(*call.args, rpc::call_context(), [] { return std::make_unique<rpc::detail::encoder>(); });
+      auto bound = function()(*call.args, rpc::call_context(), [] { return std::make_unique<rpc::encoder>(); });
       if (bound.plain)
         (void)bound.plain();
     } catch (const std::exception&) {
     }
     try {
-      (void)rpc::detail::decode_result<std::vector<sample>>(parsed.body.get());
+      (void)rpc::decode_value<std::vector<sample>>(parsed.body.get());
     } catch (const std::exception&) {
     }
   } catch (const std::exception&) {

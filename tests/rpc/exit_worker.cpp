@@ -1,11 +1,13 @@
 // One rank of the shortest RPC job, shaped like docs/rpc.md: start from env://
-// (rank 0 hosts the store), call the other rank, shut down, return -- after a
+// (rank 0 hosts the store), call the next rank (rpc_sync, rpc_async and
+// co_await call), shut down, return -- after a
 // pause of 0-24 ms drawn from EXIT_SEED and the rank, so that ranks leave in
 // every order. With
 // END_WITH_BARRIER=1 the program makes the store itself (rendezvous) and ends
 // with a store barrier after shutdown, as docs/store.md advises.
 // Exit status 0 when the call was right and everything ended cleanly.
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/rpc/agent.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/store.hpp>
@@ -48,14 +50,18 @@ int main() {
     a.register_function("add", [](int x, int y) { return x + y; });
     a.start();
     const int peer = (rank + 1) % world;
-    if (a.rpc_sync<int>(peer, "add", rank, 1) != rank + 1) {
+    // The three ways of docs/rpc.md: blocking, a future, and awaited in a coroutine.
+    const int s = a.rpc_sync<int>(peer, "add", rank, 1);
+    auto f = a.rpc_async<int>(peer, "add", rank, 2);
+    const int c = corodist::run_blocking(loop.get_executor(), a.call<int>(peer, "add", rank, 3));
+    if (s != rank + 1 || f.get() != rank + 2 || c != rank + 3) {
       std::fprintf(stderr, "rank %d: wrong answer\n", rank);
       return 2;
     }
     a.shutdown();
     if (end_with_barrier)
       corodist::store::sync_store(store).barrier("end", world);
-    if (seed)
+    if (seed) // deliberate: a random delay (not a synchronisation), so that the ranks leave in every order
       std::this_thread::sleep_for(std::chrono::milliseconds((std::atoi(seed) * 31 + rank * 17) % 25));
     return 0;
   } catch (const std::exception& e) {

@@ -107,6 +107,42 @@ inline call_log& sleeps() {
   return log;
 }
 
+/// Where the "hold" test function waits: closed, it holds every call until a
+/// test opens it -- a call that must still be running at some point of a
+/// test is held there, not given a long sleep and hoped to last.
+class hold_gate {
+public:
+  /// Holds the calls that come from now on.
+  void close() {
+    std::lock_guard lk(m_);
+    open_ = false;
+  }
+  /// Lets every held call go, and the later ones through.
+  void open() {
+    {
+      std::lock_guard lk(m_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  /// Waits until open (false after `limit`: a test that forgot to open it).
+  bool pass(std::chrono::milliseconds limit = std::chrono::seconds(30)) {
+    std::unique_lock lk(m_);
+    return cv_.wait_for(lk, limit, [&] { return open_; });
+  }
+
+private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+/// The gate of one process's "hold" calls.
+inline hold_gate& holds() {
+  static hold_gate gate;
+  return gate;
+}
+
 /// Registers the functions every test worker offers.
 inline void register_standard(rpc::agent& a, const std::string& name) {
   a.register_function("add", [](int x, int y) { return x + y; });
@@ -121,7 +157,9 @@ inline void register_standard(rpc::agent& a, const std::string& name) {
     p.label += "!";
     return p;
   });
-  // The work of a function that takes `ms` (a stand-in for real work).
+  // The work of a function that takes `ms` (a stand-in for real work: how long
+  // it runs is what a test sets against a deadline or a shutdown; a test that
+  // needs a call still running at some point holds it with "hold" instead).
   a.register_function("sleep_ms", [](int ms) {
     sleeps().enter();
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
@@ -136,6 +174,15 @@ inline void register_standard(rpc::agent& a, const std::string& name) {
     asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::milliseconds(ms));
     co_await t.async_wait(asio::use_awaitable);
     co_return ms;
+  });
+  // Runs until the test opens holds() (logged in sleeps()); returns `v`.
+  a.register_function("hold", [](int v) {
+    sleeps().enter();
+    const bool opened = holds().pass();
+    sleeps().leave();
+    if (!opened)
+      throw std::runtime_error("hold: the test never opened the gate");
+    return v;
   });
   a.register_function("co_add", [](int x, int y) -> asio::awaitable<int> { co_return x + y; });
   a.register_function("fail", [](const std::string& msg) -> int { throw std::runtime_error(msg); });

@@ -17,6 +17,7 @@
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <asio/post.hpp>
@@ -158,17 +159,19 @@ BOOST_AUTO_TEST_CASE(coroutine_and_blocking_functions_side_by_side, *utf::timeou
   cluster c(2);
   auto& log = corodist::test::sleeps();
   const int entered = log.entries(), left = log.exits();
+  corodist::test::holds().close();
   std::vector<corodist::future<int>> slow;
   for (int i = 0; i < 4; ++i)
-    slow.push_back(c[0].rpc_async<int>("w1", "sleep_ms", 3000));
-  // All four run at once, one per pool thread ...
+    slow.push_back(c[0].rpc_async<int>("w1", "hold", i));
+  // All four run at once, one per pool thread, held there ...
   BOOST_TEST_REQUIRE(log.wait_entries(entered + 4));
-  // ... and while they do, the loop answers coroutine functions.
+  // ... and while they are, the loop answers coroutine functions.
   for (int i = 0; i < 20; ++i)
     BOOST_TEST(c[0].rpc_sync<int>("w1", "co_add", i, i) == 2 * i);
   BOOST_TEST(log.exits() == left, "the coroutine calls were answered while every pool thread was busy");
-  for (auto& f : slow)
-    BOOST_TEST(f.get() == 3000);
+  corodist::test::holds().open();
+  for (int i = 0; i < 4; ++i)
+    BOOST_TEST(slow[static_cast<std::size_t>(i)].get() == i);
   c.shutdown_all();
 }
 
@@ -361,12 +364,14 @@ BOOST_AUTO_TEST_CASE(timeout_and_late_reply, *utf::timeout(30)) {
   cluster c(2, [](rpc::agent_options& o) { o.rpc_timeout = 5s; });
   auto& log = corodist::test::sleeps();
   const int left = log.exits();
+  corodist::test::holds().close(); // the call runs until after its deadline
   try {
-    c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "sleep_ms", 400);
+    c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "hold", 400);
     BOOST_FAIL("no timeout");
   } catch (const corodist::timeout_error& e) {
     BOOST_TEST(std::string(e.what()).find("deadline 100 ms") != std::string::npos, e.what());
   }
+  corodist::test::holds().open();
   BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{50ms}, "w1", "co_sleep_ms", 300), corodist::timeout_error);
   // Both functions end later and reply (the coroutine one is cancelled at its
   // deadline): those late replies come in first on the channel, ahead of the
@@ -418,6 +423,38 @@ BOOST_AUTO_TEST_CASE(usage_errors, *utf::timeout(30)) {
   BOOST_CHECK_THROW(rpc::agent(*c.loops[0], o), corodist::usage_error);
   o.name = "x";
   BOOST_CHECK_THROW(rpc::agent(*c.loops[0], o), corodist::usage_error);
+}
+
+// A request of an upper layer's kind (message_port) names the operation the
+// caller gave in its errors, never the kind's number (it used to say "request
+// of kind 1792" and "has no handler for message kind 1792"); so do set_handler's
+// refusals (they said "message kind 0x0700").
+BOOST_AUTO_TEST_CASE(port_requests_name_their_operation, *utf::timeout(30)) {
+  cluster c(2, {}, false);
+  constexpr rpc::message_kind kind_ping = 0x0700;
+  auto answer = [](rpc::inbound_message&&, rpc::responder&& r) { r.reply({}); };
+  c[0].port().set_handler(kind_ping, "test: ping", answer); // w1 does not handle pings
+  auto what_of = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const corodist::error& e) {
+      return e.what();
+    }
+    return {};
+  };
+  BOOST_TEST(what_of([&] { c[0].port().set_handler(kind_ping, "test: pong", answer); }) ==
+             "rpc: set_handler('test: pong'): its message kind is already handled by 'test: ping'");
+  BOOST_TEST(what_of([&] { c[0].port().set_handler(rpc::rpc_kinds_begin + 1, "test: mine", answer); }) ==
+             "rpc: set_handler('test: mine'): its message kind is reserved for rpc's own messages "
+             "(rpc_kinds_begin to rpc_kinds_end)");
+  c.start_all();
+  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, 5s, "ping of 'w0'").get(); }) == "");
+  BOOST_TEST(what_of([&] { c[0].port().request(1, kind_ping, {}, 5s, "ping of 'w1'").get(); }) ==
+             "ping of 'w1': worker 'w1' rejected it: worker 'w1' does not handle this request (the layer that sent "
+             "it is not enabled there)");
+  c.shutdown_all();
+  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, 5s, "ping of 'w0'").get(); }) ==
+             "ping of 'w0': agent 'w1' is shut down");
 }
 
 // A second worker claiming a taken name fails start() naming both ranks.
@@ -557,6 +594,66 @@ BOOST_AUTO_TEST_CASE(graceful_shutdown_gives_up_after_its_timeout, *utf::timeout
   BOOST_CHECK_THROW(f.get(), corodist::connection_error);
 }
 
+// Graceful shutdown has one deadline, and a step gets half of what is left of
+// it: a step that takes all it is given (and a little more, as a real one may)
+// on one worker does not make the others give up waiting for it in the barrier
+// behind the step (each wait used to get the whole shutdown_timeout, so the
+// others' barrier timed out first).
+BOOST_AUTO_TEST_CASE(a_slow_shutdown_step_does_not_fail_the_others, *utf::timeout(30)) {
+  cluster c(3, [](rpc::agent_options& o) { o.shutdown_timeout = 2s; }, false);
+  std::atomic<int> ran{0};
+  for (int r = 0; r < 3; ++r)
+    c[r].port().add_shutdown_step("test: slow on w0", [r, &ran](std::chrono::milliseconds budget) -> asio::awaitable<void> {
+      ++ran;
+      if (r == 0) { // all of its budget, and more
+        asio::steady_timer t(co_await asio::this_coro::executor, budget + 200ms);
+        co_await t.async_wait(asio::use_awaitable);
+      }
+    });
+  c.start_all();
+  BOOST_CHECK_NO_THROW(c.shutdown_all());
+  BOOST_TEST(ran.load() == 3);
+}
+
+// A step that throws on one worker: that worker still passes the barrier
+// behind it and runs the later steps, so the others finish at once and
+// without error; its own shutdown() closes the agent, then throws the step's
+// exception.
+BOOST_AUTO_TEST_CASE(a_failed_shutdown_step_fails_only_its_worker, *utf::timeout(60)) {
+  cluster c(3, [](rpc::agent_options& o) { o.shutdown_timeout = 30s; }, false);
+  std::atomic<int> second{0};
+  for (int r = 0; r < 3; ++r) {
+    c[r].port().add_shutdown_step("test: fails on w1", [r](std::chrono::milliseconds) -> asio::awaitable<void> {
+      if (r == 1)
+        throw std::runtime_error("the step of w1 failed");
+      co_return;
+    });
+    c[r].port().add_shutdown_step("test: counts", [&second](std::chrono::milliseconds) -> asio::awaitable<void> {
+      ++second;
+      co_return;
+    });
+  }
+  c.start_all();
+  std::array<std::string, 3> errors;
+  auto done = std::async(std::launch::async, [&] {
+    c.for_each_agent([&](rpc::agent& a, int r) {
+      try {
+        a.shutdown();
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(r)] = e.what();
+      }
+    });
+  });
+  // A hang check (the others used to wait out the 30 s in the barrier), not a speed target.
+  BOOST_TEST_REQUIRE((done.wait_for(15s) == std::future_status::ready));
+  BOOST_TEST(errors[0] == "");
+  BOOST_TEST(errors[1] == "the step of w1 failed");
+  BOOST_TEST(errors[2] == "");
+  BOOST_TEST(second.load() == 3);
+  for (int r = 0; r < 3; ++r)
+    BOOST_CHECK_THROW(c[r].rpc_sync<int>("w0", "add", 1, 2), corodist::usage_error);
+}
+
 // shutdown(false) closes at once: the caller's pending calls fail promptly.
 BOOST_AUTO_TEST_CASE(immediate_shutdown, *utf::timeout(30)) {
   cluster c(2);
@@ -618,7 +715,7 @@ asio::ip::tcp::socket raw_peer(asio::io_context& ctx, const rpc::agent& a) {
 // Writes one call frame `fn(arg)` with request id `id`.
 template <typename A>
 void send_call(asio::ip::tcp::socket& s, std::uint64_t id, std::string_view fn, const A& arg, std::error_code& ec) {
-  rpc::detail::encoder e;
+  rpc::encoder e;
   auto call = rpc::detail::encode_call(e, fn, 0, arg);
   auto h = corodist::net::encode(
       corodist::net::frame_header{static_cast<std::uint32_t>(call.body.size()), rpc::detail::kind_call, 0, id});
@@ -652,17 +749,10 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_replies_is_dropped, *utf::timeout(60)
 // pool when their callers gave up are not started, so a later call behind
 // them runs as soon as the pool is free (it used to time out behind them).
 BOOST_AUTO_TEST_CASE(calls_whose_caller_gave_up_are_not_started, *utf::timeout(60)) {
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<int> started{0};
-  cluster c(2, [](rpc::agent_options& o) { o.worker_threads = 1; }, false);
-  c[1].register_function("hold", [&](int) {
-    ++started;
-    released.wait();
-    return 0;
-  });
-  c[0].register_function("hold", [](int) { return 0; });
-  c.start_all();
+  cluster c(2, [](rpc::agent_options& o) { o.worker_threads = 1; });
+  auto& log = corodist::test::sleeps();
+  const int entered = log.entries();
+  corodist::test::holds().close();
   // The first runs (and blocks the only pool thread); the three behind it have
   // deadlines that end long before the first one's caller gives up, so once
   // that happens theirs have passed on the callee too (its clock starts a
@@ -674,9 +764,9 @@ BOOST_AUTO_TEST_CASE(calls_whose_caller_gave_up_are_not_started, *utf::timeout(6
   for (auto& f : held)
     BOOST_CHECK_THROW(f.get(), corodist::timeout_error);
   auto quick = c[0].rpc_async<int>(rpc::call_timeout{20s}, "w1", "add", 2, 3);
-  release.set_value(); // the first hold returns; the three queued behind it are skipped
-  BOOST_TEST(quick.get() == 5);
-  BOOST_TEST(started.load() == 1);
+  corodist::test::holds().open(); // the first hold returns; the three queued behind it are skipped
+  BOOST_TEST(quick.get() == 5);   // (it ran after them, on the one pool thread)
+  BOOST_TEST(log.entries() == entered + 1);
   c.shutdown_all();
 }
 

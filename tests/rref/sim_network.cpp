@@ -29,9 +29,12 @@ const rpc::worker_info& port::worker(rpc::worker_ref w) const {
   throw usage_error("sim: no worker named " + std::string(w.name()));
 }
 
-future<net::bytes> port::request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds) {
+future<net::bytes> port::request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds,
+                                 std::string what) {
   const auto id = next_request_++;
-  auto f = pending_[id].get_future();
+  auto& pending = pending_[id];
+  pending.what = std::move(what);
+  auto f = pending.p.get_future();
   net_.send(message{rank_, to, kind, message::type::request, id, flatten(std::move(p))});
   return f;
 }
@@ -48,7 +51,7 @@ future<rpc::payload> port::run_local(std::string_view fn, const msgpack::object&
         std::make_exception_ptr(remote_error(self().name, "unknown_function", "no function " + std::string(fn))));
   try {
     const int to = ctx.caller_rank();
-    auto bound = it->second(args, ctx, [this, to] { return std::make_unique<rpc::detail::encoder>(this, rank_, to); });
+    auto bound = it->second(args, ctx, [this, to] { return std::make_unique<rpc::encoder>(this, rank_, to); });
     if (!bound.plain)
       throw usage_error("sim: coroutine functions are not simulated");
     return make_ready_future(bound.plain());
@@ -62,7 +65,8 @@ void port::deliver(message&& m) {
   case message::type::request: {
     auto it = handlers_.find(m.kind);
     if (it == handlers_.end())
-      throw usage_error("sim: no handler for kind " + std::to_string(m.kind));
+      throw usage_error("sim: worker " + std::to_string(rank_) + " has no handler for a request of worker " +
+                        std::to_string(m.from));
     const int from = m.from;
     const auto id = m.request;
     const auto kind = m.kind;
@@ -84,12 +88,13 @@ void port::deliver(message&& m) {
     auto it = pending_.find(m.request);
     if (it == pending_.end())
       return; // a reply nobody waits for
-    auto p = std::move(it->second);
+    auto [p, what] = std::move(it->second);
     pending_.erase(it);
     if (m.what == message::type::reply)
       p.set_value(std::move(m.payload));
     else
-      p.set_exception(rpc::detail::decode_failure(info_[static_cast<std::size_t>(m.from)].name, std::move(m.payload)));
+      p.set_exception(
+          rpc::detail::decode_failure(info_[static_cast<std::size_t>(m.from)].name, what, std::move(m.payload)));
     break;
   }
   case message::type::one_way: {
@@ -107,11 +112,11 @@ network::network(int workers, std::uint64_t seed) : rng_(seed), now_(clock::time
   for (int r = 0; r < workers; ++r)
     ports_.push_back(std::make_unique<port>(*this, r, workers));
   for (int r = 0; r < workers; ++r) {
-    auto ctx = std::make_shared<rr::detail::rref_context>(*ports_[static_cast<std::size_t>(r)], nullptr, opts,
-                                                          [this] { return now_; });
-    ctx->install();
-    ports_[static_cast<std::size_t>(r)]->set_extension(ctx);
-    contexts_.push_back(ctx);
+    auto t = std::make_shared<rr::detail::reference_tracker>(*ports_[static_cast<std::size_t>(r)], nullptr, opts,
+                                                             [this] { return now_; });
+    t->install();
+    ports_[static_cast<std::size_t>(r)]->set_extension(t);
+    trackers_.push_back(t);
   }
 }
 
@@ -132,7 +137,7 @@ void network::settle() {
 
 void network::advance(std::chrono::milliseconds d) {
   now_ += d;
-  for (auto& c : contexts_)
+  for (auto& c : trackers_)
     c->pump();
   settle();
 }
@@ -162,7 +167,7 @@ bool network::drain() {
   for (int i = 0; i < 200000; ++i) {
     if (in_flight_.empty()) {
       bool quiet = true;
-      for (auto& c : contexts_)
+      for (auto& c : trackers_)
         quiet = quiet && c->info().unacked == 0;
       if (quiet)
         return true;

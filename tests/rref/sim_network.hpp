@@ -4,16 +4,18 @@
 // in flight, and a seeded schedule decides what happens next -- which message is
 // delivered (any order), which control message is dropped (its sender sends it
 // again) or duplicated, when time advances (retries), and what the workers'
-// programs do. The protocol under test is the real rref_context, unchanged.
+// programs do. The protocol under test is the real reference_tracker, unchanged.
 //
 // User messages (remote() calls, to_here requests and their replies, messages
 // carrying RRefs) are delayed and reordered freely but delivered exactly once,
 // as TCP delivers them; control messages may also be dropped and duplicated.
 
+#include <corodist/rpc/codec.hpp>
+#include <corodist/rpc/detail/codec.hpp> // make_handler: the simulated port registers functions as rpc::agent does
 #include <corodist/rpc/message_port.hpp>
 #include <corodist/rref/rref.hpp>
 
-#include "rref/rref_context.hpp"
+#include "rref/reference_tracker.hpp"
 
 #include <asio/io_context.hpp>
 
@@ -55,8 +57,9 @@ public:
   int world_size() const override { return static_cast<int>(info_.size()); }
   const rpc::worker_info& worker(rpc::worker_ref w) const override;
   asio::any_io_executor get_executor() override { return ctx_.get_executor(); }
-  void set_handler(rpc::message_kind kind, handler h) override { handlers_[kind] = std::move(h); }
-  future<net::bytes> request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds) override;
+  void set_handler(rpc::message_kind kind, std::string, handler h) override { handlers_[kind] = std::move(h); }
+  future<net::bytes> request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds,
+                             std::string what) override;
   void notify(int to, rpc::message_kind kind, rpc::payload p) override;
   future<rpc::payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
                                  rpc::call_context ctx) override;
@@ -88,7 +91,11 @@ private:
   std::unordered_map<rpc::message_kind, handler> handlers_;
   std::unordered_map<std::string, rpc::detail::handler> functions_;
   std::uint64_t next_request_ = 1;
-  std::unordered_map<std::uint64_t, promise<net::bytes>> pending_;
+  struct pending_request {
+    promise<net::bytes> p;
+    std::string what; // names the request in its errors
+  };
+  std::unordered_map<std::uint64_t, pending_request> pending_;
 };
 
 /// Flattens an encoded payload into the bytes a receiver gets.
@@ -101,7 +108,7 @@ inline net::bytes flatten(rpc::payload&& p) {
   return b;
 }
 
-/// The network and its workers (each with its real rref_context).
+/// The network and its workers (each with its real reference_tracker).
 class network {
 public:
   network(int workers, std::uint64_t seed);
@@ -109,7 +116,7 @@ public:
 
   int size() const noexcept { return static_cast<int>(ports_.size()); }
   port& at(int r) { return *ports_[static_cast<std::size_t>(r)]; }
-  rr::detail::rref_context& context(int r) { return *contexts_[static_cast<std::size_t>(r)]; }
+  rr::detail::reference_tracker& tracker(int r) { return *trackers_[static_cast<std::size_t>(r)]; }
   std::mt19937_64& rng() noexcept { return rng_; }
   clock::time_point now() const noexcept { return now_; }
 
@@ -136,7 +143,7 @@ private:
   clock::time_point now_;
   std::deque<message> in_flight_;
   std::vector<std::unique_ptr<port>> ports_;
-  std::vector<std::shared_ptr<rr::detail::rref_context>> contexts_;
+  std::vector<std::shared_ptr<rr::detail::reference_tracker>> trackers_;
 };
 
 } // namespace corodist::test::sim

@@ -1,4 +1,4 @@
-// The RRef protocol (the real rref_context) in a deterministic simulated
+// The RRef protocol (the real reference_tracker) in a deterministic simulated
 // network: thousands of seeded schedules of random programs -- remote() to
 // random workers, RRefs passed to random workers (onward, and back to their
 // owner), to_here at random moments, handles dropped at random moments --
@@ -60,10 +60,11 @@ std::string run_seed(std::uint64_t seed, int actions) {
 
   for (int r = 0; r < workers; ++r) {
     net.at(r).add_function("mk", [r](int k) { return k * 1000 + r; });
-    net.at(r).set_handler(kind_pass, [&, r](corodist::rpc::inbound_message&& m, corodist::rpc::responder&&) {
+    net.at(r).set_handler(kind_pass, "test: an rref passed on", [&, r](corodist::rpc::inbound_message&& m,
+                                                                        corodist::rpc::responder&&) {
       corodist::rpc::codec_context ctx;
       net.at(r).decode_context(m.from, ctx);
-      auto parsed = corodist::rpc::detail::parse_payload(std::move(m.payload), ctx);
+      auto parsed = corodist::rpc::parse_payload(std::move(m.payload), ctx);
       corodist::rpc::codec_scope scope(ctx);
       auto [expected, ref] = parsed.body.get().as<std::tuple<int, rr::rref<int>>>();
       --passes_in_flight[ref.id()];
@@ -84,7 +85,7 @@ std::string run_seed(std::uint64_t seed, int actions) {
       if (!f.value.is_ready())
         ++refs[f.id];
     for (auto& [id, owner] : owner_of) {
-      const bool has = net.context(owner).holds_value(id);
+      const bool has = net.tracker(owner).holds_value(id);
       if (has)
         created[id] = true;
       if (created[id] && !has && refs[id] > 0) {
@@ -119,7 +120,7 @@ std::string run_seed(std::uint64_t seed, int actions) {
     } else if (what < 50) { // pass one to a random worker (onward, back to its owner, to itself)
       auto& h = mine[static_cast<std::size_t>(rnd(static_cast<int>(mine.size())))];
       const int to = rnd(workers);
-      corodist::rpc::detail::encoder e(&net.at(w), w, to);
+      corodist::rpc::encoder e(&net.at(w), w, to);
       auto& pk = e.packer();
       pk.pack_array(2);
       pk.pack(h.expected);
@@ -182,11 +183,11 @@ std::string run_seed(std::uint64_t seed, int actions) {
   fetches.clear();
   net.settle();
   for (int r = 0; r < workers; ++r)
-    if (!net.context(r).empty()) {
+    if (!net.tracker(r).empty()) {
       std::string left;
-      for (auto& s : net.context(r).alive())
+      for (auto& s : net.tracker(r).alive())
         left += " " + s + ";";
-      auto i = net.context(r).info();
+      auto i = net.tracker(r).info();
       return "worker " + std::to_string(r) + " still holds:" + left + " (unacked " + std::to_string(i.unacked) +
              ", pending children " + std::to_string(i.pending_children) + ")";
     }

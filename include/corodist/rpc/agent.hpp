@@ -10,6 +10,7 @@
 #include <corodist/rpc/agent_options.hpp>
 #include <corodist/rpc/attachment.hpp>
 #include <corodist/rpc/call_context.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 #include <corodist/rpc/errors.hpp>
 #include <corodist/rpc/message_port.hpp>
@@ -60,7 +61,7 @@ using reply_handler = corodist::detail::unique_function<void(reply&&)>;
 /// * `port()`: the message port layers above rpc/ build on (rref/).
 ///
 /// Destroying an agent without shutdown() is safe (it is an immediate
-/// shutdown); it waits for running plain functions to return.
+/// shutdown, and never throws); it waits for running plain functions to return.
 class agent {
 public:
   /// Creates an agent on `loop` (owned and started, or embedded). Nothing
@@ -90,18 +91,27 @@ public:
   /// or when the loop is not running.
   void start();
 
-  /// Graceful shutdown: waits until no call is in flight on any worker (every
-  /// worker must call it; store barriers, each bounded by shutdown_timeout),
-  /// then runs the upper layers' shutdown steps (every worker ends each before
-  /// any goes on), then closes every connection. Later calls throw `usage_error`. A second shutdown() while
-  /// one runs shares its outcome.
+  /// Graceful shutdown, within one deadline (`shutdown_timeout` from the
+  /// call): waits until no call is in flight on any worker (every worker must
+  /// call it; store barriers), then runs the upper layers' shutdown steps
+  /// (every worker ends each before any goes on), then closes every
+  /// connection. Throws `timeout_error` when the deadline passed first (own
+  /// calls still in flight, or a worker that did not join, finish a step or
+  /// leave in time: the message says which), `connection_error` or
+  /// `store_error` when the store failed, a step's own exception after the rest
+  /// has finished; the agent is closed in every case, and later calls throw
+  /// `usage_error`. A later shutdown() (while one runs or after it ended,
+  /// graceful or not) shares the first one's outcome: it returns or rethrows.
+  /// Throws `usage_error` while start() is running (nothing is closed then).
   [[nodiscard]] asio::awaitable<void> async_shutdown();
   /// `graceful == false`: immediate — closes at once; pending calls fail with
   /// `connection_error` (here and at the peers); running coroutine functions
-  /// are cancelled.
+  /// are cancelled. Throws only `usage_error` (as above), or a failed earlier
+  /// shutdown's exception.
   [[nodiscard]] asio::awaitable<void> async_shutdown(bool graceful);
 
-  /// Blocking shutdown for plain threads; throws `usage_error` on a loop thread.
+  /// Blocking shutdown for plain threads (throws as async_shutdown); throws
+  /// `usage_error` on a loop thread.
   void shutdown(bool graceful = true);
 
   /// Calls `fn` on worker `to` with `args`; returns at once. The future holds
@@ -174,7 +184,7 @@ private:
     try {
       rank = rank_of(to);
       t = timeout.value_or(default_timeout());
-      detail::encoder e(&port(), self_rank(), rank);
+      encoder e(&port(), self_rank(), rank);
       call = detail::encode_call(e, fn, static_cast<std::uint64_t>(std::max<std::int64_t>(t.count(), 0)), args...);
     } catch (...) {
       p.set_exception(std::current_exception());
@@ -206,14 +216,14 @@ private:
     try {
       codec_context ctx;
       port.decode_context(rank, ctx);
-      auto parsed = detail::parse_payload(std::move(r.payload), ctx);
+      auto parsed = parse_payload(std::move(r.payload), ctx);
       if constexpr (std::is_void_v<R>) {
         p.set_value();
       } else {
         codec_scope scope(ctx);
-        p.set_value(detail::decode_result<R>(parsed.body.get()));
+        p.set_value(decode_value<R>(parsed.body.get()));
       }
-    } catch (const detail::result_type_error& e) {
+    } catch (const value_type_error& e) {
       p.set_exception(std::make_exception_ptr(bad_result_error(fn, port.worker(rank).name, e.what())));
     } catch (...) {
       p.set_exception(std::current_exception());

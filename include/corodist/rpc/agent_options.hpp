@@ -51,7 +51,8 @@ struct agent_options {
   std::chrono::milliseconds rpc_timeout = default_rpc_timeout;
   /// Deadline of start(): waiting for all workers to publish their address.
   std::chrono::milliseconds init_timeout = default_init_timeout;
-  /// Deadline of each wait in a graceful shutdown (own calls, each barrier).
+  /// Deadline of a graceful shutdown as a whole (own calls, the join's
+  /// barriers, the upper layers' steps and the barriers behind them).
   std::chrono::milliseconds shutdown_timeout = default_shutdown_timeout;
   /// Threads of the pool that runs plain (non-coroutine) functions.
   std::size_t worker_threads = default_worker_threads;

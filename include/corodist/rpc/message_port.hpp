@@ -47,7 +47,7 @@ struct inbound_message {
   /// A notification: nothing is expected back.
   bool one_way = false;
   /// The frame payload (an encoded rpc::payload); decode it with
-  /// detail::parse_payload under a codec_context (message_port::decode_context).
+  /// rpc::parse_payload (codec.hpp) under a codec_context (message_port::decode_context).
   net::bytes payload;
 };
 
@@ -103,7 +103,8 @@ class message_port {
 public:
   /// A handler of one message kind.
   using handler = std::function<void(inbound_message&&, responder&&)>;
-  /// A step of graceful shutdown; gets the time it may take.
+  /// A step of graceful shutdown; gets the time it may take (half of what is
+  /// left of the shutdown's deadline).
   using shutdown_step = std::function<asio::awaitable<void>(std::chrono::milliseconds budget)>;
 
   virtual ~message_port() = default;
@@ -117,19 +118,26 @@ public:
   /// The executor handlers run on.
   virtual asio::any_io_executor get_executor() = 0;
 
-  /// Handles every message of `kind` with `h`. Throws usage_error for a kind of
-  /// rpc's own range, a kind already handled, or after start.
-  virtual void set_handler(message_kind kind, handler h) = 0;
+  /// Handles every message of `kind` with `h`; `name` says what such a
+  /// message is, in logs and errors ("rref: control message"). Throws
+  /// usage_error for a kind of rpc's own range, a kind already handled, or
+  /// after start.
+  virtual void set_handler(message_kind kind, std::string name, handler h) = 0;
 
   /// Sends a request of `kind` to worker `to`; the future holds the reply's
   /// frame payload, or timeout_error (after `timeout`; zero: none),
   /// connection_error (unreachable, or lost with the request pending),
-  /// remote_error (the handler failed). Nothing is retried.
-  virtual future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout) = 0;
+  /// usage_error (this worker is not running), remote_error (the handler
+  /// failed). Every error but remote_error reads `<what>: <reason>`: `what`
+  /// names the operation, its object and the worker, as the user knows them
+  /// ("to_here of RRef R{0, 1} owned by 'w1'"). Nothing is retried.
+  virtual future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout,
+                                     std::string what) = 0;
 
   /// Sends a one-way message of `kind` to worker `to`. A failure to deliver is
-  /// logged at debug level and otherwise silent (a protocol above that needs
-  /// delivery acknowledges and retries).
+  /// logged at debug level (naming the kind by its handler's name) and
+  /// otherwise silent (a protocol above that needs delivery acknowledges and
+  /// retries).
   virtual void notify(int to, message_kind kind, payload p) = 0;
 
   /// Runs the function registered as `fn` here, on `args` (a msgpack array,
@@ -141,8 +149,9 @@ public:
 
   /// Adds `step` to graceful shutdown: steps run in order after the workers'
   /// join (no user call is in flight anywhere; the connections are still
-  /// open), each bounded by the shutdown timeout; every worker ends a step
-  /// before any worker goes on to the next (or closes).
+  /// open), each given half of the time left; every worker ends a step before
+  /// any worker goes on to the next (or closes). A step that throws is logged,
+  /// the others still run, and shutdown() throws its exception at the end.
   virtual void add_shutdown_step(std::string name, shutdown_step step) = 0;
 
   /// A codec_context for decoding a message from `from` on this port.

@@ -6,6 +6,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/rpc/agent.hpp>
+#include <corodist/rpc/callable_traits.hpp>
 #include <corodist/rref/rref.hpp>
 
 #include <chrono>
@@ -48,9 +49,11 @@ struct debug_info {
 
 /// Turns RRefs on for `a` (before `a.start()`; throws usage_error after, or if
 /// already enabled): message handlers, the retry timer, and a step in graceful
-/// shutdown that deletes every UserRRef and unforked OwnerRRef first and waits
-/// until no owner here is referenced from elsewhere (bounded by the agent's
-/// shutdown_timeout; what is still alive is logged by RRefId).
+/// shutdown that deletes every UserRRef here and waits until no OwnerRRef here
+/// is referenced from another worker (within the time the agent's shutdown
+/// gives it; what is still held is logged by RRefId, nothing is thrown).
+/// OwnerRRefs that only this worker's own handles hold are the application's:
+/// not waited for, they keep their value until their last handle goes.
 void enable(rpc::agent& a, context_options opts = {});
 
 /// What `a`'s protocol holds now (any thread; waits for the loop).
@@ -64,7 +67,7 @@ struct method_wrapper<T, F, std::tuple<V, A...>> {
   static auto make(F f) {
     static_assert(std::is_same_v<V, T>, "rref::register_method<T>: the method's first parameter must be T& (or const T&)");
     return [f = std::move(f)](const rref<T>& r, A... args) {
-      auto p = r.handle()->protocol_of();
+      auto p = r.handle()->protocol_of("a method call");
       return p->local_slot(*r.handle())->template with<T>(&p->port(), p->self(),
                                                             [&](T& value) { return f(value, std::move(args)...); });
     };
@@ -78,7 +81,7 @@ struct method_wrapper<T, F, std::tuple<V, A...>> {
 /// runs); calls on different values run in parallel on the worker pool.
 template <typename T, typename F>
 void register_method(rpc::agent& a, std::string name, F f) {
-  using params = typename rpc::detail::callable_traits<F>::params;
+  using params = typename rpc::callable_traits<F>::params;
   a.register_function(std::move(name), detail::method_wrapper<T, F, params>::make(std::move(f)));
 }
 

@@ -24,18 +24,18 @@ rref<R> remote_on(rpc::message_port& port, std::optional<std::chrono::millisecon
   const auto t = timeout.value_or(p.default_timeout());
   auto h = p.new_remote(owner);
   // [R, F, fn, [args...], timeout_ms]: the RRef and its creator's fork, then the call.
-  rpc::detail::encoder e(&port, p.self(), owner);
+  rpc::encoder e(&port, p.self(), owner);
   auto& pk = e.packer();
   pk.pack_array(7);
   pk.pack(h->id().worker);
   pk.pack(h->id().local);
   pk.pack(h->fork().worker);
   pk.pack(h->fork().local);
-  rpc::detail::pack_arg(pk, fn);
+  rpc::pack_value(pk, fn);
   pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
-  (rpc::detail::pack_arg(pk, args), ...);
+  (rpc::pack_value(pk, args), ...);
   pk.pack(static_cast<std::uint64_t>(std::max<std::int64_t>(t.count(), 0)));
-  p.send_remote(h, e.finish(), t);
+  p.send_remote(h, fn, e.finish(), t);
   return rref<R>(std::move(h));
 }
 

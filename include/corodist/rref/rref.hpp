@@ -53,15 +53,15 @@ public:
   /// later use too), `timeout_error` after `timeout` (zero: the context's
   /// default), `connection_error` if the owner is gone. Any thread.
   future<T> to_here(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) const {
-    auto p = require().protocol_of();
+    auto p = require().protocol_of("to_here");
     const int owner = h_->owner();
     // The continuation holds the handle: a reference waiting for its value keeps it alive.
     return p->fetch(h_, timeout).then([port = &p->port(), owner, keep = h_](net::bytes b) {
       rpc::codec_context ctx;
       port->decode_context(owner, ctx);
-      auto parsed = rpc::detail::parse_payload(std::move(b), ctx);
+      auto parsed = rpc::parse_payload(std::move(b), ctx);
       rpc::codec_scope scope(ctx);
-      return rpc::detail::decode_result<T>(parsed.body.get());
+      return rpc::decode_value<T>(parsed.body.get());
     });
   }
 
@@ -71,7 +71,7 @@ public:
   /// wait and throws `usage_error` if the value is not there yet. Throws
   /// `usage_error` on a user; `remote_error` if its function threw.
   std::shared_ptr<T> local_value() const {
-    auto p = require().protocol_of();
+    auto p = require().protocol_of("local_value");
     return p->local_slot(*h_)->template as<T>(&p->port(), p->self());
   }
 
@@ -102,7 +102,7 @@ private:
     return *h_;
   }
   rpc::agent& agent() const {
-    auto* a = require().protocol_of()->agent();
+    auto* a = require().protocol_of("a method call")->agent();
     if (!a)
       throw usage_error("rref: no RPC agent behind this reference");
     return *a;

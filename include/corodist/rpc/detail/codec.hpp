@@ -1,21 +1,19 @@
 #pragma once
 /// \file
-/// The templates of the RPC codec that calls and registrations instantiate in
-/// user code: packing arguments and results, decoding results, turning a
-/// registered callable into a handler, and the msgpack adaptors of
-/// rpc::attachment. Everything that need not be a template lives in src/rpc/.
+/// The templates of rpc/'s own calls, private to rpc/ (layers above use
+/// codec.hpp): encoding a call, decoding its arguments, and turning a
+/// registered callable into a handler. Everything that need not be a template
+/// lives in src/rpc/.
 ///
 /// Call body: `[function name, [args...], timeout_ms]` (0: no deadline).
-/// An attachment inside a body is msgpack ext type 0x41 whose 4 bytes are a
-/// little-endian index into the payload's attachment table.
 
 #include <corodist/core/config.hpp>
 
 #include <corodist/core/error.hpp>
 #include <corodist/net/frame.hpp>
-#include <corodist/rpc/attachment.hpp>
 #include <corodist/rpc/call_context.hpp>
-#include <corodist/rpc/codec_context.hpp>
+#include <corodist/rpc/callable_traits.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/payload.hpp>
 
 #include <asio/awaitable.hpp>
@@ -36,136 +34,23 @@
 
 namespace corodist::rpc::detail {
 
-/// msgpack ext type that marks an attachment reference (body: u32 index).
-inline constexpr std::int8_t attachment_ext_type = 0x41;
-
-/// Packs one payload: a msgpack stream writer whose codec_context (current
-/// while it lives) collects the attachments and upper layers' records.
-class encoder {
-public:
-  /// `port`, `self`, `peer`: what the codec_context tells adaptors.
-  encoder(message_port* port = nullptr, int self = -1, int peer = -1);
-  ~encoder() = default;
-  encoder(const encoder&) = delete;
-  encoder& operator=(const encoder&) = delete;
-
-  /// msgpack's stream interface.
-  void write(const char* p, std::size_t n) {
-    const auto* b = reinterpret_cast<const std::byte*>(p);
-    out_.insert(out_.end(), b, b + n);
-  }
-  /// The packer to write the body with.
-  msgpack::packer<encoder>& packer() noexcept { return packer_; }
-  /// Completes the payload (prefix, attachment table). Throws usage_error if
-  /// the body passes 4 GiB.
-  payload finish();
-
-private:
-  net::bytes out_;
-  codec_context ctx_;
-  codec_scope scope_;
-  msgpack::packer<encoder> packer_;
-};
-
-/// A received payload, parsed: the msgpack body (referencing the payload, which
-/// the context's `in_owner` keeps alive); the attachments went to the context.
-struct parsed_payload {
-  msgpack::object_handle body;
-  std::shared_ptr<const void> owner;
-};
-
-/// Parses a payload into `ctx` (in_owner, in_attachments) and the body. Bounded
-/// in time and memory by the payload: lengths are checked against it, and the
-/// body may decode into at most max(4 x its size, 16 MiB) of msgpack objects
-/// (counted before any is made). Throws protocol_error saying what is wrong.
-/// The fuzzing entry point of the RPC decoder.
-parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx);
-
-/// The demangled name of a type (for error messages).
-std::string demangle(const char* mangled);
-
-/// The name of a msgpack object type ("str", "positive integer", ...).
-std::string type_name(msgpack::type::object_type t);
-
 /// Thrown while decoding arguments; becomes a bad_arguments reply.
 class argument_error : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
 };
 
-/// Thrown when a result does not decode to the caller's type.
-class result_type_error : public std::runtime_error {
-public:
-  using std::runtime_error::runtime_error;
-};
-
-/// Packs one argument; C strings and string views as msgpack str.
-template <typename T>
-void pack_arg(msgpack::packer<encoder>& pk, const T& v) {
-  if constexpr (std::is_convertible_v<const T&, std::string_view> && !std::is_same_v<T, std::string>) {
-    const std::string_view s(v);
-    pk.pack_str(static_cast<std::uint32_t>(s.size()));
-    pk.pack_str_body(s.data(), static_cast<std::uint32_t>(s.size()));
-  } else {
-    pk.pack(v);
-  }
-}
-
 /// Encodes a call body `[fn, [args...], timeout_ms]` with `e`.
 template <typename... A>
 payload encode_call(encoder& e, std::string_view fn, std::uint64_t timeout_ms, const A&... args) {
   auto& pk = e.packer();
   pk.pack_array(3);
-  pack_arg(pk, fn);
+  pack_value(pk, fn);
   pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
-  (pack_arg(pk, args), ...);
+  (pack_value(pk, args), ...);
   pk.pack(timeout_ms);
   return e.finish();
 }
-
-/// Encodes a result value (nil for void) with `e`.
-template <typename T>
-payload encode_value(encoder& e, const T& v) {
-  pack_arg(e.packer(), v);
-  return e.finish();
-}
-payload encode_nil(encoder& e);
-
-/// Converts a decoded result body to R. Throws result_type_error saying what
-/// was received instead.
-template <typename R>
-R decode_result(const msgpack::object& o) {
-  if constexpr (!std::is_void_v<R>) {
-    try {
-      return o.as<R>();
-    } catch (const std::exception& e) {
-      throw result_type_error("the result (msgpack " + type_name(o.type) + ") does not decode to " +
-                              demangle(typeid(R).name()) + " (" + e.what() + ")");
-    }
-  }
-}
-
-// ---- function traits --------------------------------------------------------
-
-template <typename T>
-struct callable_traits : callable_traits<decltype(&T::operator())> {};
-template <typename R, typename... A>
-struct callable_traits<R (*)(A...)> {
-  using result = R;
-  using params = std::tuple<std::decay_t<A>...>;
-};
-template <typename R, typename... A>
-struct callable_traits<R (*)(A...) noexcept> : callable_traits<R (*)(A...)> {};
-template <typename R, typename... A>
-struct callable_traits<R(A...)> : callable_traits<R (*)(A...)> {};
-template <typename R, typename C, typename... A>
-struct callable_traits<R (C::*)(A...)> : callable_traits<R (*)(A...)> {};
-template <typename R, typename C, typename... A>
-struct callable_traits<R (C::*)(A...) const> : callable_traits<R (*)(A...)> {};
-template <typename R, typename C, typename... A>
-struct callable_traits<R (C::*)(A...) noexcept> : callable_traits<R (*)(A...)> {};
-template <typename R, typename C, typename... A>
-struct callable_traits<R (C::*)(A...) const noexcept> : callable_traits<R (*)(A...)> {};
 
 template <typename T>
 struct awaitable_value {
@@ -228,7 +113,7 @@ Tuple decode_args(const msgpack::object& o, std::index_sequence<I...>) {
     try {
       a.convert(v);
     } catch (const std::exception& e) {
-      throw argument_error("argument " + std::to_string(i) + " (msgpack " + type_name(a.type) +
+      throw argument_error("argument " + std::to_string(i) + " (msgpack " + msgpack_type_name(a.type) +
                            ") does not decode to " + demangle(typeid(std::decay_t<decltype(v)>).name()) + " (" +
                            e.what() + ")");
     }
@@ -306,48 +191,3 @@ handler make_handler(F f) {
 }
 
 } // namespace corodist::rpc::detail
-
-// ---- msgpack adaptors for rpc::attachment -----------------------------------
-
-namespace msgpack {
-MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
-  namespace adaptor {
-
-  template <>
-  struct pack<corodist::rpc::attachment> {
-    template <typename Stream>
-    msgpack::packer<Stream>& operator()(msgpack::packer<Stream>& o, const corodist::rpc::attachment& a) const {
-      auto* ctx = corodist::rpc::codec_context::current();
-      if (!ctx || ctx->direction != corodist::rpc::codec_context::mode::encode)
-        throw corodist::usage_error("rpc::attachment can only be packed as part of an RPC message");
-      const auto idx = static_cast<std::uint32_t>(ctx->out_attachments.size());
-      ctx->out_attachments.push_back(corodist::net::segment{a.owner(), asio::const_buffer(a.data(), a.size())});
-      std::byte b[4];
-      corodist::net::detail::store_le(b, idx);
-      o.pack_ext(4, corodist::rpc::detail::attachment_ext_type);
-      o.pack_ext_body(reinterpret_cast<const char*>(b), 4);
-      return o;
-    }
-  };
-
-  template <>
-  struct convert<corodist::rpc::attachment> {
-    const msgpack::object& operator()(const msgpack::object& o, corodist::rpc::attachment& v) const {
-      if (o.type != msgpack::type::EXT || o.via.ext.type() != corodist::rpc::detail::attachment_ext_type ||
-          o.via.ext.size != 4)
-        throw msgpack::type_error();
-      const auto* ctx = corodist::rpc::codec_context::current();
-      if (!ctx || ctx->direction != corodist::rpc::codec_context::mode::decode)
-        throw msgpack::type_error();
-      const auto idx =
-          corodist::net::detail::load_le<std::uint32_t>(reinterpret_cast<const std::byte*>(o.via.ext.data()));
-      if (idx >= ctx->in_attachments.size())
-        throw msgpack::type_error();
-      v = corodist::rpc::attachment(ctx->in_owner, ctx->in_attachments[idx]);
-      return o;
-    }
-  };
-
-  } // namespace adaptor
-} // MSGPACK_API_VERSION_NAMESPACE
-} // namespace msgpack

@@ -1,7 +1,7 @@
 #pragma once
 /// \file
 /// What the rref<T> templates need of the RRef protocol, behind an interface
-/// (implemented in src/rref/ by rref_context), and the two objects they share
+/// (implemented in src/rref/ by reference_tracker), and the two objects they share
 /// with it: a handle (one UserRRef, or one reference to an OwnerRRef) and the
 /// OwnerRRef's value.
 
@@ -9,7 +9,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/future.hpp>
-#include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/message_port.hpp>
 #include <corodist/rref/rref_id.hpp>
 
@@ -62,16 +62,16 @@ public:
     std::lock_guard lk(mutex_);
     if (typed_) {
       if (*type_ != typeid(T))
-        throw usage_error("rref: the value is a " + rpc::detail::demangle(type_->name()) + ", not a " +
-                          rpc::detail::demangle(typeid(T).name()));
+        throw usage_error("rref: the value is a " + rpc::demangle(type_->name()) + ", not a " +
+                          rpc::demangle(typeid(T).name()));
       return std::static_pointer_cast<T>(typed_);
     }
     rpc::codec_context ctx;
     ctx.port = port;
     ctx.self = ctx.peer = self;
-    auto parsed = rpc::detail::parse_payload(flatten(), ctx);
+    auto parsed = rpc::parse_payload(flatten(), ctx);
     rpc::codec_scope scope(ctx);
-    auto v = std::make_shared<T>(rpc::detail::decode_result<T>(parsed.body.get()));
+    auto v = std::make_shared<T>(rpc::decode_value<T>(parsed.body.get()));
     set_typed(v);
     encoded_.reset();
     return v;
@@ -108,8 +108,8 @@ private:
     typed_ = std::move(v);
     type_ = &typeid(T);
     encode_typed_ = [](const void* p, rpc::message_port* port, int self, int peer) {
-      rpc::detail::encoder e(port, self, peer);
-      return rpc::detail::encode_value(e, *static_cast<const T*>(p));
+      rpc::encoder e(port, self, peer);
+      return rpc::encode_value(e, *static_cast<const T*>(p));
     };
   }
   // The encoded value as one received payload (attachments appended).
@@ -147,8 +147,9 @@ public:
   /// True once the owner knows this UserRRef (always, on the owner).
   bool confirmed() const noexcept { return confirmed_.load(std::memory_order_acquire); }
   void set_confirmed() noexcept { confirmed_.store(true, std::memory_order_release); }
-  /// The protocol it belongs to; throws usage_error once that is gone (agent destroyed).
-  std::shared_ptr<protocol> protocol_of() const;
+  /// The protocol it belongs to; throws usage_error naming `op` ("to_here")
+  /// and the RRef once that is gone (agent destroyed).
+  std::shared_ptr<protocol> protocol_of(std::string_view op) const;
 
 private:
   std::weak_ptr<protocol> protocol_;
@@ -160,7 +161,7 @@ private:
 };
 
 /// The RRef protocol of one worker, as the templates see it. Implemented by
-/// rref_context (src/rref/); thread-safe unless said otherwise.
+/// reference_tracker (src/rref/); thread-safe unless said otherwise.
 class protocol {
 public:
   virtual ~protocol() = default;
@@ -175,8 +176,10 @@ public:
   /// A new RRef owned by `owner`, created by this worker: its handle (a
   /// UserRRef not yet confirmed, or the owner's own when `owner` is this worker).
   virtual std::shared_ptr<handle> new_remote(int owner) = 0;
-  /// Sends remote()'s call for `h` (a body `[fn, [args], timeout]` encoded for the owner).
-  virtual void send_remote(const std::shared_ptr<handle>& h, rpc::payload call, std::chrono::milliseconds timeout) = 0;
+  /// Sends remote()'s call of `fn` for `h` (a body `[R, F, fn, [args], timeout]`
+  /// encoded for the owner).
+  virtual void send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
+                           std::chrono::milliseconds timeout) = 0;
   /// A new OwnerRRef here holding `v` (make_rref).
   virtual std::shared_ptr<handle> new_owned(std::shared_ptr<value_slot> v) = 0;
 
@@ -203,10 +206,11 @@ inline handle::~handle() {
     p->released(*this);
 }
 
-inline std::shared_ptr<protocol> handle::protocol_of() const {
+inline std::shared_ptr<protocol> handle::protocol_of(std::string_view op) const {
   auto p = protocol_.lock();
   if (!p)
-    throw usage_error("rref " + id_.str() + ": its worker's RRef context is gone (the agent was destroyed)");
+    throw usage_error(std::string(op) + " of RRef R" + id_.str() +
+                      ": this worker's RRef context is gone (its agent was destroyed)");
   return p;
 }
 

@@ -1,9 +1,12 @@
-#include "rref/rref_context.hpp"
+// One worker's side of the RRef protocol: the references it owns and uses,
+// their forks and confirmations, remote() and to_here(), and draining at shutdown.
+#include "rref/reference_tracker.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/core/run_on.hpp>
 
+#include "core/deadline.hpp"
 #include "core/log.hpp"
 
 #include <asio/bind_executor.hpp>
@@ -35,7 +38,7 @@ std::exception_ptr as_remote_error(const std::exception_ptr& e, const std::strin
   } catch (const remote_error&) {
     return e;
   } catch (const std::exception& x) {
-    return std::make_exception_ptr(remote_error(worker, rpc::detail::demangle(typeid(x).name()), x.what()));
+    return std::make_exception_ptr(remote_error(worker, rpc::demangle(typeid(x).name()), x.what()));
   } catch (...) {
     return std::make_exception_ptr(remote_error(worker, "unknown", "a non-standard exception"));
   }
@@ -44,33 +47,43 @@ std::exception_ptr as_remote_error(const std::exception_ptr& e, const std::strin
 
 std::atomic<bool> break_g2_for_tests{false};
 
+// A to_here() on the owner, waiting for the value until its deadline.
+struct reference_tracker::local_fetch {
+  promise<net::bytes> p;
+  clock::time_point deadline;
+  std::chrono::milliseconds timeout;
+};
+
 // The rarely used parts of an OwnerRRef, out of the common entry.
-struct rref_context::owner_extra {
+struct reference_tracker::owner_extra {
   std::vector<std::pair<rpc::responder, int>> waiting;   // fetches before the value
-  std::vector<promise<net::bytes>> waiting_here;          // fetches on the owner itself
+  std::vector<local_fetch> waiting_here;                  // fetches on the owner itself
   std::vector<promise<std::shared_ptr<value_slot>>> waiting_slots; // local_value() calls
   std::exception_ptr failure;                             // its function threw
 };
 
-rref_context::rref_context(rpc::message_port& port, rpc::agent* agent, context_options opts,
-                           std::function<clock::time_point()> now)
+reference_tracker::reference_tracker(rpc::message_port& port, rpc::agent* agent, context_options opts,
+                                     std::function<clock::time_point()> now)
     : port_(port), agent_(agent), opts_(opts), now_(std::move(now)), ex_(port.get_executor()),
       channel_([&port](int to, rpc::payload p) { port.notify(to, kind_control, std::move(p)); }, opts) {
   if (!now_) { // the real clock: retries on a timer of the loop
     now_ = [] { return clock::now(); };
     retry_timer_ = std::make_unique<asio::steady_timer>(ex_);
+    fetch_timer_ = std::make_unique<asio::steady_timer>(ex_);
     registration_.emplace(ex_, [this](bool final) {
-      if (retry_timer_)
-        retry_timer_->cancel();
-      if (final)
-        retry_timer_.reset(); // destroyed while the timer service is alive
+      for (auto* t : {&retry_timer_, &fetch_timer_}) {
+        if (*t)
+          (*t)->cancel();
+        if (final)
+          t->reset(); // destroyed while the timer service is alive
+      }
     });
   }
 }
 
-rref_context::~rref_context() = default;
+reference_tracker::~reference_tracker() = default;
 
-void rref_context::arm_retry() {
+void reference_tracker::arm_retry() {
   if (!retry_timer_ || retry_armed_ || channel_.unacked() == 0)
     return;
   retry_armed_ = true;
@@ -86,45 +99,57 @@ void rref_context::arm_retry() {
   });
 }
 
-void rref_context::install() {
+void reference_tracker::install() {
   auto w = weak_from_this();
-  port_.set_handler(kind_remote, [w](rpc::inbound_message&& m, rpc::responder&& r) {
+  port_.set_handler(kind_remote, "rref: remote() call", [w](rpc::inbound_message&& m, rpc::responder&& r) {
     if (auto self = w.lock())
       self->on_remote(std::move(m), std::move(r));
   });
-  port_.set_handler(kind_fetch, [w](rpc::inbound_message&& m, rpc::responder&& r) {
+  port_.set_handler(kind_fetch, "rref: to_here() request", [w](rpc::inbound_message&& m, rpc::responder&& r) {
     if (auto self = w.lock())
       self->on_fetch(std::move(m), std::move(r));
   });
-  port_.set_handler(kind_control, [w](rpc::inbound_message&& m, rpc::responder&&) {
+  port_.set_handler(kind_control, "rref: control message", [w](rpc::inbound_message&& m, rpc::responder&&) {
     if (auto self = w.lock())
       self->on_control(m);
   });
 }
 
-void rref_context::post(corodist::detail::unique_function<void(rref_context&)> f) {
+void reference_tracker::post(corodist::detail::unique_function<void(reference_tracker&)> f) {
   // Weak: a change posted after the agent (and this context) went is dropped.
   asio::post(ex_, [w = weak_from_this(), f = std::move(f)]() mutable {
-    if (auto self = w.lock())
+    if (auto self = w.lock()) {
       f(*self);
+      self->wake_drain();
+    }
   });
 }
 
-void rref_context::send_control(int to, const control_msg& m) {
+void reference_tracker::send_control(int to, const control_msg& m) {
   CORODIST_LOG_TRACE("rref: worker {} -> {}: {} R{} F{} parent {}", self(), to, name(m.type), m.id.str(),
                      m.fork.str(), m.parent);
   channel_.send(to, m, now_());
   arm_retry();
 }
 
+std::string reference_tracker::describe(const handle& h) const {
+  std::string owner;
+  try {
+    owner = "'" + port_.worker(h.owner()).name + "'";
+  } catch (const std::exception&) { // (not expected: handles exist once the agent runs)
+    owner = "rank " + std::to_string(h.owner());
+  }
+  return "RRef R" + h.id().str() + " owned by " + owner;
+}
+
 // ---- creating RRefs (any thread) ----------------------------------------------
 
-std::shared_ptr<handle> rref_context::new_remote(int owner) {
+std::shared_ptr<handle> reference_tracker::new_remote(int owner) {
   const rref_id id = next_id();
   if (owner == self()) { // remote() to ourselves: the handle is the owner's own
     auto h = std::make_shared<handle>(weak_from_this(), id, fork_id{}, owner, true);
     h->set_confirmed();
-    post([id](rref_context& self) {
+    post([id](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: remote() to itself, R{}", self.self(), id.str());
       ++self.owner_of(id).local_refs;
     });
@@ -132,26 +157,28 @@ std::shared_ptr<handle> rref_context::new_remote(int owner) {
   }
   const fork_id f = next_id();
   auto h = std::make_shared<handle>(weak_from_this(), id, f, owner, false);
-  post([id, f, owner, wh = std::weak_ptr<handle>(h)](rref_context& self) {
+  post([id, f, owner, wh = std::weak_ptr<handle>(h)](reference_tracker& self) {
     self.users_[f] = user_entry{id, owner, created_here, 0, false, true, wh};
   });
   return h;
 }
 
-void rref_context::send_remote(const std::shared_ptr<handle>& h, rpc::payload call, std::chrono::milliseconds timeout) {
+void reference_tracker::send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
+                                    std::chrono::milliseconds timeout) {
   // The owner acknowledges the creator's fork at once (it runs the function after).
-  port_.request(h->owner(), kind_remote, std::move(call), timeout)
-      .async_get(asio::bind_executor(ex_, [w = weak_from_this(), f = h->fork()](std::exception_ptr e, net::bytes) {
+  auto what = "remote '" + std::string(fn) + "' on '" + port_.worker(h->owner()).name + "' (RRef R" + h->id().str() + ")";
+  port_.request(h->owner(), kind_remote, std::move(call), timeout, what)
+      .async_get(asio::bind_executor(ex_, [w = weak_from_this(), f = h->fork(), what](std::exception_ptr e, net::bytes) {
         if (auto self = w.lock())
-          self->creation_acked(f, e);
+          self->creation_acked(f, what, e);
       }));
 }
 
-std::shared_ptr<handle> rref_context::new_owned(std::shared_ptr<value_slot> v) {
+std::shared_ptr<handle> reference_tracker::new_owned(std::shared_ptr<value_slot> v) {
   const rref_id id = next_id();
   auto h = std::make_shared<handle>(weak_from_this(), id, fork_id{}, self(), true);
   h->set_confirmed();
-  post([id, v = std::move(v)](rref_context& self) mutable {
+  post([id, v = std::move(v)](reference_tracker& self) mutable {
     auto& e = self.owner_of(id);
     ++e.local_refs;
     e.value = std::move(v);
@@ -159,28 +186,39 @@ std::shared_ptr<handle> rref_context::new_owned(std::shared_ptr<value_slot> v) {
   return h;
 }
 
-void rref_context::creation_acked(fork_id f, std::exception_ptr failure) {
+void reference_tracker::creation_acked(fork_id f, const std::string& what, std::exception_ptr failure) {
+  if (failure) { // (every use of the RRef fails on its own, saying why)
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      CORODIST_LOG_DEBUG("rref: worker {}: {}", self(), e.what());
+    } catch (...) {
+      CORODIST_LOG_DEBUG("rref: worker {}: {} failed", self(), what);
+    }
+  }
   auto it = users_.find(f);
   if (it == users_.end())
     return;
   if (failure) { // the owner never got it, or is gone: nothing to tell it later
     users_.erase(it);
+    wake_drain();
     return;
   }
   it->second.confirmed = true;
   if (auto h = it->second.h.lock())
     h->set_confirmed();
   maybe_delete_user(f);
+  wake_drain();
 }
 
 // ---- forks (any thread; from the codec) -----------------------------------------
 
-fork_info rref_context::fork_to(const std::shared_ptr<handle>& h, int peer) {
+fork_info reference_tracker::fork_to(const std::shared_ptr<handle>& h, int peer) {
   const fork_id child = next_id();
   const rref_id id = h->id();
   if (h->is_owner()) {
     // The owner is the parent: it records the fork itself, before it is sent.
-    post([id, child, peer](rref_context& self) {
+    post([id, child, peer](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: the owner forks R{} as F{} for worker {}", self.self(), id.str(),
                          child.str(), peer);
       self.owner_of(id).forks.push_back(child);
@@ -189,7 +227,7 @@ fork_info rref_context::fork_to(const std::shared_ptr<handle>& h, int peer) {
   }
   // A user is the parent: it holds its own UserRRef until the child is confirmed (G2).
   if (!break_g2_for_tests.load(std::memory_order_relaxed))
-    post([id, child, parent_fork = h->fork()](rref_context& self) {
+    post([id, child, parent_fork = h->fork()](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: forks R{} F{} as F{}", self.self(), id.str(), parent_fork.str(),
                          child.str());
       self.children_[child] = pending_child{id, parent_fork};
@@ -200,13 +238,13 @@ fork_info rref_context::fork_to(const std::shared_ptr<handle>& h, int peer) {
   return fork_info{id, h->owner(), child, self()};
 }
 
-std::shared_ptr<handle> rref_context::adopt(const fork_info& f, int from) {
+std::shared_ptr<handle> reference_tracker::adopt(const fork_info& f, int from) {
   const int me = self();
   if (f.owner == me) {
     // Back on the owner: a local reference; the owner accepts the child directly.
     auto h = std::make_shared<handle>(weak_from_this(), f.id, fork_id{}, me, true);
     h->set_confirmed();
-    post([f, me](rref_context& self) {
+    post([f, me](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: R{} F{} came back to its owner (from worker {})", me, f.id.str(),
                          f.fork.str(), f.parent);
       auto& e = self.owner_of(f.id);
@@ -222,7 +260,7 @@ std::shared_ptr<handle> rref_context::adopt(const fork_info& f, int from) {
   const bool confirmed = f.parent == f.owner; // the owner itself sent it: it knows this fork
   if (confirmed)
     h->set_confirmed();
-  post([f, confirmed, wh = std::weak_ptr<handle>(h)](rref_context& self) {
+  post([f, confirmed, wh = std::weak_ptr<handle>(h)](reference_tracker& self) {
     CORODIST_LOG_TRACE("rref: worker {}: takes R{} F{} from worker {}{}", self.self(), f.id.str(), f.fork.str(),
                        f.parent, confirmed ? " (confirmed: the owner sent it)" : "");
     self.users_[f.fork] = user_entry{f.id, f.owner, f.parent, 0, confirmed, true, wh};
@@ -235,23 +273,30 @@ std::shared_ptr<handle> rref_context::adopt(const fork_info& f, int from) {
 
 // ---- using them -------------------------------------------------------------------
 
-future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) {
+future<net::bytes> reference_tracker::fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) {
   if (timeout.count() <= 0)
     timeout = opts_.timeout;
   const rref_id id = h->id();
   if (!h->is_owner()) {
-    rpc::detail::encoder e;
+    rpc::encoder e;
     auto& pk = e.packer();
     pk.pack_array(2);
     pk.pack(id.worker);
     pk.pack(id.local);
-    return port_.request(h->owner(), kind_fetch, e.finish(), timeout);
+    return port_.request(h->owner(), kind_fetch, e.finish(), timeout, "to_here of " + describe(*h));
   }
-  // On the owner: the value here, once there.
+  // On the owner: the value here, once there (at most until the deadline).
   promise<net::bytes> p;
   auto f = p.get_future();
-  post([id, p = std::move(p)](rref_context& self) mutable {
-    auto& e = self.owner_of(id);
+  post([id, p = std::move(p), timeout](reference_tracker& self) mutable {
+    auto it = self.owners_.find(id);
+    if (it == self.owners_.end()) { // (a handle keeps its entry: not expected)
+      p.set_exception(std::make_exception_ptr(
+          usage_error("to_here of RRef R" + id.str() + " on its owner '" + self.port_.self().name +
+                      "': the RRef is not held here")));
+      return;
+    }
+    auto& e = it->second;
     if (e.extra && e.extra->failure) {
       p.set_exception(e.extra->failure);
     } else if (e.value) {
@@ -263,37 +308,42 @@ future<net::bytes> rref_context::fetch(const std::shared_ptr<handle>& h, std::ch
     } else {
       if (!e.extra)
         e.extra = std::make_unique<owner_extra>();
-      e.extra->waiting_here.push_back(std::move(p));
+      const auto deadline = self.now_() + timeout;
+      e.extra->waiting_here.push_back(local_fetch{std::move(p), deadline, timeout});
+      self.arm_fetch_timer(deadline);
     }
   });
   return f;
 }
 
-std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
+std::shared_ptr<value_slot> reference_tracker::local_slot(const handle& h) {
   if (!h.is_owner())
-    throw usage_error("rref " + h.id().str() + ": local_value() on worker " + std::to_string(self()) +
-                      ", which is not its owner (worker " + std::to_string(h.owner()) + "); use to_here()");
+    throw usage_error("local_value of " + describe(h) + ": this is worker '" + port_.self().name +
+                      "', not its owner; use to_here()");
   if (corodist::detail::on_loop_thread()) // (cannot block) the value if it is there, inline when on our loop
     return run_on(ex_, [w = weak_from_this(), id = h.id()]() -> std::shared_ptr<value_slot> {
              auto self = w.lock();
              if (!self)
-               throw usage_error("rref " + id.str() + ": its worker's RRef context is gone");
+               throw usage_error("local_value of RRef R" + id.str() + ": this worker's RRef context is gone "
+                                 "(its agent was destroyed)");
              auto it = self->owners_.find(id);
              if (it != self->owners_.end() && it->second.extra && it->second.extra->failure)
                std::rethrow_exception(it->second.extra->failure);
              if (it == self->owners_.end() || !it->second.value)
-               throw usage_error("rref " + id.str() + ": local_value() on an event-loop thread before its "
-                                 "function finished (it would block the loop); co_await to_here().async_get()");
+               throw usage_error("local_value of RRef R" + id.str() + " on its owner '" + self->port_.self().name +
+                                 "': called on an event-loop thread before its function finished (it would block "
+                                 "the loop); co_await to_here().async_get()");
              return it->second.value;
            })
         .get();
   // The value, once its function has finished (as PyTorch's OwnerRRef::getValue).
   promise<std::shared_ptr<value_slot>> p;
   auto f = p.get_future();
-  post([id = h.id(), p = std::move(p)](rref_context& self) mutable {
+  post([id = h.id(), p = std::move(p)](reference_tracker& self) mutable {
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) {
-      p.set_exception(std::make_exception_ptr(usage_error("rref " + id.str() + ": not held on this worker")));
+      p.set_exception(std::make_exception_ptr(usage_error("local_value of RRef R" + id.str() + " on its owner '" +
+                                                          self.port_.self().name + "': the RRef is not held here")));
       return;
     }
     auto& e = it->second;
@@ -308,14 +358,15 @@ std::shared_ptr<value_slot> rref_context::local_slot(const handle& h) {
     }
   });
   if (!f.wait_for(opts_.timeout))
-    throw timeout_error("rref " + h.id().str() + ": local_value(): its function did not finish within " +
+    throw timeout_error("local_value of RRef R" + h.id().str() + " on its owner '" + port_.self().name +
+                        "': its function did not finish within " +
                         std::to_string(opts_.timeout.count()) + " ms");
   return f.get();
 }
 
-void rref_context::released(const handle& h) noexcept {
+void reference_tracker::released(const handle& h) noexcept {
   try {
-    post([id = h.id(), f = h.fork(), owner = h.is_owner()](rref_context& self) {
+    post([id = h.id(), f = h.fork(), owner = h.is_owner()](reference_tracker& self) {
       CORODIST_LOG_TRACE("rref: worker {}: a handle of R{} F{} is gone", self.self(), id.str(), f.str());
       if (owner) {
         auto it = self.owners_.find(id);
@@ -337,24 +388,24 @@ void rref_context::released(const handle& h) noexcept {
 
 // ---- the owner's side -----------------------------------------------------------
 
-rref_context::owner_entry& rref_context::owner_of(rref_id id) {
+reference_tracker::owner_entry& reference_tracker::owner_of(rref_id id) {
   auto [it, fresh] = owners_.try_emplace(id);
   if (fresh)
     CORODIST_LOG_TRACE("rref: worker {}: OwnerRRef R{} recorded", self(), id.str());
   return it->second;
 }
 
-void rref_context::on_remote(rpc::inbound_message&& m, rpc::responder&& r) {
+void reference_tracker::on_remote(rpc::inbound_message&& m, rpc::responder&& r) {
   rpc::codec_context ctx;
   port_.decode_context(m.from, ctx);
-  std::shared_ptr<rpc::detail::parsed_payload> parsed;
+  std::shared_ptr<rpc::parsed_payload> parsed;
   rref_id id;
   fork_id creator;
   std::string fn;
   const msgpack::object* args = nullptr;
   std::uint64_t timeout_ms = 0;
   try {
-    parsed = std::make_shared<rpc::detail::parsed_payload>(rpc::detail::parse_payload(std::move(m.payload), ctx));
+    parsed = std::make_shared<rpc::parsed_payload>(rpc::parse_payload(std::move(m.payload), ctx));
     const auto& o = parsed->body.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != 7)
       throw protocol_error("rref: a remote() call is [R, F, fn, [args], timeout_ms]");
@@ -392,7 +443,7 @@ void rref_context::on_remote(rpc::inbound_message&& m, rpc::responder&& r) {
   }));
 }
 
-void rref_context::remote_done(rref_id id, std::shared_ptr<value_slot> value, std::exception_ptr failure) {
+void reference_tracker::remote_done(rref_id id, std::shared_ptr<value_slot> value, std::exception_ptr failure) {
   auto it = owners_.find(id);
   if (it == owners_.end())
     return; // nobody refers to it any more: the value goes
@@ -419,7 +470,7 @@ void rref_context::remote_done(rref_id id, std::shared_ptr<value_slot> value, st
     }
     for (auto& [r, to] : waiting)
       answer(e, std::move(r), to);
-    for (auto& p : here) {
+    for (auto& [p, deadline, timeout] : here) {
       if (e.extra->failure) {
         p.set_exception(e.extra->failure);
       } else {
@@ -436,7 +487,7 @@ void rref_context::remote_done(rref_id id, std::shared_ptr<value_slot> value, st
   maybe_delete_owner(id);
 }
 
-void rref_context::answer(owner_entry& e, rpc::responder&& r, int to) {
+void reference_tracker::answer(owner_entry& e, rpc::responder&& r, int to) {
   if (e.extra && e.extra->failure) {
     r.fail(e.extra->failure);
     return;
@@ -448,11 +499,11 @@ void rref_context::answer(owner_entry& e, rpc::responder&& r, int to) {
   }
 }
 
-void rref_context::on_fetch(rpc::inbound_message&& m, rpc::responder&& r) {
+void reference_tracker::on_fetch(rpc::inbound_message&& m, rpc::responder&& r) {
   rref_id id;
   try {
     rpc::codec_context ctx;
-    auto parsed = rpc::detail::parse_payload(std::move(m.payload), ctx);
+    auto parsed = rpc::parse_payload(std::move(m.payload), ctx);
     const auto& o = parsed.body.get();
     if (o.type != msgpack::type::ARRAY || o.via.array.size != 2)
       throw protocol_error("rref: a fetch is [R]");
@@ -472,7 +523,7 @@ void rref_context::on_fetch(rpc::inbound_message&& m, rpc::responder&& r) {
   e.extra->waiting.emplace_back(std::move(r), m.from);
 }
 
-void rref_context::maybe_delete_owner(rref_id id) {
+void reference_tracker::maybe_delete_owner(rref_id id) {
   auto it = owners_.find(id);
   if (it == owners_.end())
     return;
@@ -487,7 +538,7 @@ void rref_context::maybe_delete_owner(rref_id id) {
 
 // ---- the users' side ---------------------------------------------------------------
 
-void rref_context::maybe_delete_user(fork_id f) {
+void reference_tracker::maybe_delete_user(fork_id f) {
   auto it = users_.find(f);
   if (it == users_.end())
     return;
@@ -500,7 +551,7 @@ void rref_context::maybe_delete_user(fork_id f) {
 
 // ---- control messages ------------------------------------------------------------
 
-void rref_context::on_control(const rpc::inbound_message& m) {
+void reference_tracker::on_control(const rpc::inbound_message& m) {
   try {
     auto [seq, msg] = decode_control(net::bytes(m.payload));
     if (auto fresh = channel_.receive(m.from, seq, msg))
@@ -508,9 +559,10 @@ void rref_context::on_control(const rpc::inbound_message& m) {
   } catch (const std::exception& e) {
     CORODIST_LOG_WARN("rref: bad control message from worker {}: {}", m.from, e.what());
   }
+  wake_drain();
 }
 
-void rref_context::process(int from, const control_msg& m) {
+void reference_tracker::process(int from, const control_msg& m) {
   CORODIST_LOG_TRACE("rref: worker {} <- {}: {} R{} F{} parent {}", self(), from, name(m.type), m.id.str(),
                      m.fork.str(), m.parent);
   switch (m.type) {
@@ -561,14 +613,14 @@ void rref_context::process(int from, const control_msg& m) {
   }
 }
 
-void rref_context::pump() {
+void reference_tracker::pump() {
   channel_.pump(now_());
   arm_retry();
 }
 
 // ---- introspection and shutdown --------------------------------------------------------
 
-debug_info rref_context::info() const {
+debug_info reference_tracker::info() const {
   debug_info d;
   d.owners = owners_.size();
   for (auto& [id, e] : owners_)
@@ -580,7 +632,7 @@ debug_info rref_context::info() const {
   return d;
 }
 
-std::vector<std::string> rref_context::alive() const {
+std::vector<std::string> reference_tracker::alive() const {
   std::vector<std::string> out;
   for (auto& [id, e] : owners_)
     out.push_back("OwnerRRef R" + id.str() + " (" + std::to_string(e.forks.size()) + " forks, " +
@@ -591,18 +643,27 @@ std::vector<std::string> rref_context::alive() const {
   return out;
 }
 
-bool rref_context::holds_value(rref_id id) const {
+bool reference_tracker::holds_value(rref_id id) const {
   auto it = owners_.find(id);
   return it != owners_.end() && it->second.value != nullptr;
 }
 
-bool rref_context::empty() const noexcept {
-  return owners_.empty() && users_.empty() && children_.empty() && channel_.unacked() == 0;
+bool reference_tracker::settled() const noexcept {
+  if (!users_.empty() || !children_.empty() || channel_.unacked() != 0)
+    return false;
+  return std::all_of(owners_.begin(), owners_.end(), [](auto& o) { return o.second.forks.empty(); });
 }
 
-asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
-  draining_ = true;
-  // Every UserRRef goes, live handles or not; every OwnerRRef nobody else knows goes.
+bool reference_tracker::empty() const noexcept { return settled() && owners_.empty(); }
+
+void reference_tracker::wake_drain() {
+  if (drain_wait_ && settled())
+    drain_wait_->cancel();
+}
+
+asio::awaitable<bool> reference_tracker::drain(std::chrono::milliseconds budget) {
+  // Every UserRRef goes, live handles or not (the application's handles of it
+  // fail afterwards); so does every OwnerRRef that nothing refers to any more.
   std::vector<fork_id> users;
   for (auto& [f, u] : users_) {
     u.handle_alive = false;
@@ -612,23 +673,31 @@ asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
     maybe_delete_user(f);
   std::vector<rref_id> owners;
   for (auto& [id, e] : owners_)
-    if (e.forks.empty()) {
-      e.local_refs = 0;
-      owners.push_back(id);
-    }
+    owners.push_back(id);
   for (auto id : owners)
     maybe_delete_owner(id);
-  // Then wait for the others' deletes and our messages' acknowledgements.
+  // Then wait for the others' deletes, the confirmations our pending children
+  // and users need, and our messages' acknowledgements (each wakes this wait;
+  // retries go out on the retry timer meanwhile).
   const auto deadline = clock::now() + budget;
   asio::steady_timer t(co_await asio::this_coro::executor);
-  while (!empty() && clock::now() < deadline) {
-    pump();
-    t.expires_after(std::min<clock::duration>(opts_.first_retry, deadline - clock::now()));
-    co_await t.async_wait(asio::use_awaitable);
+  while (!settled() && clock::now() < deadline) {
+    t.expires_at(deadline);
+    drain_wait_ = &t;
+    co_await t.async_wait(corodist::detail::use_tuple);
+    drain_wait_ = nullptr;
   }
-  if (empty())
+  if (settled())
     co_return true;
-  auto left = alive();
+  std::vector<std::string> left;
+  for (auto& [id, e] : owners_)
+    if (!e.forks.empty())
+      left.push_back("OwnerRRef R" + id.str() + " (" + std::to_string(e.forks.size()) + " forks on other workers)");
+  for (auto& [f, u] : users_)
+    left.push_back("UserRRef R" + u.id.str() + " F" + f.str() + (u.confirmed ? "" : " (unconfirmed)") +
+                   (u.pending_children ? " (" + std::to_string(u.pending_children) + " pending children)" : ""));
+  if (!children_.empty())
+    left.push_back(std::to_string(children_.size()) + " forks sent and not yet confirmed");
   std::string list;
   for (std::size_t i = 0; i < left.size() && i < 16; ++i)
     list += (i ? "; " : "") + left[i];
@@ -639,6 +708,45 @@ asio::awaitable<bool> rref_context::drain(std::chrono::milliseconds budget) {
                     channel_.unacked() ? " (" + std::to_string(channel_.unacked()) + " control messages unacknowledged)"
                                        : "");
   co_return false;
+}
+
+// ---- deadlines of to_here() on the owner (real clock only) -----------------------
+
+void reference_tracker::arm_fetch_timer(clock::time_point deadline) {
+  if (!fetch_timer_ || (fetch_armed_ && fetch_timer_->expiry() <= deadline))
+    return;
+  fetch_armed_ = true;
+  fetch_timer_->expires_at(deadline); // (cancels the wait for a later one)
+  fetch_timer_->async_wait([w = weak_from_this()](std::error_code ec) {
+    auto self = w.lock();
+    if (!self || ec) // cancelled: re-armed earlier, or the loop is shutting down
+      return;
+    self->fetch_armed_ = false;
+    self->expire_local_fetches();
+  });
+}
+
+void reference_tracker::expire_local_fetches() {
+  const auto now = now_();
+  std::optional<clock::time_point> next;
+  for (auto& [id, e] : owners_) {
+    if (!e.extra)
+      continue;
+    auto& here = e.extra->waiting_here;
+    for (auto it = here.begin(); it != here.end();) {
+      if (it->deadline > now) {
+        next = std::min(next.value_or(it->deadline), it->deadline);
+        ++it;
+        continue;
+      }
+      it->p.set_exception(std::make_exception_ptr(timeout_error(
+          "to_here of RRef R" + id.str() + " on its owner '" + port_.self().name +
+          "': its function did not finish within " + std::to_string(it->timeout.count()) + " ms")));
+      it = here.erase(it);
+    }
+  }
+  if (next)
+    arm_fetch_timer(*next);
 }
 
 } // namespace corodist::rref::detail

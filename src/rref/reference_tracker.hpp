@@ -1,7 +1,8 @@
 #pragma once
-// The RRef protocol of one worker (private): OwnerRRefs and the forks they
-// know, UserRRefs (confirmed or pending), the forks this worker made that are
-// not confirmed yet (pending children, G2), and the reliable control channel.
+// One worker's side of the RRef protocol (private): it tracks the references
+// this worker owns and uses -- OwnerRRefs and the forks they know, UserRRefs
+// (confirmed or pending), the forks this worker made that are not confirmed
+// yet (pending children, G2) -- and runs the reliable control channel.
 // It talks only to an rpc::message_port -- the agent's, or a simulated
 // network's in tests/rref/ -- so the simulation runs this very code.
 //
@@ -41,16 +42,16 @@ inline constexpr rpc::message_kind kind_remote = 0x0600;  ///< request: [R, F, f
 inline constexpr rpc::message_kind kind_fetch = 0x0601;   ///< request: [R] -> the value
 inline constexpr rpc::message_kind kind_control = 0x0602; ///< one-way: control_channel frames
 
-class rref_context final : public protocol, public std::enable_shared_from_this<rref_context> {
+class reference_tracker final : public protocol, public std::enable_shared_from_this<reference_tracker> {
 public:
   using clock = std::chrono::steady_clock;
 
   /// `agent` may be null (a simulated port). With `now` given (a simulated
   /// clock), retries are sent only when the caller calls pump(); otherwise a
   /// timer on the port's executor does it whenever a message awaits its ack.
-  rref_context(rpc::message_port& port, rpc::agent* agent, context_options opts,
-               std::function<clock::time_point()> now = {});
-  ~rref_context() override;
+  reference_tracker(rpc::message_port& port, rpc::agent* agent, context_options opts,
+                    std::function<clock::time_point()> now = {});
+  ~reference_tracker() override;
 
   /// Registers the protocol's message handlers on the port (before it starts).
   void install();
@@ -61,7 +62,8 @@ public:
   rpc::agent* agent() override { return agent_; }
   std::chrono::milliseconds default_timeout() const override { return opts_.timeout; }
   std::shared_ptr<handle> new_remote(int owner) override;
-  void send_remote(const std::shared_ptr<handle>& h, rpc::payload call, std::chrono::milliseconds timeout) override;
+  void send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
+                   std::chrono::milliseconds timeout) override;
   std::shared_ptr<handle> new_owned(std::shared_ptr<value_slot> v) override;
   fork_info fork_to(const std::shared_ptr<handle>& h, int peer) override;
   std::shared_ptr<handle> adopt(const fork_info& f, int from) override;
@@ -75,19 +77,24 @@ public:
   debug_info info() const;
   /// The ids of the RRefs still held here, for a report (loop only).
   std::vector<std::string> alive() const;
-  /// Graceful shutdown's first step (loop only): every UserRRef here is let go
-  /// (whatever handles remain) and every OwnerRRef that no other worker knows is
-  /// dropped; then it waits, up to `budget`, until nothing is held here and every
-  /// control message was acknowledged. Returns false (after logging what is
-  /// left, by RRefId) if the budget ran out.
+  /// Graceful shutdown's step (loop only; PyTorch's delAllUsersAndUnforkedOwners):
+  /// every UserRRef here is let go (whatever handles remain), then it waits, up
+  /// to `budget`, until the protocol is settled (settled()). OwnerRRefs that only
+  /// this worker's own handles hold are the application's: they are neither
+  /// dropped nor waited for, and keep their value until their last handle goes.
+  /// Returns false (after logging what is left, by RRefId) if the budget ran out.
   asio::awaitable<bool> drain(std::chrono::milliseconds budget);
-  /// True when nothing is held here and nothing is unacknowledged (loop only).
+  /// True when no UserRRef, pending child or unacknowledged control message is
+  /// left here and no OwnerRRef here is known to another worker (loop only).
+  bool settled() const noexcept;
+  /// True when settled() and no OwnerRRef is left either (loop only).
   bool empty() const noexcept;
   /// True if this worker holds the OwnerRRef `id` with its value (loop only; the simulation's checks).
   bool holds_value(rref_id id) const;
 
 private:
   struct owner_extra; // the rarely used parts of an OwnerRRef
+  struct local_fetch; // a to_here() on the owner waiting for the value
   struct owner_entry {
     std::vector<fork_id> forks;   // UserRRefs elsewhere that this owner knows
     std::uint32_t local_refs = 0; // live handles here
@@ -110,19 +117,26 @@ private:
 
   global_id next_id() { return {self(), next_local_.fetch_add(1, std::memory_order_relaxed)}; }
   /// Runs `f` on the loop, if this context still exists then.
-  void post(corodist::detail::unique_function<void(rref_context&)> f);
+  void post(corodist::detail::unique_function<void(reference_tracker&)> f);
   void send_control(int to, const control_msg& m);
   void on_control(const rpc::inbound_message& m);
   void process(int from, const control_msg& m);
   void on_remote(rpc::inbound_message&& m, rpc::responder&& r);
   void on_fetch(rpc::inbound_message&& m, rpc::responder&& r);
   void remote_done(rref_id id, std::shared_ptr<value_slot> value, std::exception_ptr failure);
-  void creation_acked(fork_id f, std::exception_ptr failure);
+  void creation_acked(fork_id f, const std::string& what, std::exception_ptr failure);
+  /// "RRef R{0, 1} owned by 'w1'": how errors name the RRef of `h`.
+  std::string describe(const handle& h) const;
   void answer(owner_entry& e, rpc::responder&& r, int to);
   owner_entry& owner_of(rref_id id);
   void maybe_delete_owner(rref_id id);
   void maybe_delete_user(fork_id f);
   void arm_retry();
+  /// Wakes a drain() waiting for the protocol to settle, once it has.
+  void wake_drain();
+  /// Fails the to_here() calls on the owner whose deadline passed (`fetch_timer_`).
+  void arm_fetch_timer(clock::time_point deadline);
+  void expire_local_fetches();
 
   rpc::message_port& port_;
   rpc::agent* agent_;
@@ -136,9 +150,11 @@ private:
   std::unordered_map<rref_id, owner_entry, global_id_hash> owners_;
   std::unordered_map<fork_id, user_entry, global_id_hash> users_;
   std::unordered_map<fork_id, pending_child, global_id_hash> children_;
-  bool draining_ = false;
+  asio::steady_timer* drain_wait_ = nullptr; // drain()'s wait while it runs
   std::unique_ptr<asio::steady_timer> retry_timer_; // real clock only; armed while messages await acks
   bool retry_armed_ = false;
+  std::unique_ptr<asio::steady_timer> fetch_timer_; // real clock only; armed while a local to_here waits
+  bool fetch_armed_ = false;
   std::optional<corodist::detail::io_registration> registration_; // drops the timer at the context's shutdown
 };
 
