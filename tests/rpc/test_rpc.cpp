@@ -8,6 +8,7 @@
 #include "rpc/rpc_fixtures.hpp"
 #include "support/coro_test.hpp"
 #include "support/loop_helpers.hpp"
+#include "support/temp_file.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
@@ -236,11 +237,8 @@ BOOST_AUTO_TEST_CASE(simultaneous_first_calls, *utf::timeout(120)) {
 // An agent given a rendezvous URL instead of a store (here file://) gets
 // its store, rank and world size from the rendezvous.
 BOOST_AUTO_TEST_CASE(init_method_rendezvous, *utf::timeout(30)) {
-  char tmpl[] = "/tmp/corodist_rpc_rdzv_XXXXXX";
-  const int fd = ::mkstemp(tmpl);
-  BOOST_REQUIRE(fd >= 0);
-  ::close(fd);
-  const std::string path = tmpl;
+  const corodist::test::temp_file file;
+  const std::string& path = file.path;
   {
     std::vector<std::unique_ptr<event_loop>> loops;
     std::vector<std::unique_ptr<rpc::agent>> agents;
@@ -267,7 +265,6 @@ BOOST_AUTO_TEST_CASE(init_method_rendezvous, *utf::timeout(30)) {
     s.join();
     agents.clear();
   }
-  ::unlink(path.c_str());
 }
 
 // With sync_spin, rpc_sync polls for the reply before sleeping: short calls
