@@ -18,6 +18,7 @@ ALLOWED = {
     "rref": {"core", "net", "store", "rpc", "rref"},
     "collective": {"core", "net", "store", "collective"},
     "ddp": {"core", "net", "store", "collective", "ddp"},
+    "ft": {"core", "net", "store", "collective", "ft"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:corodist/)?([a-z_]+)/')
 

@@ -24,11 +24,14 @@ namespace corodist::test {
 /// corodist-run uses), with its output on a pipe.
 class program {
 public:
-  /// Starts `argv[0]` (looked up in PATH) with `argv`; stdout and stderr go
-  /// to the same pipe. Fails the test if it cannot be executed.
-  explicit program(const std::vector<std::string>& argv) {
+  /// Starts `argv[0]` (looked up in PATH) with `argv`, and `env` added to
+  /// the environment; stdout and stderr go to the same pipe. Fails the test
+  /// if it cannot be executed.
+  explicit program(const std::vector<std::string>& argv,
+                   const std::vector<std::pair<std::string, std::string>>& env = {}) {
     tools::spawn_options o;
     o.argv = argv;
+    o.env = env;
     o.stdout_fd = pipe_.write_end();
     o.stderr_fd = pipe_.write_end();
     try {

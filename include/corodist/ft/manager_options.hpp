@@ -1,0 +1,47 @@
+#pragma once
+/// \file
+/// corodist::ft::manager_options: the settings of a fault-tolerance manager.
+
+#include <corodist/core/config.hpp>
+
+#include <corodist/collective/gloo_group.hpp>
+
+#include <chrono>
+#include <string>
+
+namespace corodist::ft {
+
+/// Settings of an ft::manager. Defaults are the named constants.
+struct manager_options {
+  static constexpr const char* default_prefix = "corodist/ft";
+  static constexpr int default_min_replicas = 1;
+  static constexpr std::chrono::milliseconds default_quorum_timeout = std::chrono::seconds(60);
+  static constexpr std::chrono::milliseconds default_poll_interval = std::chrono::milliseconds(10);
+  static constexpr std::chrono::milliseconds default_group_timeout = std::chrono::seconds(60);
+
+  /// This replica's name, stable across its restarts (e.g. "replica3"): no
+  /// blank, no newline, at most 128 bytes. Required.
+  std::string replica_id;
+  /// Key prefix of the job's fault-tolerance state in the store: replicas
+  /// that train together use the same one.
+  std::string prefix = default_prefix;
+  /// A quorum forms with at least this many replicas: the first one waits
+  /// for them (up to `quorum_timeout`); later ones with fewer fail.
+  int min_replicas = default_min_replicas;
+  /// Deadline of one `start_step` (the quorum, the group's re-forming, the
+  /// recovery) and of one `should_commit`.
+  std::chrono::milliseconds quorum_timeout = default_quorum_timeout;
+  /// While it waits for the others, a replica checks this often whether a
+  /// replica it waits for was lost (its store connection closed).
+  std::chrono::milliseconds poll_interval = default_poll_interval;
+  /// Options of the Gloo groups the manager forms: `prefix` is replaced by
+  /// one per quorum; `timeout` (creation and each collective) defaults to
+  /// `default_group_timeout` rather than Gloo's 30 min.
+  collective::gloo_options group = [] {
+    collective::gloo_options o;
+    o.timeout = default_group_timeout;
+    return o;
+  }();
+};
+
+} // namespace corodist::ft

@@ -1,0 +1,318 @@
+// ft::manager in one process: replicas are coroutines on one io_context, each
+// with its own tcp_store connection to a store_server; a replica is lost when
+// its store connection closes (the server then deletes its owned key, as it
+// does when a process dies or hangs past the heartbeat deadline). The
+// multi-process cases (kill -9, SIGSTOP, partitions) are in test_ft_train.cpp.
+#define BOOST_TEST_MODULE ft
+#include <boost/test/unit_test.hpp>
+
+#include "support/coro_test.hpp"
+
+#include <corodist/collective/errors.hpp>
+#include <corodist/core/error.hpp>
+#include <corodist/core/future.hpp>
+#include <corodist/core/when_all.hpp>
+#include <corodist/ft/manager.hpp>
+#include <corodist/store/store_server.hpp>
+#include <corodist/store/tcp_store.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace cf = corodist::ft;
+namespace cs = corodist::store;
+namespace cc = corodist::collective;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A store server and its clients on one io_context.
+struct bed {
+  asio::io_context ctx;
+  std::shared_ptr<cs::store_server> server;
+
+  bed() {
+    cs::server_options so;
+    so.host = "127.0.0.1";
+    so.port = 0;
+    server = cs::store_server::start(ctx.get_executor(), so);
+  }
+  ~bed() { server->stop(); }
+
+  asio::awaitable<std::shared_ptr<cs::tcp_store>> client() {
+    cs::tcp_store_options o;
+    o.host = "127.0.0.1";
+    o.port = server->local_endpoint().port();
+    co_return co_await cs::tcp_store::connect(ctx.get_executor(), o);
+  }
+
+  /// Runs `make()` as a coroutine of its own; the future completes with it.
+  corodist::future<void> spawn(std::function<asio::awaitable<void>()> make) {
+    corodist::promise<void> p;
+    auto f = p.get_future();
+    asio::co_spawn(ctx, make(), [p = std::move(p)](std::exception_ptr e) mutable {
+      if (e)
+        p.set_exception(e);
+      else
+        p.set_value();
+    });
+    return f;
+  }
+};
+
+cf::manager_options options(std::string id, int min_replicas = 1) {
+  cf::manager_options o;
+  o.replica_id = std::move(id);
+  o.min_replicas = min_replicas;
+  o.poll_interval = 5ms;
+  o.quorum_timeout = 20s;
+  o.group.timeout = 10s;
+  return o;
+}
+
+/// One replica: a manager, a state of 4 floats registered for recovery, and
+/// what it saw.
+struct replica {
+  std::shared_ptr<cs::tcp_store> store;
+  std::unique_ptr<cf::manager> mgr;
+  std::vector<float> state = std::vector<float>(4);
+  std::vector<cf::quorum> quorums;
+  std::vector<bool> commits;
+  std::vector<float> sums; // the allreduce of each step
+
+  asio::awaitable<void> open(bed& b, cf::manager_options o, float init) {
+    store = co_await b.client();
+    mgr = co_await cf::manager::create(store, o);
+    for (auto& x : state) x = init;
+    mgr->register_state("state", state);
+  }
+
+  /// One step: quorum, an allreduce of rank+1, the commit; on commit the state grows by the sum.
+  asio::awaitable<bool> step(bool ok = true, bool reduce = true) {
+    quorums.push_back(co_await mgr->start_step());
+    float v = static_cast<float>(quorums.back().rank + 1);
+    if (reduce) {
+      std::vector<float> g{v};
+      try {
+        co_await mgr->group()->allreduce(g);
+        v = g[0];
+      } catch (const cc::collective_failure&) {
+        ok = false;
+      }
+    }
+    sums.push_back(v);
+    bool c = co_await mgr->should_commit(ok);
+    commits.push_back(c);
+    if (c)
+      for (auto& x : state) x += v;
+    co_return c;
+  }
+};
+
+std::vector<std::string> ids(const cf::quorum& q) {
+  std::vector<std::string> out;
+  for (const auto& m : q.members) out.push_back(m.replica_id);
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(manager)
+
+BOOST_AUTO_TEST_CASE(three_replicas_agree_on_every_step) {
+  bed b;
+  std::map<std::string, replica> rs;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    float init = 1;
+    for (std::string id : {"a", "b", "c"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id, init]() -> asio::awaitable<void> {
+        co_await r.open(b, options(id, 3), init);
+        for (int i = 0; i < 5; ++i) co_await r.step();
+      }));
+      init += 1;
+    }
+    co_await corodist::when_all(std::move(fs));
+  }(), 60s);
+  for (auto& [id, r] : rs) {
+    BOOST_TEST_CONTEXT("replica " << id) {
+      BOOST_TEST(r.mgr->step() == 5u);
+      BOOST_REQUIRE(r.quorums.size() == 5u);
+      for (std::size_t i = 0; i < 5; ++i) {
+        BOOST_TEST(r.quorums[i].id == i + 1);
+        BOOST_TEST(r.quorums[i].size() == 3);
+        BOOST_TEST(r.quorums[i].reconfigured == (i == 0));
+        BOOST_TEST(r.sums[i] == 6.0f);
+        BOOST_TEST(r.commits[i]);
+      }
+      // The first quorum sends replica a's state to the others.
+      BOOST_TEST(r.quorums[0].recovered);
+      BOOST_TEST(r.quorums[0].source == 0);
+      BOOST_TEST(r.quorums[0].joined.size() == 3u);
+      BOOST_TEST(r.state == std::vector<float>(4, 1.0f + 5 * 6.0f));
+      BOOST_TEST(ids(r.quorums[0]) == (std::vector<std::string>{"a", "b", "c"}));
+    }
+  }
+  BOOST_TEST(rs["a"].quorums[0].rank == 0);
+  BOOST_TEST(rs["c"].quorums[0].rank == 2);
+}
+
+BOOST_AUTO_TEST_CASE(a_lost_replica_is_left_out) {
+  bed b;
+  std::map<std::string, replica> rs;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b", "c"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
+        co_await r.open(b, options(id, 3), 0);
+        if (id == "c") {
+          for (int i = 0; i < 2; ++i) co_await r.step();
+          r.store->close(); // lost: its owned key goes with the connection
+          co_return;
+        }
+        for (int i = 0; i < 5; ++i) co_await r.step();
+      }));
+    }
+    co_await corodist::when_all(std::move(fs));
+  }(), 60s);
+  for (std::string id : {"a", "b"}) {
+    auto& r = rs[id];
+    BOOST_TEST_CONTEXT("replica " << id) {
+      BOOST_TEST(r.mgr->step() == 5u);
+      BOOST_TEST(r.quorums[2].size() == 2);
+      BOOST_TEST(r.quorums[2].reconfigured);
+      BOOST_TEST(!r.quorums[2].recovered);
+      BOOST_TEST(r.quorums[2].left == std::vector<std::string>{"c"});
+      BOOST_TEST(r.sums[4] == 3.0f);
+      BOOST_TEST(r.state == std::vector<float>(4, 2 * 6.0f + 3 * 3.0f));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_new_replica_receives_the_state) {
+  bed b;
+  std::map<std::string, replica> rs;
+  corodist::promise<void> three_done;
+  auto three = three_done.get_future();
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
+        co_await r.open(b, options(id, 2), 0);
+        for (int i = 0; i < 3; ++i) co_await r.step();
+        if (id == "a") three_done.set_value();
+        // Train on until the joiner is in, then two more steps.
+        while (r.quorums.back().size() < 3) co_await r.step();
+        for (int i = 0; i < 2; ++i) co_await r.step();
+      }));
+    }
+    auto& c = rs["c"];
+    fs.push_back(b.spawn([&]() -> asio::awaitable<void> {
+      co_await three;
+      co_await c.open(b, options("c", 2), -100);
+      for (int i = 0; i < 3; ++i) co_await c.step();
+    }));
+    co_await corodist::when_all(std::move(fs));
+  }(), 60s);
+  auto& a = rs["a"];
+  auto& c = rs["c"];
+  const auto& first = c.quorums[0];
+  BOOST_TEST(first.joined == std::vector<std::string>{"c"});
+  BOOST_TEST(first.recovered);
+  BOOST_TEST(first.reconfigured);
+  BOOST_TEST(first.members[first.source].replica_id != "c");
+  BOOST_TEST(first.members[2].step == 0u);
+  BOOST_TEST(first.max_step >= 3u);
+  BOOST_TEST(c.mgr->step() == a.mgr->step());
+  BOOST_TEST(c.state == a.state);
+  BOOST_TEST(c.state == rs["b"].state);
+  BOOST_TEST(c.sums.back() == 6.0f);
+}
+
+BOOST_AUTO_TEST_CASE(a_replica_lost_before_it_reports_fails_the_step_everywhere) {
+  bed b;
+  std::map<std::string, replica> rs;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b", "c"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
+        co_await r.open(b, options(id, 2), 0);
+        co_await r.step();
+        if (id == "c") {
+          r.quorums.push_back(co_await r.mgr->start_step());
+          r.store->close(); // lost inside the step, before its vote
+          co_return;
+        }
+        co_await r.step(true, false); // the step c never finishes
+        co_await r.step();
+      }));
+    }
+    co_await corodist::when_all(std::move(fs));
+  }(), 60s);
+  for (std::string id : {"a", "b"}) {
+    auto& r = rs[id];
+    BOOST_TEST_CONTEXT("replica " << id) {
+      BOOST_TEST(r.commits == (std::vector<bool>{true, false, true}));
+      BOOST_TEST(r.mgr->step() == 2u);
+      BOOST_TEST(r.quorums[2].size() == 2);
+      BOOST_TEST(r.quorums[2].reconfigured);
+      BOOST_TEST(r.state == std::vector<float>(4, 6.0f + 3.0f));
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(one_failed_member_fails_the_step_for_all) {
+  bed b;
+  std::map<std::string, replica> rs;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b", "c"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
+        co_await r.open(b, options(id, 3), 0);
+        co_await r.step();
+        co_await r.step(id != "b");
+        co_await r.step();
+      }));
+    }
+    co_await corodist::when_all(std::move(fs));
+  }(), 60s);
+  for (auto& [id, r] : rs) {
+    BOOST_TEST_CONTEXT("replica " << id) {
+      BOOST_TEST(r.commits == (std::vector<bool>{true, false, true}));
+      BOOST_TEST(r.mgr->step() == 2u);
+      BOOST_TEST(r.quorums[2].reconfigured); // a failed step asks for a new group
+      BOOST_TEST(r.quorums[2].size() == 3);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(too_few_replicas_time_out) {
+  bed b;
+  replica r;
+  auto o = options("a", 2);
+  o.quorum_timeout = 300ms;
+  BOOST_CHECK_THROW(corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    co_await r.open(b, o, 0);
+    co_await r.mgr->start_step();
+  }(), 20s), corodist::timeout_error);
+}
+
+BOOST_AUTO_TEST_CASE(bad_options_are_refused) {
+  bed b;
+  replica r;
+  for (std::string id : {"", "a b", "a/b", std::string(129, 'x')})
+    BOOST_CHECK_THROW(corodist::test::run_coro(b.ctx, r.open(b, options(id), 0)), corodist::usage_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
