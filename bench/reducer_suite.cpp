@@ -18,6 +18,7 @@
 /// DDP on gloo with the same chain and the same simulated backward
 /// (bench/torch_ddp_peer.py), run after ours.
 
+#include "forked_ranks.hpp"
 #include "harness.hpp"
 #include "peers.hpp"
 
@@ -225,56 +226,16 @@ std::map<std::string, figures> run_ours(int n, int iters, int warmup) {
   if (::mkdtemp(tmpl) == nullptr)
     throw std::runtime_error("reducer suite: mkdtemp failed");
   const std::string dir = tmpl;
-  int pipefd[2];
-  if (::pipe(pipefd) != 0)
-    throw std::runtime_error("reducer suite: pipe failed");
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0)
-      throw std::runtime_error("reducer suite: fork failed");
-    if (pid == 0) {
-      ::close(pipefd[0]);
-      int rc = 1;
-      try {
-        rc = rank_main(r, n, dir, iters, warmup, pipefd[1]);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "reducer suite: rank %d: %s\n", r, e.what());
-      }
-      std::fflush(nullptr);
-      ::_exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  ::close(pipefd[1]);
   std::string text;
-  const auto deadline = clock_type::now() + std::chrono::minutes(10);
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
-    if (left <= 0)
-      break;
-    pollfd p{pipefd[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(std::min<long>(left, 1000))) <= 0)
-      continue;
-    char buf[1024];
-    const auto r = ::read(pipefd[0], buf, sizeof buf);
-    if (r <= 0)
-      break;
-    text.append(buf, static_cast<std::size_t>(r));
-  }
-  ::close(pipefd[0]);
-  int failed = 0;
-  for (auto pid : pids) {
-    ::kill(pid, clock_type::now() >= deadline ? SIGKILL : 0);
-    int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    failed += !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  try {
+    text = run_forked("reducer suite", n,
+                      [&](int r, int out) { return rank_main(r, n, dir, iters, warmup, out); },
+                      std::chrono::minutes(10));
+  } catch (...) {
+    remove_tree(dir);
+    throw;
   }
   remove_tree(dir);
-  if (failed)
-    throw std::runtime_error(fmt::format("reducer suite: {} of {} rank processes failed", failed, n));
   std::map<std::string, figures> out;
   std::istringstream in(text);
   std::string tag, mode;

@@ -139,7 +139,7 @@ BOOST_AUTO_TEST_CASE(three_replicas_agree_on_every_step) {
       }));
       init += 1;
     }
-    co_await corodist::when_all(std::move(fs));
+    co_await corodist::when_all(std::move(fs)).async_get();
   }(), 60s);
   for (auto& [id, r] : rs) {
     BOOST_TEST_CONTEXT("replica " << id) {
@@ -181,7 +181,7 @@ BOOST_AUTO_TEST_CASE(a_lost_replica_is_left_out) {
         for (int i = 0; i < 5; ++i) co_await r.step();
       }));
     }
-    co_await corodist::when_all(std::move(fs));
+    co_await corodist::when_all(std::move(fs)).async_get();
   }(), 60s);
   for (std::string id : {"a", "b"}) {
     auto& r = rs[id];
@@ -217,11 +217,11 @@ BOOST_AUTO_TEST_CASE(a_new_replica_receives_the_state) {
     }
     auto& c = rs["c"];
     fs.push_back(b.spawn([&]() -> asio::awaitable<void> {
-      co_await three;
+      co_await three.async_get();
       co_await c.open(b, options("c", 2), -100);
       for (int i = 0; i < 3; ++i) co_await c.step();
     }));
-    co_await corodist::when_all(std::move(fs));
+    co_await corodist::when_all(std::move(fs)).async_get();
   }(), 60s);
   auto& a = rs["a"];
   auto& c = rs["c"];
@@ -257,7 +257,7 @@ BOOST_AUTO_TEST_CASE(a_replica_lost_before_it_reports_fails_the_step_everywhere)
         co_await r.step();
       }));
     }
-    co_await corodist::when_all(std::move(fs));
+    co_await corodist::when_all(std::move(fs)).async_get();
   }(), 60s);
   for (std::string id : {"a", "b"}) {
     auto& r = rs[id];
@@ -285,7 +285,7 @@ BOOST_AUTO_TEST_CASE(one_failed_member_fails_the_step_for_all) {
         co_await r.step();
       }));
     }
-    co_await corodist::when_all(std::move(fs));
+    co_await corodist::when_all(std::move(fs)).async_get();
   }(), 60s);
   for (auto& [id, r] : rs) {
     BOOST_TEST_CONTEXT("replica " << id) {
@@ -311,7 +311,7 @@ BOOST_AUTO_TEST_CASE(too_few_replicas_time_out) {
 BOOST_AUTO_TEST_CASE(bad_options_are_refused) {
   bed b;
   replica r;
-  for (std::string id : {"", "a b", "a/b", std::string(129, 'x')})
+  for (const std::string& id : std::vector<std::string>{"", "a b", "a/b", std::string(129, 'x')})
     BOOST_CHECK_THROW(corodist::test::run_coro(b.ctx, r.open(b, options(id), 0)), corodist::usage_error);
 }
 
