@@ -118,10 +118,16 @@ asio::awaitable<void> train(settings s) {
   asio::steady_timer compute(ex);
   while (mgr->step() < s.steps) {
     auto q = co_await mgr->start_step();
-    if (!q.joined.empty() || !q.left.empty() || q.recovered)
-      std::printf("quorum %llu step %llu size %d joined %zu left %zu%s\n", static_cast<unsigned long long>(q.id),
-                  static_cast<unsigned long long>(mgr->step()), q.size(), q.joined.size(), q.left.size(),
-                  q.recovered ? " recovered" : "");
+    if (!q.joined.empty() || !q.left.empty() || q.recovered) {
+      auto list = [](const std::vector<std::string>& v) {
+        std::string s;
+        for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+        return s.empty() ? std::string("-") : s;
+      };
+      std::printf("quorum %llu step %llu size %d joined %s left %s%s\n", static_cast<unsigned long long>(q.id),
+                  static_cast<unsigned long long>(mgr->step()), q.size(), list(q.joined).c_str(),
+                  list(q.left).c_str(), q.recovered ? " recovered" : "");
+    }
     bool ok = true;
     try {
       if (q.reconfigured || !red) {

@@ -1,0 +1,135 @@
+#pragma once
+// A job of examples/ft_train.cpp replicas for the ft tests: a store_server of
+// the test's (in the launcher's place), replica processes started and
+// restarted by the test, their output read line by line, and the checks at
+// the end: every replica's weights and momentum bit-equal, and equal to a
+// replay of the committed steps in one process.
+
+#include <boost/test/unit_test.hpp>
+
+#include "support/program.hpp"
+#include "support/temp_file.hpp"
+
+#include <corodist/core/event_loop.hpp>
+#include <corodist/store/store_server.hpp>
+
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace corodist::test {
+
+/// What ft_train prints for one committed step: "committed <step> <members>", by step.
+inline std::map<int, std::string> committed_steps(const std::string& output) {
+  std::map<int, std::string> out;
+  std::istringstream in(output);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream l(line);
+    std::string word, members;
+    int step = -1;
+    if (l >> word >> step >> members && word == "committed") out[step] = members;
+  }
+  return out;
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+/// Replicas r0..r<n-1> of ft_train.
+struct ft_job {
+  using env_list = std::vector<std::pair<std::string, std::string>>;
+  /// Starts replica i's program: by default in this network namespace.
+  using launcher = std::function<std::unique_ptr<program>(int i, std::vector<std::string> argv, env_list env)>;
+
+  int replicas;
+  int steps;
+  int step_ms;
+  std::string store_host = "127.0.0.1"; ///< the address the replicas reach the store at
+  launcher launch = [](int, std::vector<std::string> argv, env_list env) {
+    return std::make_unique<program>(argv, env);
+  };
+  corodist::event_loop loop;
+  std::shared_ptr<corodist::store::store_server> server;
+  std::vector<temp_file> outs;
+  std::vector<std::unique_ptr<program>> ps;
+  std::vector<std::string> done_output;
+
+  /// `bind`: the address the store listens on.
+  ft_job(int n, int steps_, int step_ms_, const std::string& bind = "127.0.0.1")
+      : replicas(n), steps(steps_), step_ms(step_ms_), outs(n), ps(n), done_output(n) {
+    loop.start();
+    corodist::store::server_options so;
+    so.host = bind;
+    so.port = 0;
+    server = corodist::store::store_server::start(loop.get_executor(), so);
+  }
+  ~ft_job() {
+    ps.clear();
+    server->stop();
+  }
+
+  /// (Re)starts replica i.
+  void start(int i) {
+    std::vector<std::string> argv{CORODIST_FT_TRAIN_PATH, "--replica", "r" + std::to_string(i), "--steps",
+                                  std::to_string(steps), "--min-replicas", std::to_string(replicas - 1),
+                                  "--step-ms", std::to_string(step_ms), "--out", outs[i].path};
+    env_list env{{"MASTER_ADDR", store_host},
+                 {"MASTER_PORT", std::to_string(server->local_endpoint().port())},
+                 {"CORODIST_PEER_TIMEOUT_MS", "1000"}};
+    ps[i] = launch(i, argv, env);
+  }
+
+  void start_all() {
+    for (int i = 0; i < replicas; ++i) start(i);
+  }
+
+  /// Reads replica i's output until a line starts with `prefix` and holds `part`.
+  void await_line(int i, const std::string& prefix, const std::string& part = {}) {
+    for (;;) {
+      auto line = ps[i]->read_line(std::chrono::seconds(60));
+      BOOST_REQUIRE_MESSAGE(line, "replica " << i << " never printed '" << prefix << "..." << part
+                                             << "': " << ps[i]->output());
+      if (line->rfind(prefix, 0) == 0 && line->find(part) != std::string::npos) return;
+    }
+  }
+
+  /// Waits for every replica to end; true when all exited 0.
+  bool finish() {
+    bool ok = true;
+    for (int i = 0; i < replicas; ++i) {
+      int status = ps[i]->wait(std::chrono::seconds(120));
+      done_output[i] = ps[i]->output();
+      BOOST_TEST_INFO("replica " << i << " output:\n" << done_output[i]);
+      BOOST_TEST(status == 0);
+      ok = ok && status == 0;
+    }
+    return ok;
+  }
+
+  /// Every replica's final state equals the others' and the replay of
+  /// replica `log`'s committed steps; the replicas agree on every step's members.
+  void check_equal_and_replayed(int log = 0) {
+    auto first = slurp(outs[0].path);
+    BOOST_REQUIRE(first.size() == 2 * 64 * sizeof(float));
+    for (int i = 1; i < replicas; ++i) BOOST_TEST(slurp(outs[i].path) == first, "replica " << i << " differs");
+    auto reference = committed_steps(done_output[log]);
+    BOOST_TEST(reference.size() == static_cast<std::size_t>(steps));
+    for (int i = 0; i < replicas; ++i)
+      for (auto& [s, members] : committed_steps(done_output[i]))
+        BOOST_TEST(reference[s] == members, "replica " << i << " step " << s);
+    temp_file log_file, replayed;
+    std::ofstream(log_file.path) << done_output[log];
+    program r({CORODIST_FT_TRAIN_PATH, "--replay", log_file.path, "--out", replayed.path});
+    BOOST_TEST_REQUIRE(r.wait(std::chrono::seconds(60)) == 0, r.output());
+    BOOST_TEST(slurp(replayed.path) == first, "the replay differs");
+  }
+};
+
+} // namespace corodist::test
