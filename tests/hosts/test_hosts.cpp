@@ -10,6 +10,7 @@
 
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/ddp/reducer.hpp>
+#include <corodist/core/event_loop.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
 
@@ -19,6 +20,7 @@
 #include "rpc/rpc_fixtures.hpp"
 #include "rref/rref_jobs.hpp"
 #include "support/child_process.hpp"
+#include "support/delay_proxy.hpp"
 #include "support/host_bed.hpp"
 #include "support/loop_helpers.hpp"
 #include "support/program.hpp"
@@ -360,6 +362,72 @@ BOOST_AUTO_TEST_CASE(a_bandwidth_limit_lets_a_transfer_complete, *utf::timeout(1
   BOOST_TEST_MESSAGE("4 MiB through a 50 Mbit/s limit in " << s << " s (" << bytes * 8 / s / 1e6 << " Mbit/s)");
   bed.unlimit(1);
   BOOST_TEST(qdiscs(bed.netns(1), "eth0").find("tbf") == std::string::npos, qdiscs(bed.netns(1), "eth0"));
+}
+
+// The delay proxy (tests/support/delay_proxy.hpp): host 0 talks to an echo
+// server on host 2 through a proxy on host 1 that holds every chunk 100 ms.
+// A one-byte round trip takes at least the two delays (a bound the proxy
+// guarantees: its timers never fire early; not a speed), and 1 MiB comes
+// back intact, EOF included.
+BOOST_AUTO_TEST_CASE(the_delay_proxy_delays_and_delivers, *utf::timeout(120)) {
+  constexpr auto delay = 100ms;
+  constexpr std::size_t bulk = std::size_t{1} << 20;
+  host_bed bed(3);
+  pipe_pair echo_port, proxy_port;
+  auto echo = bed.run(2, [&, address = bed.address(2)] {
+    const int l = bound_socket(SOCK_STREAM, address, echo_port.write_end());
+    if (l < 0)
+      return 2;
+    const int s = ::accept(l, nullptr, nullptr);
+    char buf[65536];
+    for (ssize_t n; (n = ::read(s, buf, sizeof buf)) > 0;)
+      if (!corodist::test::write_all(s, buf, static_cast<std::size_t>(n)))
+        return 3;
+    return 0;
+  });
+  const auto target_port = read_port(echo_port.read_end());
+  BOOST_REQUIRE(target_port != 0);
+  auto proxy = bed.run(1, [&, from = bed.address(1), to = bed.address(2)] {
+    asio::io_context ctx;
+    corodist::test::delay_proxy p(ctx.get_executor(), {asio::ip::make_address(from), 0},
+                                  {asio::ip::make_address(to), target_port}, delay);
+    const std::uint16_t port = p.port();
+    if (!corodist::test::write_all(proxy_port.write_end(), &port, sizeof port))
+      return 2;
+    ctx.run();
+    return 0;
+  });
+  const auto port = read_port(proxy_port.read_end());
+  BOOST_REQUIRE(port != 0);
+  auto client = bed.run(0, [&, address = bed.address(1)] {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    auto a = ipv4(address, port);
+    if (::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0)
+      return 2;
+    char c = 'x';
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!corodist::test::write_all(s, &c, 1) || !corodist::test::read_all(s, &c, 1))
+      return 3;
+    const auto rtt = std::chrono::steady_clock::now() - t0;
+    std::fprintf(stderr, "round trip through the proxy: %.1f ms\n",
+                 std::chrono::duration<double, std::milli>(rtt).count());
+    if (rtt < 2 * delay)
+      return 4;
+    std::vector<char> out(bulk), back;
+    for (std::size_t i = 0; i < bulk; ++i)
+      out[i] = static_cast<char>(i * 7 + i / 4096);
+    std::thread sender([&] {
+      corodist::test::write_all(s, out.data(), out.size());
+      ::shutdown(s, SHUT_WR);
+    });
+    char buf[65536];
+    for (ssize_t n; (n = ::read(s, buf, sizeof buf)) > 0;)
+      back.insert(back.end(), buf, buf + n);
+    sender.join();
+    return back == out ? 0 : 5;
+  });
+  BOOST_TEST(client->wait_for(60s) == 0);
+  BOOST_TEST(echo->wait_for(30s) == 0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
