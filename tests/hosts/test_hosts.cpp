@@ -251,6 +251,10 @@ BOOST_AUTO_TEST_CASE(hosts_reach_one_another_and_nothing_is_left, *utf::timeout(
                    "host " << from << " to host " << to);
     // A host's own loopback is its own: nothing listens on 127.0.0.1 there.
     BOOST_TEST(connect_from(bed, 0, "127.0.0.1", listeners[0].port, 10s) == failed);
+    // A program runs in a host through `ip netns exec`, and sees its address there.
+    corodist::test::program ip({"ip", "netns", "exec", bed.netns(2), "ip", "-brief", "address", "show", "eth0"});
+    BOOST_TEST(ip.wait(10s) == 0, ip.output());
+    BOOST_TEST(ip.output().find(bed.address(2) + "/24") != std::string::npos, ip.output());
   }
   BOOST_TEST(host_bed::namespaces(prefix).empty());
   // A namespace named after a process that is gone is swept.

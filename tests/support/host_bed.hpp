@@ -43,6 +43,10 @@
 //   bed.link_down(0);   // host 0 vanishes from the network
 //   bed.link_up(0);
 //   corodist::test::host_bed::kill9(server->pid());
+//
+// A program (corodist-run, an example) runs in a host through `ip netns
+// exec`, which execs it in place (its pid is the program's):
+//   corodist::test::program job({"ip", "netns", "exec", bed.netns(1), CORODIST_RUN_PATH, ...});
 
 #include "support/child_process.hpp"
 
@@ -126,8 +130,8 @@ public:
   void unlimit(int host);
 
   /// Deletes the namespaces of beds whose process is gone (names
-  /// "cdbed-<pid>-..." with no such pid); returns how many. The constructor
-  /// calls it.
+  /// "cdbed-<pid>-..." with no such pid; a pid in use again keeps its
+  /// leftovers until it ends); returns how many. The constructor calls it.
   static int sweep();
 
 private:
