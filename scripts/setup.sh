@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs corodist's build and test dependencies from Debian packages.
+# Installs corodist's build and test dependencies from Debian packages
+# (iproute2 and nftables: the hosts suite's namespaced test bed).
 # Idempotent and quiet: packages already present are skipped; apt runs only
 # when something is missing. Usage: scripts/setup.sh [--python] [--bench] [--fuzz]
 #   --python   also install python3-torch (PyTorch compatibility tests)
@@ -10,7 +11,8 @@ set -euo pipefail
 
 pkgs=(g++ meson ninja-build ccache pkg-config cmake
       liburing-dev libasio-dev libboost-test-dev libmsgpack-cxx-dev
-      libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev)
+      libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev
+      iproute2 nftables)
 [[ " $* " == *" --python "* ]] && pkgs+=(python3 python3-torch)
 [[ " $* " == *" --bench "* ]] && pkgs+=(python3 python3-torch python3-matplotlib
                                         libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc)

@@ -61,9 +61,11 @@ inline collective::gloo_options gloo_test_options(std::string prefix = "test/pg"
   return o;
 }
 
-/// A client on `loop` of the test's store server on 127.0.0.1:`port` (rank processes meet there).
-inline std::shared_ptr<store::store> connect_test_store(event_loop& loop, std::uint16_t port) {
+/// A client on `loop` of the test's store server on `host`:`port` (rank processes meet there).
+inline std::shared_ptr<store::store> connect_test_store(event_loop& loop, std::uint16_t port,
+                                                        const std::string& host = "127.0.0.1") {
   store::tcp_store_options o;
+  o.host = host;
   o.port = port;
   o.auth_token = "";
   o.timeout = std::chrono::seconds(20);

@@ -13,6 +13,7 @@
 
 #include "collective/gloo_fixtures.hpp"
 #include "ddp/grad_ops.hpp"
+#include "ddp/reducer_fixtures.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 #include "support/program.hpp"
@@ -38,18 +39,11 @@ namespace dd = corodist::ddp;
 using corodist::event_loop;
 using corodist::test::child_process;
 using corodist::test::pipe_pair;
+using namespace corodist::test::reducer_fixtures;
 
 namespace {
 
 using store_host = corodist::test::tcp_impl;
-
-/// Thrown by a rank's checks; the rank prints it and exits 1.
-#define CHECK(cond, ...)                                                                                              \
-  do {                                                                                                                \
-    if (!(cond))                                                                                                      \
-      throw std::runtime_error(fmt::format("{}:{}: failed: {} ", __FILE__, __LINE__, #cond) +                         \
-                               fmt::format(__VA_ARGS__));                                                             \
-  } while (0)
 
 struct rank_env {
   int rank;
@@ -115,71 +109,6 @@ std::vector<int> run_ranks(int size, const std::string& prefix, const std::funct
 void require_all_zero(const std::vector<int>& codes) {
   for (std::size_t r = 0; r < codes.size(); ++r)
     BOOST_TEST(codes[r] == 0, "rank " << r << " exited with " << codes[r]);
-}
-
-/// A model of plain vectors: parameter k has sizes[k] elements.
-template <typename T>
-struct model {
-  explicit model(std::vector<std::size_t> sizes) {
-    for (auto s : sizes) {
-      values.emplace_back(s, T(0));
-      grads.emplace_back(s, T(0));
-    }
-  }
-  std::vector<dd::parameter> parameters(bool with_grads = true) {
-    std::vector<dd::parameter> ps;
-    for (std::size_t k = 0; k < values.size(); ++k)
-      ps.emplace_back(std::span<T>(values[k]), with_grads ? std::span<T>(grads[k]) : std::span<T>(),
-                      fmt::format("p{}", k));
-    return ps;
-  }
-  std::vector<std::vector<T>> values, grads;
-};
-
-/// The gradient rank r computes for element j of parameter k at iteration it:
-/// small multiples of 1/8 (exact in float, so that sums are exact).
-double grad_value(int r, int it, std::size_t k, std::size_t j) {
-  return static_cast<double>(static_cast<int>((r + 1) * 3 + it * 5 + static_cast<int>(k) * 7 + static_cast<int>(j % 13)) % 29 - 14) /
-         8.0;
-}
-
-/// The mean over `size` ranks of grad_value.
-double mean_grad(int size, int it, std::size_t k, std::size_t j) {
-  double s = 0;
-  for (int r = 0; r < size; ++r)
-    s += grad_value(r, it, k, j);
-  return s / size;
-}
-
-/// Writes rank r's gradients of iteration `it` into `red.gradient(k)`.
-template <typename T>
-void fill_grad(dd::reducer& red, int r, int it, std::size_t k) {
-  auto g = red.gradient(k);
-  auto* p = static_cast<T*>(g.data());
-  for (std::size_t j = 0; j < g.count(); ++j)
-    p[j] = static_cast<T>(grad_value(r, it, k, j));
-}
-
-template <typename T>
-void check_mean(dd::reducer& red, int size, int it, std::size_t k, double tol = 1e-6) {
-  auto g = red.gradient(k);
-  const auto* p = static_cast<const T*>(g.data());
-  for (std::size_t j = 0; j < g.count(); ++j) {
-    const double want = mean_grad(size, it, k, j);
-    CHECK(std::abs(static_cast<double>(p[j]) - want) <= tol * std::max(1.0, std::abs(want)),
-          "iteration {} parameter {} element {}: {} != {}", it, k, j, static_cast<double>(p[j]), want);
-  }
-}
-
-/// True when every rank's `v` has the same bytes as rank 0's.
-template <typename T>
-bool same_on_all_ranks(cc::process_group& pg, std::vector<T>& v) {
-  std::vector<T> all(v.size() * static_cast<std::size_t>(pg.size()));
-  pg.allgather(v, all).get();
-  for (int r = 1; r < pg.size(); ++r)
-    if (std::memcmp(all.data(), all.data() + static_cast<std::size_t>(r) * v.size(), v.size() * sizeof(T)) != 0)
-      return false;
-  return true;
 }
 
 bool wait_readable(int fd, std::chrono::milliseconds timeout) {

@@ -3,6 +3,7 @@
 // functions, and an in-process cluster of agents (one event loop each) over a
 // shared in-memory store.
 
+#include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/rpc/agent.hpp>
 #include <corodist/store/hash_store.hpp>
@@ -15,6 +16,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <functional>
 #include <memory>
@@ -196,6 +198,45 @@ inline void register_standard(rpc::agent& a, const std::string& name) {
     co_return co_await a.call<int>(to, "add", x, 1);
   });
   a.register_function("relay", [&a](const std::string& to, int x) { return a.rpc_sync<int>(to, "add", x, 1); });
+}
+
+/// The body of worker `rank` of `world` in a multi-process job (a child
+/// process; no Boost.Test there): an agent on `loop` (started) meeting the
+/// others at `s` and listening on `host`, calls every worker, itself
+/// included, synchronously, asynchronously and through a third worker, and
+/// has each throw (a remote_error naming the worker and the message); then
+/// shuts down gracefully. Returns 0, or 2 after printing the wrong answers.
+inline int call_everyone(event_loop& loop, std::shared_ptr<store::store> s, int rank, int world,
+                         const std::string& host = "127.0.0.1") {
+  auto o = worker_options(rank, world, std::move(s));
+  o.host = host;
+  rpc::agent a(loop, o);
+  register_standard(a, o.name);
+  a.start();
+  int bad = 0;
+  for (int to = 0; to < world; ++to) {
+    const std::string name = "w" + std::to_string(to);
+    bad += a.rpc_sync<int>(to, "add", rank, to) != rank + to;
+    bad += a.rpc_sync<std::string>(name, "whoami") != name;
+    std::vector<corodist::future<int>> fs;
+    for (int i = 0; i < 200; ++i)
+      fs.push_back(a.rpc_async<int>(name, i % 2 ? "co_add" : "add", i, rank));
+    for (int i = 0; i < 200; ++i)
+      bad += fs[static_cast<std::size_t>(i)].get() != i + rank;
+    const std::string third = "w" + std::to_string((to + 1) % world);
+    bad += a.rpc_sync<int>(name, "relay", third, rank) != rank + 1;
+    bad += a.rpc_sync<int>(name, "co_relay", third, rank) != rank + 1;
+    try {
+      a.rpc_sync<int>(name, "fail", std::string("boom from ") + o.name);
+      ++bad;
+    } catch (const remote_error& e) {
+      bad += e.worker() != name || e.message() != "boom from " + o.name;
+    }
+  }
+  a.shutdown();
+  if (bad)
+    std::fprintf(stderr, "worker %d: %d wrong answers\n", rank, bad);
+  return bad == 0 ? 0 : 2;
 }
 
 /// `n` agents "w0".."w<n-1>" in this process, each on its own event loop,

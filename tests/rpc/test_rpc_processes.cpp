@@ -38,34 +38,12 @@ std::shared_ptr<cs::store> connect_store(event_loop& loop, std::uint16_t port) {
   return cs::tcp_store::connect_sync(loop.get_executor(), o);
 }
 
-/// Worker `rank` of `world` (a child process): calls every worker, itself
-/// included, synchronously, asynchronously and through a third worker, then
-/// shuts down gracefully. Returns the number of wrong answers.
+/// Worker `rank` of `world` (a child process): calls_everyone over the
+/// store server on 127.0.0.1:`port`.
 int call_everyone(std::uint16_t port, int rank, int world) {
   event_loop loop;
   loop.start();
-  auto store = connect_store(loop, port);
-  rpc::agent a(loop, corodist::test::worker_options(rank, world, store));
-  corodist::test::register_standard(a, "w" + std::to_string(rank));
-  a.start();
-  int bad = 0;
-  for (int to = 0; to < world; ++to) {
-    const std::string name = "w" + std::to_string(to);
-    bad += a.rpc_sync<int>(to, "add", rank, to) != rank + to;
-    bad += a.rpc_sync<std::string>(name, "whoami") != name;
-    std::vector<corodist::future<int>> fs;
-    for (int i = 0; i < 200; ++i)
-      fs.push_back(a.rpc_async<int>(name, i % 2 ? "co_add" : "add", i, rank));
-    for (int i = 0; i < 200; ++i)
-      bad += fs[static_cast<std::size_t>(i)].get() != i + rank;
-    const std::string third = "w" + std::to_string((to + 1) % world);
-    bad += a.rpc_sync<int>(name, "relay", third, rank) != rank + 1;
-    bad += a.rpc_sync<int>(name, "co_relay", third, rank) != rank + 1;
-  }
-  a.shutdown();
-  if (bad)
-    std::fprintf(stderr, "worker %d: %d wrong answers\n", rank, bad);
-  return bad == 0 ? 0 : 2;
+  return corodist::test::call_everyone(loop, connect_store(loop, port), rank, world);
 }
 
 bool wait_readable(int fd, std::chrono::milliseconds timeout) {

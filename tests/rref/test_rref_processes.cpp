@@ -11,6 +11,7 @@
 #include <corodist/store/tcp_store.hpp>
 
 #include "rpc/rpc_fixtures.hpp"
+#include "rref/rref_jobs.hpp"
 #include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 
@@ -34,6 +35,7 @@ namespace rr = corodist::rref;
 namespace cs = corodist::store;
 using corodist::event_loop;
 using corodist::test::child_process;
+using namespace corodist::test::rref_jobs;
 
 namespace {
 
@@ -45,41 +47,6 @@ std::shared_ptr<cs::store> connect_store(event_loop& loop, std::uint16_t port) {
   o.auth_token = "";
   o.timeout = 20s;
   return cs::tcp_store::connect_sync(loop.get_executor(), o);
-}
-
-// A failed expectation inside a worker process: its exit status says so.
-void expect(bool ok, const std::string& what) {
-  if (!ok)
-    throw std::runtime_error("expected: " + what);
-}
-
-std::string counts(const rr::debug_info& i) {
-  return "owners " + std::to_string(i.owners) + ", users " + std::to_string(i.users) + ", pending users " +
-         std::to_string(i.pending_users) + ", pending children " + std::to_string(i.pending_children) + ", forks " +
-         std::to_string(i.forks) + ", unacked " + std::to_string(i.unacked);
-}
-
-bool empty(const rr::debug_info& i) {
-  return i.owners + i.users + i.pending_users + i.pending_children + i.forks + i.unacked == 0;
-}
-
-/// One worker process: an RRef-enabled agent, `setup` registers functions,
-/// `body` runs the scenario; then a graceful shutdown, after which this
-/// worker's protocol must hold nothing.
-int worker(std::uint16_t port, int rank, int world, const std::function<void(rpc::agent&)>& setup,
-           const std::function<void(rpc::agent&)>& body) {
-  event_loop loop;
-  loop.start();
-  auto store = connect_store(loop, port);
-  rpc::agent a(loop, corodist::test::worker_options(rank, world, store));
-  rr::enable(a);
-  setup(a);
-  a.start();
-  body(a);
-  a.shutdown();
-  const auto left = rr::info(a);
-  expect(empty(left), "worker " + std::to_string(rank) + " holds nothing after shutdown (" + counts(left) + ")");
-  return 0;
 }
 
 /// Waits until `fd` is readable (or closed), at most `limit`.
@@ -106,7 +73,7 @@ void run_job(int world, const std::function<void(rpc::agent&)>& setup,
   std::vector<std::unique_ptr<child_process>> kids;
   for (int r = 0; r < world; ++r)
     kids.push_back(std::make_unique<child_process>([&, r] {
-      return worker(read_port(go.read_end()), r, world, setup, [&](rpc::agent& a) { body(a, r); });
+      return worker("127.0.0.1", read_port(go.read_end()), r, world, setup, [&](rpc::agent& a) { body(a, r); });
     }));
   store_host host;
   const std::uint16_t port = host.port();
@@ -116,71 +83,6 @@ void run_job(int world, const std::function<void(rpc::agent&)>& setup,
     BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait_for(60s) == 0, "worker " << r << " failed");
 }
 
-// The functions every scenario uses (registered on every worker).
-rr::rref<int> kept;                      // a reference a worker holds on to
-rr::rref<std::vector<double>> params;    // the parameter server's values
-constexpr int trainers = 3, steps = 20;
-std::atomic<int> trainers_done{0};
-std::promise<void> all_trained; // set by the last trainer's trainer_done
-
-void standard(rpc::agent& a) {
-  auto* ap = &a;
-  a.register_function("make", [](int v) { return v; });
-  // A reference arriving as an argument: its value read where it arrived.
-  a.register_function("read", [](rr::rref<int> r) { return r.to_here().get(); });
-  // On the owner: the value itself, not a copy over the network.
-  a.register_function("read_local", [](rr::rref<int> r) {
-    expect(r.is_owner(), "the reference came back to its owner as the owner's own");
-    return *r.local_value();
-  });
-  // Keeps a reference (a user that holds it), returns it on request.
-  a.register_function("keep", [](rr::rref<int> r) {
-    kept = r;
-    return kept.is_owner();
-  });
-  a.register_function("give_back", [] { return std::exchange(kept, {}); });
-  // Asks worker `who` for the reference it keeps (a user returns it to its owner).
-  a.register_function("read_back_from", [ap](int who) {
-    auto r = ap->rpc_sync<rr::rref<int>>(who, "give_back");
-    expect(r.is_owner(), "a reference returned to its owner is the owner's own");
-    return *r.local_value();
-  });
-  // Passes the reference along a chain of workers; the last one reads it.
-  a.register_function("chain", [ap](rr::rref<int> r, std::vector<int> rest) {
-    if (rest.empty())
-      return r.to_here().get();
-    const int next = rest.front();
-    rest.erase(rest.begin());
-    return ap->rpc_sync<int>(next, "chain", r, rest);
-  });
-  // The owner starts a chain with a value of its own.
-  a.register_function("start_chain", [ap](int v, std::vector<int> rest) {
-    auto r = rr::make_rref(*ap, v);
-    const int next = rest.front();
-    rest.erase(rest.begin());
-    return ap->rpc_sync<int>(next, "chain", r, rest);
-  });
-  a.register_function("share_local", [ap](int v) { return rr::make_rref(*ap, v); });
-  // The parameter server's side.
-  a.register_function("get_params", [ap] {
-    static std::mutex m;
-    std::lock_guard lk(m);
-    if (!params.valid()) // made on the first trainer's request
-      params = rr::make_rref(*ap, std::vector<double>(4, 0.0));
-    return params;
-  });
-  a.register_function("trainer_done", [] {
-    if (++trainers_done == trainers)
-      all_trained.set_value();
-    return 0;
-  });
-  rr::register_method<std::vector<double>>(a, "update", [](std::vector<double>& p, double delta) {
-    for (auto& x : p)
-      x += delta;
-    return std::accumulate(p.begin(), p.end(), 0.0);
-  });
-}
-
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(rref_processes)
@@ -188,27 +90,7 @@ BOOST_AUTO_TEST_SUITE(rref_processes)
 // The note's four scenarios with three workers; every worker then shuts down
 // gracefully (w2 still holding a reference) and holds nothing afterwards.
 BOOST_AUTO_TEST_CASE(the_four_scenarios, *utf::timeout(120)) {
-  run_job(3, standard, [](rpc::agent& a, int rank) {
-    if (rank != 0)
-      return;
-    // User shares with owner, as an argument: the owner accepts it directly.
-    auto r = rr::remote<int>(a, "w1", "make", 7);
-    expect(r.owner() == 1 && !r.is_owner(), "remote() gives a UserRRef owned by the callee");
-    expect(a.rpc_sync<int>("w1", "read_local", r) == 7, "the owner reads its own value");
-    expect(r.to_here().get() == 7, "to_here on the creator");
-    expect(r.confirmed_by_owner(), "the creator's UserRRef is confirmed");
-    // User shares with owner, as a return value: w2 keeps a fork, w1 asks for it back.
-    expect(!a.rpc_sync<bool>("w2", "keep", rr::remote<int>(a, "w1", "make", 8)), "w2 keeps a UserRRef");
-    expect(a.rpc_sync<int>("w1", "read_back_from", 2) == 8, "w1 reads the reference w2 returned");
-    // Owner shares with user: w1 makes a value of its own and returns the reference.
-    auto o = a.rpc_sync<rr::rref<int>>("w1", "share_local", 9);
-    expect(o.owner() == 1 && o.to_here().get() == 9, "the owner's reference, read on a user");
-    // User shares with user: w0 passes references owned by w1 to w2, which reads them.
-    expect(a.rpc_sync<int>("w2", "read", o) == 9, "a user's fork read by another user");
-    expect(a.rpc_sync<int>("w2", "read", r) == 7, "the creator's fork read by another user");
-    // w2 keeps one until shutdown: shutdown deletes it.
-    expect(!a.rpc_sync<bool>("w2", "keep", o), "w2 keeps a UserRRef at shutdown");
-  });
+  run_job(3, standard, four_scenarios);
 }
 
 // OwnerRRef -> A -> Y -> Z (the owner starts it), and A -> Y -> Z started on a user.
