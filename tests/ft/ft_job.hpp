@@ -7,13 +7,19 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "support/child_process.hpp"
+#include "support/host_bed.hpp"
 #include "support/program.hpp"
 #include "support/temp_file.hpp"
 
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/store_server.hpp>
 
+#include <asio/io_context.hpp>
+
+#include <cstdint>
 #include <fstream>
+#include <optional>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -42,7 +48,9 @@ inline std::string slurp(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-/// Replicas r0..r<n-1> of ft_train.
+/// Replicas r0..r<n-1> of ft_train: on this machine with the store in the
+/// test process, or on a host bed (replica i on host i + 1, the store on host
+/// 0, the launcher's place).
 struct ft_job {
   using env_list = std::vector<std::pair<std::string, std::string>>;
   /// Starts replica i's program: by default in this network namespace.
@@ -51,37 +59,71 @@ struct ft_job {
   int replicas;
   int steps;
   int step_ms;
+  host_bed* bed = nullptr;
   std::string store_host = "127.0.0.1"; ///< the address the replicas reach the store at
+  std::uint16_t store_port = 0;
   launcher launch = [](int, std::vector<std::string> argv, env_list env) {
     return std::make_unique<program>(argv, env);
   };
-  corodist::event_loop loop;
+  std::optional<corodist::event_loop> loop;
   std::shared_ptr<corodist::store::store_server> server;
+  std::unique_ptr<child_process> store_process; // on the bed's host 0
   std::vector<temp_file> outs;
   std::vector<std::unique_ptr<program>> ps;
   std::vector<std::string> done_output;
 
-  /// `bind`: the address the store listens on.
-  ft_job(int n, int steps_, int step_ms_, const std::string& bind = "127.0.0.1")
-      : replicas(n), steps(steps_), step_ms(step_ms_), outs(n), ps(n), done_output(n) {
-    loop.start();
+  /// Replicas on this machine; the store in this process.
+  ft_job(int n, int steps_, int step_ms_) : replicas(n), steps(steps_), step_ms(step_ms_), outs(n), ps(n), done_output(n) {
+    loop.emplace();
+    loop->start();
     corodist::store::server_options so;
-    so.host = bind;
+    so.host = store_host;
     so.port = 0;
-    server = corodist::store::store_server::start(loop.get_executor(), so);
+    server = corodist::store::store_server::start(loop->get_executor(), so);
+    store_port = server->local_endpoint().port();
   }
+
+  /// Replicas on hosts 1..n of `b`, the store on its host 0.
+  ft_job(host_bed& b, int n, int steps_, int step_ms_)
+      : replicas(n), steps(steps_), step_ms(step_ms_), bed(&b), store_host(b.address(0)), outs(n), ps(n),
+        done_output(n) {
+    BOOST_REQUIRE(b.size() > n);
+    pipe_pair port_pipe;
+    store_process = b.run(0, [&] {
+      asio::io_context ctx;
+      corodist::store::server_options so;
+      so.host = store_host;
+      so.port = 0;
+      auto srv = corodist::store::store_server::start(ctx.get_executor(), so);
+      std::uint16_t port = srv->local_endpoint().port();
+      write_all(port_pipe.write_end(), &port, sizeof port);
+      ctx.run(); // until killed
+      return 0;
+    });
+    port_pipe.close_write();
+    BOOST_REQUIRE(read_all(port_pipe.read_end(), &store_port, sizeof store_port));
+    launch = [this](int i, std::vector<std::string> argv, env_list env) {
+      argv.insert(argv.begin(), {"ip", "netns", "exec", bed->netns(i + 1)});
+      return std::make_unique<program>(argv, env);
+    };
+  }
+
   ~ft_job() {
     ps.clear();
-    server->stop();
+    if (server) server->stop();
   }
+
+  /// The replica's host on the bed.
+  int host_of(int replica) const { return replica + 1; }
 
   /// (Re)starts replica i.
   void start(int i) {
     std::vector<std::string> argv{CORODIST_FT_TRAIN_PATH, "--replica", "r" + std::to_string(i), "--steps",
                                   std::to_string(steps), "--min-replicas", std::to_string(replicas - 1),
-                                  "--step-ms", std::to_string(step_ms), "--out", outs[i].path};
+                                  "--step-ms", std::to_string(step_ms), "--group-timeout-ms", "5000", "--out",
+                                  outs[i].path};
     env_list env{{"MASTER_ADDR", store_host},
-                 {"MASTER_PORT", std::to_string(server->local_endpoint().port())},
+                 {"MASTER_PORT", std::to_string(store_port)},
                  {"CORODIST_PEER_TIMEOUT_MS", "1000"}};
     ps[i] = launch(i, argv, env);
   }
