@@ -18,6 +18,7 @@
 #include <asio/io_context.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <functional>
@@ -74,6 +75,7 @@ struct ft_job {
 
   /// Replicas on this machine; the store in this process.
   ft_job(int n, int steps_, int step_ms_) : replicas(n), steps(steps_), step_ms(step_ms_), outs(n), ps(n), done_output(n) {
+    use_test_deadline();
     loop.emplace();
     loop->start();
     corodist::store::server_options so;
@@ -88,6 +90,7 @@ struct ft_job {
       : replicas(n), steps(steps_), step_ms(step_ms_), bed(&b), store_host(b.address(0)), outs(n), ps(n),
         done_output(n) {
     BOOST_REQUIRE(b.size() > n);
+    use_test_deadline();
     pipe_pair port_pipe;
     store_process = b.run(0, [&] {
       asio::io_context ctx;
@@ -113,6 +116,11 @@ struct ft_job {
     if (server) server->stop();
   }
 
+  /// The heartbeat deadline of the tests (1 s), for the store's connections
+  /// as for the replicas' (connection_options read it when made).
+  static void use_test_deadline() { ::setenv("CORODIST_PEER_TIMEOUT_MS", peer_timeout_ms, 1); }
+  static constexpr const char* peer_timeout_ms = "1000";
+
   /// The replica's host on the bed.
   int host_of(int replica) const { return replica + 1; }
 
@@ -124,7 +132,7 @@ struct ft_job {
                                   outs[i].path};
     env_list env{{"MASTER_ADDR", store_host},
                  {"MASTER_PORT", std::to_string(store_port)},
-                 {"CORODIST_PEER_TIMEOUT_MS", "1000"}};
+                 {"CORODIST_PEER_TIMEOUT_MS", peer_timeout_ms}};
     ps[i] = launch(i, argv, env);
   }
 
