@@ -54,8 +54,11 @@ struct nccl_options {
 /// executor (no thread spins); a completed work resumes its awaiting
 /// coroutine on that coroutine's executor. The same poll is the watchdog: an
 /// asynchronous NCCL error, or a collective past its deadline, aborts the
-/// communicator (`ncclCommAbort`) and fails every pending collective
-/// (`collective_timeout_error` for the late one, `collective_error` for the others).
+/// group and fails every pending collective (`collective_timeout_error` for
+/// the late one, `collective_error` for the others). Aborting revokes the
+/// communicator (`ncclCommRevoke`, NCCL 2.28: what is in flight stops) and
+/// keeps it for `shrink` until the group goes (then `ncclCommAbort`); with an
+/// older NCCL it calls `ncclCommAbort` at once.
 /// Calls are not compared between ranks (no header exchange).
 ///
 /// The CUDA and NCCL code lives in a plugin, `libcorodist-cuda.so`, built and
