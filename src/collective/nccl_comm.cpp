@@ -532,9 +532,11 @@ void nccl_comm::finish_setup(const std::string& what, const char* op) {
 }
 
 // ncclCommShrink of this communicator, non-blocking and polled as create's
-// initialisation: NCCL_SHRINK_ABORT when the group was aborted (a revoked
-// communicator is first let become quiescent), else NCCL_SHRINK_DEFAULT. Every
-// surviving rank calls it with the same `excluded`; the excluded ranks do not.
+// initialisation. Every surviving rank calls it with the same `excluded`; the
+// excluded ranks do not. The flag follows NCCL's guide: NCCL_SHRINK_DEFAULT
+// for a healthy parent or one that a revoke has quiesced (aborted groups are
+// revoked, and waited for here), NCCL_SHRINK_ABORT (stop the parent's work
+// first) for a parent in error that no revoke settled.
 asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::vector<int> excluded,
                                                                          nccl_options opts) {
   const auto what = fmt::format("nccl_group shrink ({} -> '{}', rank {} of {}, without ranks {})", label_,
@@ -560,27 +562,27 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
                                         size_ - static_cast<int>(excluded.size()), opts);
   st->device_ = device_;
   const auto deadline = clock::now() + opts.timeout;
+  ncclResult_t state = ncclSuccess;
+  ncclCommGetAsyncError(parent, &state);
   if (revoked) {
     // A revoked communicator reports ncclInProgress until it is quiescent.
     asio::steady_timer timer(ex_);
     auto interval = opts.poll_interval;
-    for (;;) {
-      ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(parent, &state);
-      if (state != ncclInProgress)
-        break;
+    while (state == ncclInProgress) {
       if (clock::now() >= deadline)
         throw timeout_error(fmt::format("{}: the revoked communicator did not become quiescent within {} ms", what,
                                         opts.timeout.count()));
       timer.expires_after(interval);
       co_await timer.async_wait(asio::use_awaitable);
       interval = std::min(interval * 2, opts.max_poll_interval);
+      ncclCommGetAsyncError(parent, &state);
     }
   }
   cudaSetDevice(device_);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const int flags = failed ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT;
+  const bool in_error = state != ncclSuccess && state != ncclInProgress;
+  const int flags = (failed && !revoked) || in_error ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT;
   auto r = ncclCommShrink(parent, excluded.data(), static_cast<int>(excluded.size()), &st->comm_, &config, flags);
   r = co_await settle_init(*st, r, deadline);
   if (r != ncclSuccess) {
@@ -592,7 +594,8 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
       throw timeout_error(fmt::format("{}: not every surviving rank joined the shrink within {} ms", what,
                                       opts.timeout.count()));
     throw collective_error(fmt::format("{}: ncclCommShrink ({}): {} ({})", what,
-                                       failed ? "NCCL_SHRINK_ABORT" : "NCCL_SHRINK_DEFAULT", ncclGetErrorString(r),
+                                       flags == NCCL_SHRINK_ABORT ? "NCCL_SHRINK_ABORT" : "NCCL_SHRINK_DEFAULT",
+                                       ncclGetErrorString(r),
                                        last),
                            "shrink", rank_, seq);
   }

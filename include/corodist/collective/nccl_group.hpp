@@ -108,10 +108,13 @@ public:
   /// rendezvous. The remaining ranks keep their order and are renumbered
   /// from 0 (this rank becomes `rank() - (number of lost ranks below it)`).
   /// Every remaining rank calls it with the same `lost`; the lost ranks do
-  /// not. When this group was aborted (a failure, `abort`), NCCL first stops
-  /// what was in flight on it (`NCCL_SHRINK_ABORT`); else this group stays
-  /// usable (`NCCL_SHRINK_DEFAULT`: await its collectives first). Non-blocking,
-  /// polled on this group's executor like `create`, bounded by `opts.timeout`;
+  /// not. When this group was aborted (a failure, `abort`), its revoked
+  /// communicator (what was in flight stopped) is first let become quiescent
+  /// and then shrunk (`NCCL_SHRINK_DEFAULT`); a communicator in error that no
+  /// revoke settled is shrunk with `NCCL_SHRINK_ABORT` (NCCL stops its work
+  /// first); a healthy group stays usable (await its collectives before).
+  /// Non-blocking, polled on this group's executor like `create`, bounded by
+  /// `opts.timeout`;
   /// `opts.prefix` only names the new group in errors and logs, the device
   /// stays this group's (`opts.device` must be -1 or `cuda_device()`), the
   /// timeout and poll intervals are the new group's.

@@ -17,9 +17,9 @@ namespace corodist::ft {
 /// "") and the new members are its ranks without some lost ones
 /// (group_request::subset_of_previous with `lost` not empty), the members
 /// agree on that through the store (one key each under the request's
-/// prefix), abort the previous group (the lost ranks may be dead:
-/// NCCL_SHRINK_ABORT) and re-form with nccl_group::shrink, without a new
-/// rendezvous. Otherwise (a replica joined, the same members re-form a failed
+/// prefix), abort the previous group (the lost ranks may be dead: its
+/// communicator is revoked, stopping what was in flight) and re-form with
+/// nccl_group::shrink, without a new rendezvous. Otherwise (a replica joined, the same members re-form a failed
 /// group, a member has no such group) each makes a new group with
 /// nccl_group::create under the request's prefix.
 ///
