@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace corodist::collective::detail {
 
@@ -23,6 +24,13 @@ public:
   virtual bool aborted() const noexcept = 0;
   virtual int cuda_device() const noexcept = 0;
   virtual void* stream() const noexcept = 0;
+  /// The options the communicator was made with (the device resolved).
+  virtual const nccl_options& options() const noexcept = 0;
+  /// "" when `shrink` can run (see nccl_group::shrink_unavailable_reason).
+  virtual std::string shrink_unavailable_reason() const = 0;
+  /// A new communicator of the ranks not in `excluded` (sorted, in range,
+  /// without this rank, fewer than all; checked by nccl_group::shrink).
+  virtual asio::awaitable<std::shared_ptr<nccl_backend>> shrink(std::vector<int> excluded, nccl_options opts) = 0;
   /// The nccl_group is gone: abort if collectives are still in flight (the
   /// poller, which holds the backend, fails them and lets it go).
   virtual void group_destroyed() noexcept = 0;
@@ -32,7 +40,7 @@ public:
 /// `corodist_cuda_plugin_v1`). Both sides come from the same build; `abi`
 /// guards against a plugin of another build found on the search path.
 struct cuda_plugin {
-  static constexpr std::uint32_t abi = 1;
+  static constexpr std::uint32_t abi = 2; // 2: nccl_backend::shrink
 
   std::uint32_t abi_version = abi;
   /// "" when NCCL can run here, else why not ("no CUDA device: ...").

@@ -20,9 +20,26 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <deque>
 #include <mutex>
 #include <random>
+
+// ncclCommShrink (NCCL 2.27) and ncclCommRevoke (2.28) are bound weakly: the
+// plugin still loads where the libnccl found at run time is older than the
+// nccl.h it was built with; shrink then says what is missing.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define CORODIST_NCCL_SHRINK 1
+#pragma weak ncclCommShrink
+#else
+#define CORODIST_NCCL_SHRINK 0
+#endif
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define CORODIST_NCCL_REVOKE 1
+#pragma weak ncclCommRevoke
+#else
+#define CORODIST_NCCL_REVOKE 0
+#endif
 
 namespace corodist::collective {
 
@@ -57,6 +74,34 @@ ncclRedOp_t nccl_op(reduce_op op) {
   throw usage_error("nccl: invalid reduce_op");
 }
 
+// "2.28.9" from an NCCL version code (NCCL_VERSION_CODE, ncclGetVersion).
+std::string version_text(int code) {
+  if (code < 10000) // before 2.9: X * 1000 + Y * 100 + Z
+    return fmt::format("{}.{}.{}", code / 1000, code % 1000 / 100, code % 100);
+  return fmt::format("{}.{}.{}", code / 10000, code % 10000 / 100, code % 100);
+}
+
+std::string runtime_version() {
+  int v = 0;
+  return ncclGetVersion(&v) == ncclSuccess ? version_text(v) : std::string("unknown version");
+}
+
+// Whether the weakly bound function `f` is present in the libnccl loaded.
+template <class F>
+bool present(F* f) noexcept {
+  return reinterpret_cast<void*>(f) != nullptr;
+}
+
+std::string ranks_text(const std::vector<int>& ranks) {
+  std::string out;
+  for (auto r : ranks) {
+    if (!out.empty())
+      out += ',';
+    out += std::to_string(r);
+  }
+  return out;
+}
+
 struct pending_op {
   std::uint64_t seq = 0;
   collective_call call;
@@ -71,6 +116,13 @@ public:
   static asio::awaitable<std::shared_ptr<detail::nccl_backend>> create(asio::any_io_executor ex,
                                                                        std::shared_ptr<store::store> store, int rank,
                                                                        int size, nccl_options opts);
+
+  /// Waits on the loop's timer until the communicator being made (its call
+  /// returned `r`) is ready or failed; ncclInProgress when `deadline` passed.
+  static asio::awaitable<ncclResult_t> settle_init(nccl_comm& st, ncclResult_t r, clock::time_point deadline);
+
+  /// The stream, events and scratch buffer of a communicator just made.
+  void finish_setup(const std::string& what, const char* op);
 
   nccl_comm(asio::any_io_executor e, int r, int n, nccl_options o)
       : ex_(std::move(e)), rank_(r), size_(n), opts_(std::move(o)) {
@@ -293,17 +345,36 @@ public:
     }
   }
 
+  // Where NCCL can revoke a communicator (2.28), the communicator is revoked
+  // (what is in flight stops) and kept, so that `shrink` can still re-form
+  // the group from it (NCCL_SHRINK_ABORT); it is aborted when the backend
+  // goes. Elsewhere it is aborted at once.
   void abort_now(const std::string& why) {
+    ncclComm_t comm = nullptr;
     {
       std::lock_guard lk(mutex_);
       if (aborted_)
         return;
       aborted_ = true;
       abort_reason_ = why;
+      comm = comm_;
     }
     CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label_, rank_, size_, why);
-    if (comm_)
-      ncclCommAbort(comm_);
+    if (!comm)
+      return;
+#if CORODIST_NCCL_REVOKE
+    if (present(&ncclCommRevoke)) {
+      const auto r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+      if (r == ncclSuccess || r == ncclInProgress) {
+        std::lock_guard lk(mutex_);
+        revoked_ = true;
+        return;
+      }
+      CORODIST_LOG_WARN("{}: ncclCommRevoke failed ({}); aborting the communicator", label_, ncclGetErrorString(r));
+    }
+#endif
+    ncclCommAbort(comm);
+    std::lock_guard lk(mutex_);
     comm_ = nullptr;
   }
 
@@ -322,6 +393,26 @@ public:
 
   int cuda_device() const noexcept override { return device_; }
   void* stream() const noexcept override { return stream_; }
+  const nccl_options& options() const noexcept override { return opts_; }
+
+  std::string shrink_unavailable_reason() const override {
+#if CORODIST_NCCL_SHRINK
+    if (!present(&ncclCommShrink))
+      return fmt::format("the NCCL loaded at run time ({}) has no ncclCommShrink (NCCL 2.27 or later has it)",
+                         runtime_version());
+    std::lock_guard lk(mutex_);
+    if (!comm_)
+      return fmt::format("the communicator was aborted{} ({})",
+                         CORODIST_NCCL_REVOKE ? "" : " (NCCL before 2.28 cannot revoke and keep it)", abort_reason_);
+    return {};
+#else
+    return fmt::format("the NCCL this corodist was built with ({}) has no ncclCommShrink (NCCL 2.27 or later has it)",
+                       version_text(NCCL_VERSION_CODE));
+#endif
+  }
+
+  asio::awaitable<std::shared_ptr<detail::nccl_backend>> shrink(std::vector<int> excluded,
+                                                                nccl_options opts) override;
 
   void group_destroyed() noexcept override {
     std::lock_guard lk(mutex_);
@@ -350,6 +441,7 @@ private:
   mutable std::mutex mutex_;
   std::uint64_t next_seq_ = 0;
   bool aborted_ = false;
+  bool revoked_ = false; // aborted by ncclCommRevoke: comm_ is kept for a shrink
   std::string abort_reason_;
   bool polling_ = false;
   std::deque<std::shared_ptr<pending_op>> inflight_;
@@ -400,33 +492,120 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::create(asio::a
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   auto r = ncclCommInitRankConfig(&st->comm_, size, id, rank, &config);
-  const auto deadline = clock::now() + opts.timeout;
-  asio::steady_timer timer(ex);
-  auto interval = opts.poll_interval;
-  while (r == ncclInProgress) {
-    if (clock::now() >= deadline) {
-      ncclCommAbort(st->comm_);
-      st->comm_ = nullptr;
-      throw timeout_error(fmt::format("{}: not every rank joined the NCCL communicator within {} ms", what,
-                                      opts.timeout.count()));
-    }
-    timer.expires_after(interval);
-    co_await timer.async_wait(asio::use_awaitable);
-    interval = std::min(interval * 2, opts.max_poll_interval);
-    ncclResult_t state = ncclSuccess;
-    ncclCommGetAsyncError(st->comm_, &state);
-    r = state;
+  r = co_await settle_init(*st, r, clock::now() + opts.timeout);
+  if (r == ncclInProgress) {
+    ncclCommAbort(st->comm_);
+    st->comm_ = nullptr;
+    throw timeout_error(fmt::format("{}: not every rank joined the NCCL communicator within {} ms", what,
+                                    opts.timeout.count()));
   }
   if (r != ncclSuccess)
     throw collective_error(what + ": ncclCommInitRankConfig: " + ncclGetErrorString(r), "create", rank, 0);
-  if (auto e = cudaStreamCreateWithFlags(&st->stream_, cudaStreamNonBlocking); e != cudaSuccess)
-    throw collective_error(what + ": cudaStreamCreate: " + cuda_text(e), "create", rank, 0);
-  if (auto e = cudaEventCreateWithFlags(&st->ready_, cudaEventDisableTiming); e != cudaSuccess)
-    throw collective_error(what + ": cudaEventCreate: " + cuda_text(e), "create", rank, 0);
-  if (auto e = cudaMalloc(&st->scratch_, sizeof(std::int32_t)); e != cudaSuccess)
-    throw collective_error(what + ": cudaMalloc: " + cuda_text(e), "create", rank, 0);
-  cudaMemset(st->scratch_, 0, sizeof(std::int32_t));
+  st->finish_setup(what, "create");
   co_return st;
+}
+
+asio::awaitable<ncclResult_t> nccl_comm::settle_init(nccl_comm& st, ncclResult_t r, clock::time_point deadline) {
+  asio::steady_timer timer(st.ex_);
+  auto interval = st.opts_.poll_interval;
+  while (r == ncclInProgress) {
+    if (clock::now() >= deadline)
+      co_return ncclInProgress;
+    timer.expires_after(interval);
+    co_await timer.async_wait(asio::use_awaitable);
+    interval = std::min(interval * 2, st.opts_.max_poll_interval);
+    ncclResult_t state = ncclSuccess;
+    ncclCommGetAsyncError(st.comm_, &state);
+    r = state;
+  }
+  co_return r;
+}
+
+void nccl_comm::finish_setup(const std::string& what, const char* op) {
+  if (auto e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking); e != cudaSuccess)
+    throw collective_error(what + ": cudaStreamCreate: " + cuda_text(e), op, rank_, 0);
+  if (auto e = cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming); e != cudaSuccess)
+    throw collective_error(what + ": cudaEventCreate: " + cuda_text(e), op, rank_, 0);
+  if (auto e = cudaMalloc(&scratch_, sizeof(std::int32_t)); e != cudaSuccess)
+    throw collective_error(what + ": cudaMalloc: " + cuda_text(e), op, rank_, 0);
+  cudaMemset(scratch_, 0, sizeof(std::int32_t));
+}
+
+// ncclCommShrink of this communicator, non-blocking and polled as create's
+// initialisation. Every surviving rank calls it with the same `excluded`; the
+// excluded ranks do not. The flag follows NCCL's guide: NCCL_SHRINK_DEFAULT
+// for a healthy parent or one that a revoke has quiesced (aborted groups are
+// revoked, and waited for here), NCCL_SHRINK_ABORT (stop the parent's work
+// first) for a parent in error that no revoke settled.
+asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::vector<int> excluded,
+                                                                         nccl_options opts) {
+  const auto what = fmt::format("nccl_group shrink ({} -> '{}', rank {} of {}, without ranks {})", label_,
+                                opts.prefix, rank_, size_, ranks_text(excluded));
+#if CORODIST_NCCL_SHRINK
+  if (!present(&ncclCommShrink))
+    throw usage_error(what + ": " + shrink_unavailable_reason());
+  ncclComm_t parent = nullptr;
+  bool failed = false;
+  bool revoked = false;
+  std::uint64_t seq = 0;
+  {
+    std::lock_guard lk(mutex_);
+    parent = comm_;
+    failed = aborted_;
+    revoked = revoked_;
+    seq = next_seq_;
+  }
+  if (!parent)
+    throw collective_error(what + ": " + shrink_unavailable_reason(), "shrink", rank_, seq);
+  const auto below = std::count_if(excluded.begin(), excluded.end(), [&](int x) { return x < rank_; });
+  auto st = std::make_shared<nccl_comm>(ex_, rank_ - static_cast<int>(below),
+                                        size_ - static_cast<int>(excluded.size()), opts);
+  st->device_ = device_;
+  const auto deadline = clock::now() + opts.timeout;
+  ncclResult_t state = ncclSuccess;
+  ncclCommGetAsyncError(parent, &state);
+  if (revoked) {
+    // A revoked communicator reports ncclInProgress until it is quiescent.
+    asio::steady_timer timer(ex_);
+    auto interval = opts.poll_interval;
+    while (state == ncclInProgress) {
+      if (clock::now() >= deadline)
+        throw timeout_error(fmt::format("{}: the revoked communicator did not become quiescent within {} ms", what,
+                                        opts.timeout.count()));
+      timer.expires_after(interval);
+      co_await timer.async_wait(asio::use_awaitable);
+      interval = std::min(interval * 2, opts.max_poll_interval);
+      ncclCommGetAsyncError(parent, &state);
+    }
+  }
+  cudaSetDevice(device_);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const bool in_error = state != ncclSuccess && state != ncclInProgress;
+  const int flags = (failed && !revoked) || in_error ? NCCL_SHRINK_ABORT : NCCL_SHRINK_DEFAULT;
+  auto r = ncclCommShrink(parent, excluded.data(), static_cast<int>(excluded.size()), &st->comm_, &config, flags);
+  r = co_await settle_init(*st, r, deadline);
+  if (r != ncclSuccess) {
+    const std::string last = st->comm_ ? ncclGetLastError(st->comm_) : ncclGetLastError(parent);
+    if (st->comm_)
+      ncclCommAbort(st->comm_);
+    st->comm_ = nullptr;
+    if (r == ncclInProgress)
+      throw timeout_error(fmt::format("{}: not every surviving rank joined the shrink within {} ms", what,
+                                      opts.timeout.count()));
+    throw collective_error(fmt::format("{}: ncclCommShrink ({}): {} ({})", what,
+                                       flags == NCCL_SHRINK_ABORT ? "NCCL_SHRINK_ABORT" : "NCCL_SHRINK_DEFAULT",
+                                       ncclGetErrorString(r),
+                                       last),
+                           "shrink", rank_, seq);
+  }
+  st->finish_setup(what, "shrink");
+  CORODIST_LOG_DEBUG("{}: rank {} of {} now", what, st->rank_, st->size_);
+  co_return st;
+#else
+  throw usage_error(what + ": " + shrink_unavailable_reason());
+  co_return nullptr;
+#endif
 }
 
 } // namespace

@@ -10,6 +10,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace corodist::collective {
 
 namespace {
@@ -80,6 +82,40 @@ std::shared_ptr<nccl_group> nccl_group::create_sync(asio::any_io_executor ex, st
   return run_blocking(run_on, create(std::move(ex), std::move(store), rank, size, std::move(opts)),
                       "nccl_group::create_sync (co_await nccl_group::create on the loop)");
 }
+
+asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::shrink(std::vector<int> lost, nccl_options opts) {
+  const auto what = fmt::format("nccl_group::shrink (rank {} of {})", rank(), size());
+  if (lost.empty())
+    throw usage_error(what + ": no rank to leave out (create a new group to re-form the same ranks)");
+  std::sort(lost.begin(), lost.end());
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    if (lost[i] < 0 || lost[i] >= size())
+      throw usage_error(fmt::format("{}: rank {} is not a rank of this group", what, lost[i]));
+    if (i > 0 && lost[i] == lost[i - 1])
+      throw usage_error(fmt::format("{}: rank {} is given twice", what, lost[i]));
+  }
+  if (static_cast<int>(lost.size()) == size())
+    throw usage_error(what + ": no rank would be left");
+  if (std::binary_search(lost.begin(), lost.end(), rank()))
+    throw usage_error(what + ": this rank is among those left out (only the remaining ranks call shrink)");
+  if (opts.timeout.count() <= 0 || opts.poll_interval.count() <= 0 || opts.max_poll_interval < opts.poll_interval)
+    throw usage_error(what + ": timeout and poll intervals must be positive (max >= first)");
+  if (opts.device != -1 && opts.device != cuda_device())
+    throw usage_error(fmt::format("{}: the new group stays on cuda:{}, not {}", what, cuda_device(), opts.device));
+  const auto timeout = opts.timeout;
+  auto backend = co_await backend_->shrink(lost, std::move(opts));
+  const int new_rank = rank() - static_cast<int>(std::lower_bound(lost.begin(), lost.end(), rank()) - lost.begin());
+  const int new_size = size() - static_cast<int>(lost.size());
+  co_return std::shared_ptr<nccl_group>(new nccl_group(new_rank, new_size, timeout, std::move(backend)));
+}
+
+asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::shrink(std::vector<int> lost) {
+  auto opts = backend_->options();
+  opts.prefix += "/shrunk";
+  return shrink(std::move(lost), std::move(opts));
+}
+
+std::string nccl_group::shrink_unavailable_reason() const { return backend_->shrink_unavailable_reason(); }
 
 work nccl_group::submit(collective_call call) { return backend_->submit(std::move(call)); }
 

@@ -52,6 +52,36 @@ struct manager::impl {
     }
     return out;
   }
+
+  // What make_group receives: the previous group, and which of its ranks
+  // were lost when no replica joined.
+  group_request group_request_for(const detail::decided_round& d, const quorum& q) const {
+    group_request r;
+    r.store = store;
+    r.rank = q.rank;
+    r.size = q.size();
+    r.prefix = keys.group(d.id);
+    r.previous = group;
+    r.subset_of_previous = group && q.joined.empty() && group->size() == static_cast<int>(d.previous.size());
+    for (int i = 0; r.subset_of_previous && i < static_cast<int>(d.previous.size()); ++i)
+      if (std::none_of(d.members.begin(), d.members.end(),
+                       [&](const detail::member_line& l) { return detail::same(l.m, d.previous[i].m); }))
+        r.lost.push_back(i);
+    r.options = opts.group;
+    r.options.prefix = r.prefix;
+    return r;
+  }
+
+  asio::awaitable<std::shared_ptr<collective::process_group>> form_group(const group_request& r) {
+    std::shared_ptr<collective::process_group> g;
+    if (opts.make_group)
+      g = co_await opts.make_group(r);
+    else
+      g = co_await collective::gloo_group::create(r.store, r.rank, r.size, r.options);
+    if (!g || g->rank() != r.rank || g->size() != r.size)
+      throw usage_error("ft::manager: make_group returned no group, or one of another rank or size");
+    co_return g;
+  }
 };
 
 namespace {
@@ -135,10 +165,9 @@ asio::awaitable<quorum> manager::start_step() {
     std::string failure;
     try {
       if (q.reconfigured) {
+        auto request = m.group_request_for(d, q);
         m.group.reset();
-        auto gopts = m.opts.group;
-        gopts.prefix = m.keys.group(d.id);
-        m.group = co_await collective::gloo_group::create(m.store, q.rank, q.size(), gopts);
+        m.group = co_await m.form_group(request);
       }
       if (behind) {
         for (int i = 0; i < q.size(); ++i)

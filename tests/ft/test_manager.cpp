@@ -115,6 +115,29 @@ struct replica {
   }
 };
 
+/// What a process-group factory was asked (manager_options::make_group).
+struct asked {
+  int rank = -1;
+  int size = 0;
+  std::string prefix;
+  bool had_previous = false;
+  bool subset = false;
+  std::vector<int> lost;
+  std::string options_prefix;
+};
+
+asio::awaitable<std::shared_ptr<cc::process_group>> form_gloo(cf::group_request r) {
+  co_return co_await cc::gloo_group::create(r.store, r.rank, r.size, r.options);
+}
+
+/// A factory that records each request and forms the default Gloo group.
+cf::group_factory recording_factory(std::vector<asked>& log) {
+  return [&log](const cf::group_request& r) {
+    log.push_back({r.rank, r.size, r.prefix, r.previous != nullptr, r.subset_of_previous, r.lost, r.options.prefix});
+    return form_gloo(r);
+  };
+}
+
 std::vector<std::string> ids(const cf::quorum& q) {
   std::vector<std::string> out;
   for (const auto& m : q.members) out.push_back(m.replica_id);
@@ -193,6 +216,55 @@ BOOST_AUTO_TEST_CASE(a_lost_replica_is_left_out) {
       BOOST_TEST(r.quorums[2].left == std::vector<std::string>{"c"});
       BOOST_TEST(r.sums[4] == 3.0f);
       BOOST_TEST(r.state == std::vector<float>(4, 2 * 6.0f + 3 * 3.0f));
+    }
+  }
+}
+
+// A custom make_group is asked for each new group: first without a previous
+// group, then, once b (rank 1 of a, b, c) is lost, with the previous group
+// and its lost rank 1.
+BOOST_AUTO_TEST_CASE(make_group_is_told_which_ranks_were_lost) {
+  bed b;
+  std::map<std::string, replica> rs;
+  std::map<std::string, std::vector<asked>> logs;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b", "c"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
+        auto o = options(id, 3);
+        o.make_group = recording_factory(logs[id]);
+        co_await r.open(b, o, 0);
+        if (id == "b") {
+          for (int i = 0; i < 2; ++i) co_await r.step();
+          r.store->close();
+          co_return;
+        }
+        for (int i = 0; i < 4; ++i) co_await r.step();
+      }));
+    }
+    co_await corodist::when_all(std::move(fs)).async_get();
+  }(), 60s);
+  for (std::string id : {"a", "c"}) {
+    const auto& log = logs[id];
+    const int before = id == "a" ? 0 : 2;
+    const int after = id == "a" ? 0 : 1;
+    BOOST_TEST_CONTEXT("replica " << id) {
+      BOOST_REQUIRE(log.size() == 2u);
+      BOOST_TEST(log[0].rank == before);
+      BOOST_TEST(log[0].size == 3);
+      BOOST_TEST(!log[0].had_previous);
+      BOOST_TEST(!log[0].subset);
+      BOOST_TEST(log[0].lost.empty());
+      BOOST_TEST(log[1].rank == after);
+      BOOST_TEST(log[1].size == 2);
+      BOOST_TEST(log[1].had_previous);
+      BOOST_TEST(log[1].subset);
+      BOOST_TEST(log[1].lost == std::vector<int>{1});
+      BOOST_TEST(log[0].prefix != log[1].prefix);
+      BOOST_TEST(log[1].options_prefix == log[1].prefix);
+      BOOST_TEST(rs[id].sums[3] == 3.0f);
+      BOOST_TEST(rs[id].mgr->step() == 4u);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace corodist::collective {
 
@@ -53,8 +54,11 @@ struct nccl_options {
 /// executor (no thread spins); a completed work resumes its awaiting
 /// coroutine on that coroutine's executor. The same poll is the watchdog: an
 /// asynchronous NCCL error, or a collective past its deadline, aborts the
-/// communicator (`ncclCommAbort`) and fails every pending collective
-/// (`collective_timeout_error` for the late one, `collective_error` for the others).
+/// group and fails every pending collective (`collective_timeout_error` for
+/// the late one, `collective_error` for the others). Aborting revokes the
+/// communicator (`ncclCommRevoke`, NCCL 2.28: what is in flight stops) and
+/// keeps it for `shrink` until the group goes (then `ncclCommAbort`); with an
+/// older NCCL it calls `ncclCommAbort` at once.
 /// Calls are not compared between ranks (no header exchange).
 ///
 /// The CUDA and NCCL code lives in a plugin, `libcorodist-cuda.so`, built and
@@ -98,6 +102,37 @@ public:
   std::uint64_t sequence_number() const noexcept override;
   void abort(const std::string& reason) override;
   bool aborted() const noexcept override;
+
+  /// Forms a new group of this group's ranks without `lost` (ranks of this
+  /// group, e.g. those that died), with `ncclCommShrink`: no store, no new
+  /// rendezvous. The remaining ranks keep their order and are renumbered
+  /// from 0 (this rank becomes `rank() - (number of lost ranks below it)`).
+  /// Every remaining rank calls it with the same `lost`; the lost ranks do
+  /// not. When this group was aborted (a failure, `abort`), its revoked
+  /// communicator (what was in flight stopped) is first let become quiescent
+  /// and then shrunk (`NCCL_SHRINK_DEFAULT`); a communicator in error that no
+  /// revoke settled is shrunk with `NCCL_SHRINK_ABORT` (NCCL stops its work
+  /// first); a healthy group stays usable (await its collectives before).
+  /// Non-blocking, polled on this group's executor like `create`, bounded by
+  /// `opts.timeout`;
+  /// `opts.prefix` only names the new group in errors and logs, the device
+  /// stays this group's (`opts.device` must be -1 or `cuda_device()`), the
+  /// timeout and poll intervals are the new group's.
+  /// Throws `usage_error` (`lost` empty, out of range, with duplicates, or
+  /// holding this rank; bad options; the NCCL of this build or of this run
+  /// has no ncclCommShrink, i.e. is older than 2.27), `collective_error`
+  /// (NCCL failure; the communicator is gone: aborted where NCCL cannot
+  /// revoke, before 2.28), `timeout_error` (a remaining rank did not join in
+  /// time). Any thread; resumes the caller on its own executor.
+  [[nodiscard]] asio::awaitable<std::shared_ptr<nccl_group>> shrink(std::vector<int> lost, nccl_options opts);
+
+  /// As above with this group's options (the prefix suffixed with "/shrunk").
+  [[nodiscard]] asio::awaitable<std::shared_ptr<nccl_group>> shrink(std::vector<int> lost);
+
+  /// "" when `shrink` can run on this group, else why not (the NCCL of this
+  /// build or run has no ncclCommShrink; the communicator was aborted and
+  /// could not be kept). Thread-safe.
+  std::string shrink_unavailable_reason() const;
 
   /// The CUDA device of this rank.
   int cuda_device() const noexcept;

@@ -30,8 +30,9 @@ namespace corodist::ft {
 ///     if (co_await mgr->should_commit(ok)) optimizer_step();
 ///
 /// `start_step` agrees through the store on the live replicas (those whose
-/// manager holds its store connection), forms a new Gloo group over them when
-/// the membership changed or the last step failed, and sends the registered
+/// manager holds its store connection), forms a new process group over them
+/// (Gloo by default; manager_options::make_group, e.g. nccl_group_factory)
+/// when the membership changed or the last step failed, and sends the registered
 /// state from a member at the highest step to the members behind it (a new
 /// or restarted replica) with broadcasts over that group. `should_commit`
 /// returns the same answer on every member: true only when every member of

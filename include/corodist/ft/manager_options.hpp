@@ -5,6 +5,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/collective/gloo_group.hpp>
+#include <corodist/ft/group_request.hpp>
 
 #include <chrono>
 #include <string>
@@ -34,14 +35,20 @@ struct manager_options {
   /// While it waits for the others, a replica checks this often whether a
   /// replica it waits for was lost (its store connection closed).
   std::chrono::milliseconds poll_interval = default_poll_interval;
-  /// Options of the Gloo groups the manager forms: `prefix` is replaced by
-  /// one per quorum; `timeout` (creation and each collective) defaults to
-  /// `default_group_timeout` rather than Gloo's 30 min.
+  /// Options of the Gloo groups the manager forms (by default; see
+  /// `make_group`): `prefix` is replaced by one per quorum; `timeout`
+  /// (creation and each collective) defaults to `default_group_timeout`
+  /// rather than Gloo's 30 min.
   collective::gloo_options group = [] {
     collective::gloo_options o;
     o.timeout = default_group_timeout;
     return o;
   }();
+  /// Forms the process group of each quorum that needs a new one. Empty (the
+  /// default): a gloo_group under the request's prefix with `group`'s options.
+  /// ft::nccl_group_factory makes one for NCCL (ncclCommShrink when members
+  /// were only lost). The group it returns must have the request's rank and size.
+  group_factory make_group;
 };
 
 } // namespace corodist::ft
