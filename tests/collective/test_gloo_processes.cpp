@@ -286,6 +286,89 @@ BOOST_AUTO_TEST_CASE(rank_killed_mid_collective, *utf::timeout(120)) {
   BOOST_TEST(s < 10.0);
 }
 
+// Three ranks loop on allreduces; rank 2 is killed with SIGKILL in the
+// middle. Ranks 0 and 1 fail with rank_lost_error naming rank 2 (by its
+// vanished member key or its reset connection), later collectives of the
+// group fail alike, and the two survivors form a new group of 2 under
+// another prefix on the same store, in the same process, and allreduce in it.
+BOOST_AUTO_TEST_CASE(a_killed_rank_is_named_and_the_survivors_go_on, *utf::timeout(120)) {
+  store_host host;
+  const auto port = host.port();
+  constexpr int size = 3;
+  enum : int { as_expected = 0, wrong_error = 2, wrong_rank = 3, later_ok = 4, regroup = 5, never_failed = 6 };
+  auto survivor = [port](int rank) -> int {
+    event_loop loop;
+    loop.start();
+    auto store = corodist::test::connect_test_store(loop, port);
+    auto pg = cc::gloo_group::create_sync(store, rank, size, corodist::test::gloo_test_options("lost", 30s));
+    std::vector<float> v(std::size_t{1} << 20, 1.0f);
+    int lost = -1;
+    try {
+      for (int i = 0; i < 100000; ++i)
+        pg->allreduce(v).get();
+      return never_failed;
+    } catch (const cc::rank_lost_error& e) {
+      std::fprintf(stderr, "rank %d failed as expected: %s\n", rank, e.what());
+      if (std::string(e.what()).find("rank 2 lost: ") == std::string::npos)
+        return wrong_error;
+      lost = e.rank();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+      return wrong_error;
+    }
+    if (lost != 2)
+      return wrong_rank;
+    try {
+      pg->allreduce(v).get();
+      return later_ok;
+    } catch (const cc::rank_lost_error& e) {
+      if (e.rank() != 2)
+        return wrong_rank;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: the later allreduce: %s\n", rank, e.what());
+      return wrong_error;
+    }
+    try {
+      auto again = cc::gloo_group::create_sync(store, rank, 2, corodist::test::gloo_test_options("lost/survivors", 30s));
+      std::vector<float> w(1000);
+      for (std::size_t i = 0; i < w.size(); ++i)
+        w[i] = static_cast<float>(i) * static_cast<float>(rank + 1);
+      again->allreduce(w).get();
+      for (std::size_t i = 0; i < w.size(); ++i)
+        if (w[i] != static_cast<float>(i) * 3.0f)
+          return regroup;
+      return as_expected;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: the new group: %s\n", rank, e.what());
+      return regroup;
+    }
+  };
+  pipe_pair started;
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < 2; ++r)
+    kids.push_back(std::make_unique<child_process>([=] { return survivor(r); }));
+  child_process victim([&] {
+    started.close_read();
+    return rank_process(port, 2, size, "lost", [&](cc::gloo_group& pg) {
+      std::vector<float> v(std::size_t{1} << 20, 1.0f);
+      pg.allreduce(v).get();
+      char c = 'x';
+      (void)!::write(started.write_end(), &c, 1); // now in the loop of collectives
+      for (int i = 0; i < 100000; ++i)
+        pg.allreduce(v).get();
+      return 9;
+    });
+  });
+  started.close_write();
+  BOOST_REQUIRE(wait_readable(started.read_end(), 60s));
+  ::kill(victim.pid(), SIGKILL);
+  BOOST_TEST(victim.wait() == 128 + SIGKILL);
+  for (int r = 0; r < 2; ++r) {
+    const int code = kids[static_cast<std::size_t>(r)]->wait_for(60s);
+    BOOST_TEST(code == static_cast<int>(as_expected), "rank " << r << " exited with " << code);
+  }
+}
+
 // The case, with the default options: rank 0 allreduces 1000
 // floats, rank 1 999. Gloo's event-loop thread used to end the process
 // (std::terminate on "op.preamble.length <= op.nbytes"); now each rank's
