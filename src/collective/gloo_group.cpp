@@ -268,6 +268,11 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
       throw collective_error(what + ": connecting to the other ranks failed: " + e.what(), "create", rank, 0);
     }
   }
+  // The member key, before the barrier: once it passes, every rank's key
+  // exists, and one that vanishes later means that rank was lost.
+  bool members = false;
+  if (!opts.pytorch && size > 1)
+    members = co_await detail::member_watch::publish(store, *stores.group, rank);
   if (opts.pytorch) {
     co_await pytorch_handshake(stores, opts, rank, size);
   } else {
@@ -279,6 +284,11 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
       throw timeout_error(fmt::format("{}: not every rank finished connecting within {} ms", what,
                                       opts.timeout.count()));
     }
+  }
+  if (members) {
+    st->members = std::make_shared<detail::member_watch>(stores.group, st->label, rank, size);
+    detail::member_watch::lost_fn lost = [st](int r, const std::string& why) { st->rank_lost(r, why); };
+    co_await st->members->start(std::move(lost));
   }
   CORODIST_LOG_DEBUG("{}: connected ({})", what, st->address);
   co_return std::shared_ptr<gloo_group>(new gloo_group(rank, size, opts.timeout, std::move(state)));

@@ -7,6 +7,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/worker_thread.hpp>
 
+#include "collective/gloo_members.hpp"
 #include "collective/gloo_ops.hpp"
 #include "collective/gloo_probe.hpp"
 #include "collective/gloo_store.hpp"
@@ -23,6 +24,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <utility>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,8 +93,18 @@ struct gloo_group::impl {
   // ---- the watchdog and abort (gloo_watchdog.cpp) ----
 
   /// Aborts the group (once): records `why`, fails what waits, and ends the
-  /// group's connections.
-  void abort(const std::string& why);
+  /// group's connections. With `lost` >= 0 the abort is for rank `lost`
+  /// (`why` then says why it counts as lost): collectives fail with rank_lost_error.
+  void abort(const std::string& why, int lost = -1);
+  /// Aborts the group for rank `lost` (`why`: "connection reset", ...).
+  void rank_lost(int lost, const std::string& why);
+  /// The error of `op` in an aborted group (rank_lost_error after rank_lost).
+  std::exception_ptr aborted_error(const pending_op& op) const;
+  /// After a Gloo call failed with `what` (a peer ended a connection): the
+  /// rank lost and why, when the member keys say a rank was lost; else nullopt.
+  std::optional<std::pair<int, std::string>> lost_peer(const char* what);
+  /// The peer whose listening address `what` (a Gloo pair's error) names, or -1.
+  int peer_named(const char* what) const;
   /// The first abort's reason.
   std::string reason() const;
   /// Ends every connection of the group.
@@ -134,6 +147,12 @@ struct gloo_group::impl {
   bool aborted = false;
   std::atomic<bool> aborted_flag{false};
   std::string abort_reason;
+  int lost_rank = -1;          // the rank lost, when that aborted the group
+  std::string lost_reason;     // why it counts as lost
+  /// The member keys' watch; null when the store has no owned keys.
+  std::shared_ptr<detail::member_watch> members;
+  /// How long a failed Gloo call looks for a vanished member key.
+  static constexpr std::chrono::milliseconds member_poll_limit{500};
   std::map<std::uint64_t, std::shared_ptr<pending_op>> inflight;
   bool stopping = false;
   clock::time_point watchdog_wakes_at = clock::time_point::max();

@@ -24,9 +24,8 @@ work gloo_group::impl::submit(collective_call call) {
   op->probe_after = opts.mismatch_probe_delay;
   work w(op->state);
   if (aborted) {
-    auto reason = abort_reason;
     lk.unlock();
-    op->state->complete(std::make_exception_ptr(error_of(*op, "the group was aborted: " + reason)));
+    op->state->complete(aborted_error(*op));
     return w;
   }
   inflight.emplace(seq, op);
@@ -91,7 +90,7 @@ void gloo_group::impl::run(pending_op& op) {
     return finish(op, std::make_exception_ptr(timeout_of(op, text)));
   }
   if (aborted_flag.load(std::memory_order_acquire))
-    return finish(op, std::make_exception_ptr(error_of(op, "the group was aborted: " + reason())));
+    return finish(op, aborted_error(op));
   std::vector<std::shared_ptr<void>> gloo_objects; // released after the work completes
   // The data's tag carries a digest of the call (call_header.hpp): ranks whose
   // calls differ exchange no data. PyTorch's ranks count 0, 1, 2, ...
@@ -137,8 +136,13 @@ void gloo_group::impl::failed(pending_op& op, const char* what) {
       std::lock_guard lk(mutex);
       mismatch = op.mismatch;
     }
-    err = std::make_exception_ptr(error_of(op, mismatch.empty() ? "the group was aborted: " + reason()
-                                                                 : mismatch + "; the group is aborted"));
+    err = mismatch.empty() ? aborted_error(op)
+                           : std::make_exception_ptr(error_of(op, mismatch + "; the group is aborted"));
+  } else if (auto lost = lost_peer(what)) {
+    // A rank's process died (its member key is gone): name it, not the
+    // survivor whose abort may have ended this connection first.
+    rank_lost(lost->first, lost->second);
+    err = aborted_error(op);
   } else {
     // A peer ended the connections. If it found that the ranks' calls of this
     // collective differ, it left the difference in the store.

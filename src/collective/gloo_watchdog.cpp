@@ -8,7 +8,11 @@
 
 #include <gloo/transport/tcp/address.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <string>
 
 namespace corodist::collective {
@@ -18,19 +22,68 @@ std::string gloo_group::impl::reason() const {
   return abort_reason;
 }
 
-void gloo_group::impl::abort(const std::string& why) {
+void gloo_group::impl::rank_lost(int lost, const std::string& why) {
+  abort(fmt::format("rank {} lost: {}", lost, why), lost);
+}
+
+void gloo_group::impl::abort(const std::string& why, int lost) {
   {
     std::lock_guard lk(mutex);
     if (aborted)
       return;
     aborted = true;
     abort_reason = why;
+    lost_rank = lost;
     aborted_flag.store(true, std::memory_order_release);
   }
   watchdog_cv.notify_all();
   finished_cv.notify_all();
   CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label, rank, size, why);
   signal_pairs("corodist: " + why);
+}
+
+std::exception_ptr gloo_group::impl::aborted_error(const pending_op& op) const {
+  std::string why;
+  int lost;
+  {
+    std::lock_guard lk(mutex);
+    why = abort_reason;
+    lost = lost_rank;
+  }
+  if (lost < 0)
+    return std::make_exception_ptr(error_of(op, "the group was aborted: " + why));
+  return std::make_exception_ptr(rank_lost_error(where(op) + ": " + why + "; the group is aborted", lost,
+                                                 std::string(to_string(op.call.kind)), rank, op.seq));
+}
+
+int gloo_group::impl::peer_named(const char* what) const {
+  // Gloo's pair errors name the peer's listening address: "Connection closed
+  // by peer [127.0.0.1]:40123", "Read error [127.0.0.1]:40123: ...".
+  const std::string text(what);
+  for (std::size_t i = 0; i < remote_ends.size(); ++i) {
+    const auto addr = gloo::transport::tcp::Address(remote_ends[i]).str();
+    for (auto at = text.find(addr); at != std::string::npos; at = text.find(addr, at + 1)) {
+      const auto end = at + addr.size();
+      if (end < text.size() && std::isdigit(static_cast<unsigned char>(text[end])))
+        continue; // a longer port
+      const int peer = static_cast<int>(i);
+      return peer >= rank ? peer + 1 : peer; // remote_ends skips this rank
+    }
+  }
+  return -1;
+}
+
+std::optional<std::pair<int, std::string>> gloo_group::impl::lost_peer(const char* what) {
+  if (!members)
+    return std::nullopt;
+  const int peer = peer_named(what);
+  const auto lost = members->missing(peer, member_poll_limit);
+  if (!lost)
+    return std::nullopt;
+  if (*lost != peer)
+    return std::pair(*lost, std::string("its member key vanished (connection to the store lost)"));
+  const bool reset = std::strstr(what, "reset") != nullptr;
+  return std::pair(*lost, std::string(reset ? "connection reset" : "connection closed"));
 }
 
 // Ends every connection of the group: our blocked Gloo calls fail at once
@@ -113,10 +166,13 @@ void gloo_group::impl::watch() {
 void gloo_group::impl::shutdown() noexcept {
   if (probe)
     probe->detach(); // no report into a group being destroyed
+  if (members)
+    members->detach();
   bool busy;
   {
     std::lock_guard lk(mutex);
-    busy = !inflight.empty();
+    // (A collective completes its work just before it leaves `inflight`.)
+    busy = std::any_of(inflight.begin(), inflight.end(), [](const auto& e) { return !e.second->state->completed(); });
   }
   if (busy)
     abort("the group was destroyed with collectives in flight");

@@ -82,4 +82,17 @@ bool reducer::rebuilt() const noexcept { return impl_->rebuilt; }
 
 cc::process_group& reducer::group() const noexcept { return *impl_->pg; }
 
+void reducer::set_group(std::shared_ptr<cc::process_group> g) {
+  auto& d = *impl_;
+  if (!g)
+    throw usage_error("ddp::reducer: set_group() with a null process group");
+  if (d.in_iteration)
+    throw usage_error("ddp::reducer: set_group() inside an iteration (call it after finalize() returned or threw, "
+                      "before the next prepare_for_backward())");
+  // The loop touches the group only inside an iteration (none runs now);
+  // prepare_for_backward() posts the next one, which publishes these writes.
+  d.pg = std::move(g);
+  d.world = d.pg->size();
+}
+
 } // namespace corodist::ddp

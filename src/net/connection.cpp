@@ -1,8 +1,8 @@
 // A connection's life: construction, start (which spawns the read loop) and
 // close (which fails the pending requests and tells the close handler); the
 // hello, the output, the pending requests and the reads are in handshake.cpp,
-// writer.cpp, pending_requests.cpp, reader.cpp, stall_watch.cpp and
-// large_frame_reader.cpp.
+// writer.cpp, pending_requests.cpp, reader.cpp, stall_watch.cpp,
+// large_frame_reader.cpp and heartbeat.cpp.
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
@@ -19,10 +19,12 @@ connection::connection(asio::ip::tcp::socket socket, connection_options opts)
         if (final) { // destroyed while the timer service is alive
           timer_.reset();
           stall_timer_.reset();
+          heartbeat_timer_.reset();
         }
       }) {
   std::error_code ec;
   remote_ = socket_.remote_endpoint(ec);
+  received_at_ = sent_at_ = std::chrono::steady_clock::now();
 }
 
 // The socket's own destructor closes it (after a context shutdown it is already
@@ -35,7 +37,9 @@ void connection::start(request_handler on_request, close_handler on_close) {
   started_ = true;
   on_request_ = std::move(on_request);
   on_close_ = std::move(on_close);
+  received_at_ = sent_at_ = std::chrono::steady_clock::now();
   asio::co_spawn(socket_.get_executor(), read_loop(), asio::detached);
+  arm_heartbeat();
 }
 
 void connection::close(std::error_code reason) {
@@ -50,11 +54,14 @@ void connection::close(std::error_code reason) {
     timer_->cancel();
   if (stall_timer_)
     stall_timer_->cancel();
+  if (heartbeat_timer_)
+    heartbeat_timer_->cancel();
   timer_deadline_.reset();
   auto pending = std::move(pending_);
   pending_.clear();
+  const std::error_code failed = reason == errc::peer_timed_out ? reason : make_error_code(errc::connection_closed);
   for (auto& [id, p] : pending)
-    p.complete(response{errc::connection_closed, {}});
+    p.complete(response{failed, {}});
   queued_.clear();
   if (opts_.shared_output)
     opts_.shared_output->remove(queued_bytes_);

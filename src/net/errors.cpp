@@ -27,6 +27,8 @@ public:
     case errc::frame_stalled: return "the peer stopped sending in the middle of a frame (frame_timeout)";
     case errc::auth_not_offered:
       return "the server does not authenticate, but an auth token is configured here: refusing to talk to it";
+    case errc::peer_timed_out:
+      return "the peer sent nothing within peer_timeout (it hangs, died without a reset, or the network between is down)";
     }
     return "unknown corodist.net error";
   }
@@ -51,7 +53,7 @@ void throw_net_error(std::error_code ec, const std::string& context) {
     throw protocol_error(what);
   if (ec == errc::remote_failure || ec == errc::too_many_pending)
     throw error(what);
-  // connection_closed, output_overflow, and every OS/Asio socket error.
+  // connection_closed, peer_timed_out, output_overflow, and every OS/Asio socket error.
   throw connection_error(what);
 }
 

@@ -20,6 +20,8 @@ using clock = std::chrono::steady_clock;
 void connection::dispatch(message&& m) {
   CORODIST_LOG_TRACE("net: from {}: kind {}, request {}, flags 0x{:x}, {} bytes", detail::endpoint_text(remote_),
                      m.header.kind, m.header.request_id, unsigned(m.header.flags), m.header.payload_len);
+  if (m.header.kind == control_kind)
+    return; // a heartbeat: its bytes have done their job (heartbeat.cpp)
   if (m.header.flags & frame_flags::response) {
     auto ec = (m.header.flags & frame_flags::error) ? std::error_code(errc::remote_failure) : std::error_code{};
     complete(m.header.request_id, response{ec, std::move(m)});

@@ -88,6 +88,7 @@ asio::awaitable<void> connection::read_loop() {
         }
         if (!open_)
           co_return; // closed meanwhile (a loop draining at its destruction): touch no buffer
+        received_at_ = std::chrono::steady_clock::now(); // the peer is alive (peer_timeout)
         std::byte* data = big_.data();
         std::size_t n = got;
         if (!big) {

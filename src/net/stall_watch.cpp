@@ -80,6 +80,7 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_
     progress_at_ = clock::now();
   }
   in_frame_ = false;
+  received_at_ = progress_at_; // the last byte that arrived (peer_timeout)
   if (stalled_)
     ec = errc::frame_stalled;
   co_return std::pair{ec, n};

@@ -111,6 +111,7 @@ void connection::send_queued_now() {
   if (n <= 0)
     return;
   const auto sent = static_cast<std::size_t>(n);
+  sent_at_ = clock::now();
   if (opts_.shared_output)
     opts_.shared_output->remove(sent);
   queued_bytes_ -= sent;
@@ -133,6 +134,7 @@ void connection::start_write() {
   if (writing_ || !open_ || (queued_.stage.empty() && queued_.large.empty()))
     return;
   writing_ = true;
+  sent_at_ = clock::now(); // (heartbeats: this side is not silent)
   queued_frames_ = 0;
   std::swap(queued_, writing_batch_);
   if (opts_.shared_output)

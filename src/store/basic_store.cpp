@@ -18,6 +18,10 @@ asio::awaitable<void> basic_store::do_set(std::string key, std::string value) {
   return impl_->do_set(std::move(key), std::move(value));
 }
 
+asio::awaitable<void> basic_store::do_set_owned(std::string key, std::string value) {
+  return impl_->do_set_owned(std::move(key), std::move(value));
+}
+
 asio::awaitable<std::string> basic_store::do_get(std::string key, std::chrono::milliseconds timeout) {
   return impl_->do_get(std::move(key), timeout);
 }

@@ -37,6 +37,7 @@ enum class op : std::uint16_t {
   list_keys,
   watch,
   unwatch,
+  set_owned,
   watch_event = 100, // one-way, server -> client
 };
 

@@ -100,6 +100,7 @@ const std::string* engine::find(const std::string& key) const {
 }
 
 void engine::store(const std::string& key, std::string value) {
+  disown(key);
   auto [it, created] = data_.insert_or_assign(key, std::move(value));
   changed(created ? watch_event::kind::created : watch_event::kind::updated, key, it->second);
   if (created)
@@ -143,6 +144,35 @@ void engine::set(std::string key, std::string value) {
   store(key, std::move(value));
 }
 
+void engine::set_owned(std::string key, std::string value, owner_id owner) {
+  rules::check_key(key, limits_);
+  rules::check_value(value, limits_);
+  store(key, std::move(value)); // (takes the ownership from a previous owner)
+  if (owner == 0)
+    return;
+  key_owner_[key] = owner;
+  owned_keys_[owner].insert(std::move(key));
+}
+
+engine::owner_id engine::owner_of(const std::string& key) const {
+  auto it = key_owner_.find(key);
+  return it == key_owner_.end() ? 0 : it->second;
+}
+
+void engine::disown(const std::string& key) {
+  if (key_owner_.empty())
+    return;
+  auto it = key_owner_.find(key);
+  if (it == key_owner_.end())
+    return;
+  if (auto o = owned_keys_.find(it->second); o != owned_keys_.end()) {
+    o->second.erase(key);
+    if (o->second.empty())
+      owned_keys_.erase(o);
+  }
+  key_owner_.erase(it);
+}
+
 std::int64_t engine::add(const std::string& key, std::int64_t delta) {
   rules::check_key(key, limits_);
   const auto v = rules::added(key, find(key), delta);
@@ -164,6 +194,7 @@ bool engine::erase(const std::string& key) {
   rules::check_key(key, limits_);
   if (data_.erase(key) == 0)
     return false;
+  disown(key);
   changed(watch_event::kind::deleted, key, {});
   return true;
 }
@@ -399,6 +430,20 @@ void engine::unwatch(std::uint64_t id) {
 }
 
 void engine::drop_owner(owner_id owner) {
+  drop_waits_and_watches(owner);
+  auto o = owned_keys_.find(owner);
+  if (o == owned_keys_.end())
+    return;
+  auto keys = std::move(o->second);
+  owned_keys_.erase(o);
+  for (auto& k : keys) { // deleted as by delete_key: watchers see it, waiters wait on
+    key_owner_.erase(k);
+    if (data_.erase(k) != 0)
+      changed(watch_event::kind::deleted, k, {});
+  }
+}
+
+void engine::drop_waits_and_watches(owner_id owner) {
   auto it = owners_.find(owner);
   if (it == owners_.end())
     return;

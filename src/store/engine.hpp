@@ -120,6 +120,13 @@ public:
   std::vector<std::string> list(const std::string& prefix) const;
 
   void set(std::string key, std::string value);
+  /// As `set`, and `key` is owned by `owner` (a connection) from now on:
+  /// `drop_owner(owner)` deletes it unless a later write (set, set_owned of
+  /// another owner, add, append, compare_set that stores, delete) took the
+  /// ownership away. `owner` 0 (in-process) owns nothing: a plain set.
+  void set_owned(std::string key, std::string value, owner_id owner);
+  /// The owner of `key`, or 0 when it has none (or is missing).
+  owner_id owner_of(const std::string& key) const;
   /// See rules::added.
   std::int64_t add(const std::string& key, std::int64_t delta);
   /// c10d's compareSet (see rules::compare_set_stores); returns its answer.
@@ -157,8 +164,9 @@ public:
   void unwatch(std::uint64_t id);
   /// Watches registered, of every owner.
   std::size_t watch_count() const noexcept { return watchers_.size(); }
-  /// Drops every wait and watch of `owner` without calling them. Costs what
-  /// the owner holds, not what the engine holds.
+  /// Drops every wait and watch of `owner` without calling them, then deletes
+  /// the keys it still owns (their watchers see `deleted`). Costs what the
+  /// owner holds, not what the engine holds.
   void drop_owner(owner_id owner);
 
   /// Calls `fn` (on the executor) each time the pending waits change: one is
@@ -189,6 +197,9 @@ private:
   const std::string* find(const std::string& key) const;
   void store(const std::string& key, std::string value);
   bool present(const std::string& key) const;
+  void drop_waits_and_watches(owner_id owner);
+  /// Takes `key`'s ownership away from its owner, if it has one.
+  void disown(const std::string& key);
   void changed(watch_event::kind kind, const std::string& key, const std::string& value);
   void key_created(const std::string& key, bool wake_one = false);
   void finish(std::uint64_t id, bool timed_out);
@@ -212,6 +223,8 @@ private:
   std::unordered_map<std::string, std::unordered_set<std::uint64_t>> watched_; // key -> watch ids
   std::uint64_t next_id_ = 1;
   std::function<void()> waits_changed_;
+  std::unordered_map<std::string, owner_id> key_owner_;                     // owned key -> its owner
+  std::unordered_map<owner_id, std::unordered_set<std::string>> owned_keys_; // owner -> the keys it owns
 };
 
 } // namespace corodist::store::detail

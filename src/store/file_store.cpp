@@ -106,6 +106,12 @@ public:
   file_ops(const file_ops&) = delete;
   file_ops& operator=(const file_ops&) = delete;
 
+  asio::awaitable<void> do_set_owned(std::string key, std::string) override {
+    throw usage_error("file_store: set_owned('" + key + "'): a file has no connections to tie a key to; owned keys "
+                      "need a tcp_store");
+    co_return;
+  }
+
   asio::awaitable<void> do_set(std::string key, std::string value) override {
     std::string record;
     encode_record(record, op_set, key, value);

@@ -16,6 +16,13 @@ public:
     co_return;
   }
 
+  // One handle, one owner (the process): an owned key lives as long as the
+  // store, as a plain set's does.
+  asio::awaitable<void> do_set_owned(std::string key, std::string value) override {
+    engine_->set(std::move(key), std::move(value));
+    co_return;
+  }
+
   asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
     co_return engine_->add(key, delta);
   }

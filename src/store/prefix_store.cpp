@@ -25,6 +25,10 @@ struct prefix_store::impl final : store {
     co_await inner->set(key(k), std::move(value));
   }
 
+  asio::awaitable<void> do_set_owned(std::string k, std::string value) override {
+    co_await inner->set_owned(key(k), std::move(value));
+  }
+
   asio::awaitable<std::string> do_get(std::string k, std::chrono::milliseconds timeout) override {
     co_return co_await inner->get(key(k), timeout);
   }

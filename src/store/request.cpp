@@ -61,6 +61,9 @@ net::bytes encode_request(const request& r) {
                  [&](const list_keys_request& q) { w.str(q.prefix); },
                  [&](const watch_request& q) { w.reserve(12 + q.key.size()).str(q.key).u64(q.watch_id); },
                  [&](const unwatch_request& q) { w.u64(q.watch_id); },
+                 [&](const set_owned_request& q) {
+                   w.reserve(8 + q.key.size() + q.value.size()).str(q.key).str(q.value);
+                 },
              },
              r);
   return w.take();
@@ -85,6 +88,7 @@ std::optional<request> decode_request(std::uint16_t kind, std::span<const std::b
   case op::list_keys: r = list_keys_request{in.str()}; break;
   case op::watch: r = watch_request{in.str(), in.u64()}; break;
   case op::unwatch: r = unwatch_request{in.u64()}; break;
+  case op::set_owned: r = set_owned_request{in.str(), in.str()}; break;
   default: return std::nullopt; // op::watch_event included: clients send none
   }
   in.end();

@@ -93,6 +93,14 @@ struct watch_request {
   std::uint64_t watch_id = 0;
 };
 
+/// As set; the key is deleted when this connection closes, unless a later
+/// write took it over.
+struct set_owned_request {
+  static constexpr op kind = op::set_owned;
+  std::string key;
+  std::string value;
+};
+
 struct unwatch_request {
   static constexpr op kind = op::unwatch;
   std::uint64_t watch_id = 0;
@@ -100,7 +108,8 @@ struct unwatch_request {
 
 using request = std::variant<set_request, get_request, add_request, compare_set_request, delete_key_request,
                              check_request, wait_request, num_keys_request, append_request, multi_get_request,
-                             multi_set_request, list_keys_request, watch_request, unwatch_request>;
+                             multi_set_request, list_keys_request, watch_request, unwatch_request,
+                             set_owned_request>;
 
 /// The frame kind that carries `r`.
 op kind_of(const request& r) noexcept;

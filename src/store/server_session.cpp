@@ -79,6 +79,9 @@ void server_session::serve(const std::shared_ptr<net::connection>& conn, std::ui
         if constexpr (std::is_same_v<Q, set_request>) {
           eng.set(std::move(q.key), std::move(q.value));
           ok(ok_reply());
+        } else if constexpr (std::is_same_v<Q, set_owned_request>) {
+          eng.set_owned(std::move(q.key), std::move(q.value), id_);
+          ok(ok_reply());
         } else if constexpr (std::is_same_v<Q, get_request>) {
           if (auto* v = eng.get(q.key)) // present: answered without registering a wait
             return ok(std::move(ok_reply().reserve(4 + v->size()).str(*v)));

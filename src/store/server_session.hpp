@@ -29,7 +29,8 @@ public:
   /// sessions in a later turn of the loop).
   void handle(const std::shared_ptr<net::connection>& conn, net::message&& m);
 
-  /// The connection has closed: drops the session's waits and watches from the engine.
+  /// The connection has closed: drops the session's waits and watches from
+  /// the engine, and deletes the keys it still owns (set_owned).
   void closed();
 
   /// Closes the connection (closed() follows from its close handler). Idempotent.

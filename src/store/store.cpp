@@ -1,7 +1,23 @@
 #include <corodist/core/error.hpp>
 #include <corodist/store/store.hpp>
 
+
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
+#include <typeinfo>
+
 namespace corodist::store {
+
+asio::awaitable<void> store::do_set_owned(std::string key, std::string /*value*/) {
+  const char* mangled = typeid(*this).name();
+  int status = 0;
+  std::unique_ptr<char, decltype(&std::free)> name(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), &std::free);
+  throw usage_error("set_owned('" + key + "'): this store (" + (status == 0 && name ? name.get() : mangled) +
+                    ") has no owned keys; a tcp_store (or a prefix_store over one) has them");
+  co_return;
+}
 
 asio::awaitable<void> store::do_barrier(std::string name, std::int64_t world_size, std::chrono::milliseconds timeout) {
   if (world_size <= 0)

@@ -117,6 +117,11 @@ struct tcp_store::impl final : store {
     co_await run(r);
   }
 
+  asio::awaitable<void> do_set_owned(std::string key, std::string value) override {
+    const detail::request r = detail::set_owned_request{std::move(key), std::move(value)};
+    co_await run(r);
+  }
+
   asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) override {
     const detail::request r = detail::get_request{std::move(key), timeout};
     auto reply = co_await run(r);

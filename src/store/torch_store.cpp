@@ -287,6 +287,12 @@ struct torch_store::impl final : store {
 
   asio::any_io_executor get_executor() override { return executor_; }
 
+  asio::awaitable<void> do_set_owned(std::string key, std::string) override {
+    throw usage_error("torch_store: set_owned('" + key + "'): PyTorch's TCPStore protocol has no owned keys; they "
+                      "need a tcp_store and a corodist store_server");
+    co_return;
+  }
+
   asio::awaitable<void> do_set(std::string key, std::string value) override {
     auto guard = co_await lock();
     const query q = set_query{prefixed(key), std::move(value)};

@@ -17,6 +17,7 @@
 #include <poll.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -73,6 +74,109 @@ bool wait_readable(int fd, std::chrono::milliseconds timeout) {
   return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
 }
 
+
+/// How a survivor of a lost rank ends (its exit code).
+namespace lost_exit {
+enum : int { as_expected = 0, wrong_error = 2, wrong_rank = 3, later_ok = 4, regroup = 5, never_failed = 6 };
+}
+
+/// Rank `rank` (0 or 1) of a 3-rank group `prefix` whose rank 2 is lost:
+/// loops on allreduces until one fails with rank_lost_error naming rank 2
+/// (a later one must too), then forms a group of 2 under "<prefix>/survivors"
+/// on the same store and checks an allreduce in it.
+int lost_rank_survivor(std::uint16_t port, int rank, const std::string& prefix) {
+  using namespace lost_exit;
+  constexpr int size = 3;
+  event_loop loop;
+  loop.start();
+  auto store = corodist::test::connect_test_store(loop, port);
+  auto pg = cc::gloo_group::create_sync(store, rank, size, corodist::test::gloo_test_options(prefix, 30s));
+  std::vector<float> v(std::size_t{1} << 20, 1.0f);
+  int lost = -1;
+  try {
+    for (int i = 0; i < 100000; ++i)
+      pg->allreduce(v).get();
+    return never_failed;
+  } catch (const cc::rank_lost_error& e) {
+    std::fprintf(stderr, "rank %d failed as expected: %s\n", rank, e.what());
+    if (std::string(e.what()).find("rank 2 lost: ") == std::string::npos)
+      return wrong_error;
+    lost = e.rank();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    return wrong_error;
+  }
+  if (lost != 2)
+    return wrong_rank;
+  try {
+    pg->allreduce(v).get();
+    return later_ok;
+  } catch (const cc::rank_lost_error& e) {
+    if (e.rank() != 2)
+      return wrong_rank;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: the later allreduce: %s\n", rank, e.what());
+    return wrong_error;
+  }
+  try {
+    auto again = cc::gloo_group::create_sync(store, rank, 2, corodist::test::gloo_test_options(prefix + "/survivors", 30s));
+    std::vector<float> w(1000);
+    for (std::size_t i = 0; i < w.size(); ++i)
+      w[i] = static_cast<float>(i) * static_cast<float>(rank + 1);
+    again->allreduce(w).get();
+    for (std::size_t i = 0; i < w.size(); ++i)
+      if (w[i] != static_cast<float>(i) * 3.0f)
+        return regroup;
+    return as_expected;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: the new group: %s\n", rank, e.what());
+    return regroup;
+  }
+}
+
+/// Sets CORODIST_PEER_TIMEOUT_MS (the connections' heartbeat deadline) for
+/// its scope: for the store server made after it, and for the rank
+/// processes forked meanwhile.
+class peer_timeout_env {
+public:
+  explicit peer_timeout_env(const char* ms) { ::setenv("CORODIST_PEER_TIMEOUT_MS", ms, 1); }
+  ~peer_timeout_env() { ::unsetenv("CORODIST_PEER_TIMEOUT_MS"); }
+  peer_timeout_env(const peer_timeout_env&) = delete;
+  peer_timeout_env& operator=(const peer_timeout_env&) = delete;
+};
+
+/// Three rank processes of group `prefix` at the store on `port` loop on
+/// allreduces; once rank 2 is in the loop it gets `sig` (SIGKILL or
+/// SIGSTOP); ranks 0 and 1 must end as lost_rank_survivor expects.
+void lose_rank_2(std::uint16_t port, const std::string& prefix, int sig) {
+  constexpr int size = 3;
+  pipe_pair started;
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < 2; ++r)
+    kids.push_back(std::make_unique<child_process>([=] { return lost_rank_survivor(port, r, prefix); }));
+  child_process victim([&] {
+    started.close_read();
+    return rank_process(port, 2, size, prefix, [&](cc::gloo_group& pg) {
+      std::vector<float> v(std::size_t{1} << 20, 1.0f);
+      pg.allreduce(v).get();
+      char c = 'x';
+      (void)!::write(started.write_end(), &c, 1); // now in the loop of collectives
+      for (int i = 0; i < 100000; ++i)
+        pg.allreduce(v).get();
+      return 9;
+    });
+  });
+  started.close_write();
+  BOOST_REQUIRE(wait_readable(started.read_end(), 60s));
+  ::kill(victim.pid(), sig);
+  for (int r = 0; r < 2; ++r) {
+    const int code = kids[static_cast<std::size_t>(r)]->wait_for(60s);
+    BOOST_TEST(code == static_cast<int>(lost_exit::as_expected), "rank " << r << " exited with " << code);
+  }
+  if (sig == SIGKILL)
+    BOOST_TEST(victim.wait() == 128 + SIGKILL);
+  // (A stopped victim is killed and reaped as it goes out of scope.)
+}
 
 /// Issues one rank's collective of a mismatch test on a buffer it sizes (the
 /// buffer outlives the work).
@@ -284,6 +388,28 @@ BOOST_AUTO_TEST_CASE(rank_killed_mid_collective, *utf::timeout(120)) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("survivors failed " << s << " s after the kill");
   BOOST_TEST(s < 10.0);
+}
+
+// Three ranks loop on allreduces; rank 2 is killed with SIGKILL in the
+// middle. Ranks 0 and 1 fail with rank_lost_error naming rank 2 (by its
+// vanished member key or its reset connection), later collectives of the
+// group fail alike, and the two survivors form a new group of 2 under
+// another prefix on the same store, in the same process, and allreduce in it.
+BOOST_AUTO_TEST_CASE(a_killed_rank_is_named_and_the_survivors_go_on, *utf::timeout(120)) {
+  store_host host;
+  lose_rank_2(host.port(), "lost", SIGKILL);
+}
+
+// As above, with rank 2 stopped (SIGSTOP: a hung process, its connections
+// open). Nothing resets; the store server's heartbeat deadline (1 s here,
+// CORODIST_PEER_TIMEOUT_MS) closes the stopped rank's store connection, its
+// member key vanishes, and the survivors fail with rank_lost_error naming
+// it, long before their groups' 30 s deadline (which would give
+// collective_timeout_error instead).
+BOOST_AUTO_TEST_CASE(a_stopped_rank_is_named_by_the_store_heartbeat, *utf::timeout(120)) {
+  peer_timeout_env short_deadline("1000"); // the server's and every rank's connections
+  store_host host;
+  lose_rank_2(host.port(), "stopped", SIGSTOP);
 }
 
 // The issue's case, with the default options: rank 0 allreduces 1000

@@ -21,6 +21,7 @@
 #include <fmt/core.h>
 
 #include <poll.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <atomic>
@@ -49,6 +50,7 @@ struct rank_env {
   int rank;
   int size;
   std::shared_ptr<cc::gloo_group> pg;
+  std::shared_ptr<cs::store> store; // where the group met (a new group may meet there too)
 };
 
 /// Joins group `prefix` of `size` ranks at the store on `port`, runs `body`.
@@ -62,7 +64,7 @@ int rank_process(std::uint16_t port, int rank, int size, const std::string& pref
   o.timeout = 20s;
   auto store = cs::tcp_store::connect_sync(loop.get_executor(), o);
   auto pg = cc::gloo_group::create_sync(store, rank, size, corodist::test::gloo_test_options(prefix, timeout));
-  rank_env env{rank, size, pg};
+  rank_env env{rank, size, pg, store};
   try {
     return body(env);
   } catch (const std::exception& e) {
@@ -555,6 +557,79 @@ BOOST_AUTO_TEST_CASE(killed_rank_fails_finalize, *utf::timeout(120)) {
   BOOST_REQUIRE(wait_readable(started.read_end(), 60s));
   ::kill(kids[2]->pid(), SIGKILL);
   BOOST_TEST(kids[2]->wait() == 128 + SIGKILL);
+  for (int r = 0; r < 2; ++r)
+    BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait_for(60s) == 0, "rank " << r);
+}
+
+// Three ranks; rank 2 dies (SIGKILL) in the middle of the second step, with
+// some buckets launched. The survivors' finalize throws rank_lost_error
+// naming rank 2; they form a group of 2 under a new prefix, hand it to the
+// reducer (set_group, between iterations: no collective), and the next
+// step's gradients are the mean over 2, exactly (multiples of 1/8).
+BOOST_AUTO_TEST_CASE(a_lost_rank_then_set_group_averages_over_the_survivors, *utf::timeout(120)) {
+  auto body = [](rank_env& env) {
+    model<float> m(sizes);
+    dd::reducer_options o;
+    o.bucket_cap_bytes = 2048;
+    o.first_bucket_bytes = 512;
+    dd::reducer red(env.pg, m.parameters(), o);
+    const std::size_t n = sizes.size();
+    auto step = [&](int it, int rank) {
+      red.prepare_for_backward();
+      for (std::size_t k = n; k-- > 0;) {
+        fill_grad<float>(red, rank, it, k);
+        red.mark_grad_ready(k);
+      }
+      red.finalize_sync();
+    };
+    step(0, env.rank);
+    for (std::size_t k = 0; k < n; ++k)
+      check_mean<float>(red, 3, 0, k);
+    if (env.rank == 2) { // dies with half of its gradients marked: some buckets are in flight
+      red.prepare_for_backward();
+      for (std::size_t k = n; k-- > n / 2;) {
+        fill_grad<float>(red, 2, 1, k);
+        red.mark_grad_ready(k);
+      }
+      ::raise(SIGKILL);
+    }
+    int lost = -1;
+    try {
+      step(1, env.rank);
+      std::fprintf(stderr, "rank %d: the step with a dead rank completed\n", env.rank);
+      return 3;
+    } catch (const cc::rank_lost_error& e) {
+      std::fprintf(stderr, "rank %d as expected: %s\n", env.rank, e.what());
+      lost = e.rank();
+    }
+    CHECK(lost == 2, "rank_lost_error names rank {}", lost);
+    // The reducer is not stuck: another iteration starts (on the aborted
+    // group, so it fails at once, as rank_lost_error again); set_group is
+    // refused inside it.
+    red.prepare_for_backward();
+    CHECK(corodist::test::require_throws<corodist::usage_error>([&] { red.set_group(env.pg); },
+                                                                "set_group inside an iteration")
+                  .find("inside an iteration") != std::string::npos,
+          "message");
+    for (std::size_t k = n; k-- > 0;)
+      red.mark_grad_ready(k);
+    CHECK(corodist::test::require_throws<cc::rank_lost_error>([&] { red.finalize_sync(); }, "a step on the aborted group")
+                  .find("rank 2 lost") != std::string::npos,
+          "message");
+    auto survivors = cc::gloo_group::create_sync(env.store, env.rank, 2,
+                                                 corodist::test::gloo_test_options("setgroup/survivors", 30s));
+    red.set_group(survivors);
+    CHECK(red.group().size() == 2, "group size {}", red.group().size());
+    for (int it = 2; it < 4; ++it) {
+      step(it, env.rank);
+      for (std::size_t k = 0; k < n; ++k)
+        check_mean<float>(red, 2, it, k, 0.0);
+    }
+    return 0;
+  };
+  std::unique_ptr<store_host> host;
+  auto kids = start_ranks(host, 3, "setgroup", body, 30s);
+  BOOST_TEST(kids[2]->wait_for(60s) == 128 + SIGKILL);
   for (int r = 0; r < 2; ++r)
     BOOST_TEST(kids[static_cast<std::size_t>(r)]->wait_for(60s) == 0, "rank " << r);
 }

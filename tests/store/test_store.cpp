@@ -393,6 +393,55 @@ BOOST_AUTO_TEST_CASE(engine_limits_refuse_without_changing_anything, *utf::timeo
   BOOST_TEST(*eng->get("k") == "1234");
 }
 
+// Owned keys in the engine: dropping the owner deletes what it still owns
+// (watchers see `deleted`, a waiter on the key waits on); any later write by
+// someone else (set, set_owned, add, append, compare_set, delete) takes the
+// ownership away; owner 0 (in-process) owns nothing.
+BOOST_AUTO_TEST_CASE(engine_owned_keys, *utf::timeout(30)) {
+  asio::io_context ctx;
+  auto eng = std::make_shared<cs::detail::engine>(ctx.get_executor());
+  std::vector<std::string> events;
+  eng->watch("a", 9, [&](const cs::watch_event& e) { events.push_back(std::string(cs::to_string(e.type)) + " " + e.key); });
+  eng->set_owned("a", "1", 1);
+  eng->set_owned("b", "1", 1);
+  eng->set_owned("c", "1", 1);
+  eng->set_owned("d", "1", 1);
+  eng->set_owned("e", "1", 1);
+  eng->set_owned("f", "1", 0);
+  BOOST_TEST(eng->owner_of("a") == 1u);
+  BOOST_TEST(eng->owner_of("f") == 0u);
+  eng->set("b", "2");            // taken over by a plain set
+  eng->set_owned("c", "2", 2);   // moved to owner 2
+  eng->add("d", 0);              // (the value "1" is an integer)
+  eng->compare_set("e", "1", "3");
+  eng->drop_owner(3);            // owns nothing: nothing happens
+  BOOST_TEST(eng->size() == 6u);
+  bool woke = false;
+  eng->drop_owner(1);
+  BOOST_TEST(eng->get("a") == nullptr);
+  for (auto k : {"b", "c", "d", "e", "f"})
+    BOOST_TEST(eng->get(k) != nullptr, k);
+  BOOST_TEST((events == std::vector<std::string>{"created a", "deleted a"}));
+  eng->wait({"c"}, 0ms, 5, [&](std::vector<std::string>&&, std::vector<std::string>&& missing) {
+    woke = missing.empty();
+  });
+  BOOST_TEST(woke); // c exists: at once
+  woke = false;
+  eng->drop_owner(2);
+  BOOST_TEST(eng->get("c") == nullptr);
+  eng->wait({"c"}, 0ms, 5, [&](std::vector<std::string>&&, std::vector<std::string>&& missing) {
+    woke = missing.empty();
+  });
+  BOOST_TEST(!woke); // waits on after the deletion
+  eng->set("c", "back");
+  BOOST_TEST(woke);
+  eng->set_owned("g", "1", 4);
+  BOOST_TEST(eng->erase("g"));
+  eng->set("g", "plain");
+  eng->drop_owner(4); // the delete took the ownership: the new g stays
+  BOOST_TEST(*eng->get("g") == "plain");
+}
+
 // A wait that names a key twice completes when the key is set.
 BOOST_AUTO_TEST_CASE(wait_naming_a_key_twice_completes, *utf::timeout(30)) {
   asio::io_context ctx;
@@ -433,6 +482,7 @@ BOOST_AUTO_TEST_CASE(native_requests_decode_what_was_encoded, *utf::timeout(30))
       d::list_keys_request{"x/"},
       d::watch_request{"w", 42},
       d::unwatch_request{42},
+      d::set_owned_request{"lease", "v"},
   };
   for (auto& r : all) {
     const auto bytes = d::encode_request(r);

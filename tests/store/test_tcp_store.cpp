@@ -698,3 +698,126 @@ BOOST_AUTO_TEST_CASE(client_fails_promptly_when_the_server_dies, *utf::timeout(6
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// Owned keys (store::set_owned): deleted by the server when the owner's
+// connection closes, unless a later write took them over.
+BOOST_AUTO_TEST_SUITE(owned_keys)
+
+namespace {
+
+/// A rank process: connects to the server on `port`, sets `key` owned, says
+/// so on `ready`, and blocks until killed.
+int owner_process(std::uint16_t port, const std::string& key, int ready_fd) {
+  event_loop l;
+  l.start();
+  auto s = cs::tcp_store::connect_sync(l.get_executor(), client_opts(port));
+  corodist::run_blocking(l.get_executor(), s->set_owned(key, "owner"), "set_owned");
+  char byte = 'o';
+  if (!corodist::test::write_all(ready_fd, &byte, 1))
+    return 1;
+  ::pause(); // until the parent kills it
+  return 0;
+}
+
+} // namespace
+
+// The owner is killed (-9): the server sees its connection end, deletes the
+// key, and a watcher sees `deleted`; a get waiting on another key waits on.
+BOOST_AUTO_TEST_CASE(deleted_when_the_owner_process_is_killed, *utf::timeout(60)) {
+  event_loop server_loop;
+  server_loop.start();
+  auto srv = start_server(server_loop);
+  const auto port = srv->local_endpoint().port();
+  corodist::test::pipe_pair ready;
+  child_process owner([&] {
+    ready.close_read();
+    return owner_process(port, "lease", ready.write_end());
+  });
+  ready.close_write();
+  char byte = 0;
+  BOOST_REQUIRE(corodist::test::read_all(ready.read_end(), &byte, 1));
+  event_loop loop;
+  loop.start();
+  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  BOOST_TEST(cs::sync_store(s).get("lease") == "owner");
+  auto w = corodist::run_blocking(loop.get_executor(), s->watch_key("lease"), "watch_key");
+  auto other = asio::co_spawn(loop.get_executor(), s->get("other", 20s), asio::use_future);
+  ::kill(owner.pid(), SIGKILL);
+  BOOST_TEST(owner.wait_for(10s) == 128 + SIGKILL);
+  auto e = corodist::run_blocking(loop.get_executor(), w.next(10s), "watch next");
+  BOOST_TEST(static_cast<int>(e.type) == static_cast<int>(cs::watch_event::kind::deleted));
+  BOOST_TEST(e.key == "lease");
+  BOOST_TEST(!cs::sync_store(s).check({"lease"}));
+  cs::sync_store(s).set("other", "here"); // the pending get was not disturbed
+  BOOST_TEST(other.get() == "here");
+}
+
+// A plain set by another client takes the key over: the owner's death leaves it.
+BOOST_AUTO_TEST_CASE(a_plain_set_takes_the_ownership_away, *utf::timeout(60)) {
+  event_loop server_loop;
+  server_loop.start();
+  auto srv = start_server(server_loop);
+  const auto port = srv->local_endpoint().port();
+  corodist::test::pipe_pair ready;
+  child_process owner([&] {
+    ready.close_read();
+    return owner_process(port, "lease", ready.write_end());
+  });
+  ready.close_write();
+  char byte = 0;
+  BOOST_REQUIRE(corodist::test::read_all(ready.read_end(), &byte, 1));
+  event_loop loop;
+  loop.start();
+  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  cs::sync_store(s).set("lease", "taken");
+  ::kill(owner.pid(), SIGKILL);
+  BOOST_TEST(owner.wait_for(10s) == 128 + SIGKILL);
+  // The server has dropped the owner's session once one client (this one) is left.
+  BOOST_REQUIRE(corodist::run_blocking(server_loop.get_executor(), srv->clients_left(1, 10s), "clients_left"));
+  BOOST_TEST(cs::sync_store(s).get("lease") == "taken");
+}
+
+// In one process: a client that closes loses its keys; set_owned by another
+// client moves the ownership to it; a prefix_store over a tcp_store forwards.
+BOOST_AUTO_TEST_CASE(closing_the_client_deletes_its_keys_and_set_owned_moves_them, *utf::timeout(60)) {
+  event_loop server_loop;
+  server_loop.start();
+  auto srv = start_server(server_loop);
+  const auto port = srv->local_endpoint().port();
+  event_loop loop;
+  loop.start();
+  auto watcher = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  auto a = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  auto b = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  auto pa = std::make_shared<cs::prefix_store>("job", a);
+  corodist::run_blocking(loop.get_executor(), pa->set_owned("mine", "a"), "set_owned");
+  corodist::run_blocking(loop.get_executor(), a->set_owned("moved", "a"), "set_owned");
+  corodist::run_blocking(loop.get_executor(), b->set_owned("moved", "b"), "set_owned");
+  BOOST_TEST(cs::sync_store(watcher).get("job/mine") == "a");
+  auto w = corodist::run_blocking(loop.get_executor(), watcher->watch_key("job/mine"), "watch_key");
+  a->close();
+  auto e = corodist::run_blocking(loop.get_executor(), w.next(10s), "watch next");
+  BOOST_TEST(static_cast<int>(e.type) == static_cast<int>(cs::watch_event::kind::deleted));
+  BOOST_TEST(cs::sync_store(watcher).get("moved") == "b"); // b owns it now
+  auto wm = corodist::run_blocking(loop.get_executor(), watcher->watch_key("moved"), "watch_key");
+  b->close();
+  e = corodist::run_blocking(loop.get_executor(), wm.next(10s), "watch next");
+  BOOST_TEST(static_cast<int>(e.type) == static_cast<int>(cs::watch_event::kind::deleted));
+  BOOST_TEST(e.key == "moved");
+}
+
+// Stores without connections of their own: file_store refuses; hash_store
+// keeps the key as a plain set would (one handle: it lives with the store).
+BOOST_AUTO_TEST_CASE(stores_without_owned_keys, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  corodist::test::temp_file file;
+  auto f = std::make_shared<cs::file_store>(loop.get_executor(), file.path);
+  BOOST_CHECK_THROW(corodist::run_blocking(loop.get_executor(), f->set_owned("k", "v"), "set_owned"),
+                    corodist::usage_error);
+  auto h = std::make_shared<cs::hash_store>(loop.get_executor());
+  corodist::run_blocking(loop.get_executor(), h->set_owned("k", "v"), "set_owned");
+  BOOST_TEST(cs::sync_store(h).get("k") == "v");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

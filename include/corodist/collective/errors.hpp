@@ -45,6 +45,30 @@ public:
       : error(message), collective_failure(std::move(op), rank, seq) {}
 };
 
+/// A rank of the group was lost: its process died (its connections were
+/// reset or closed) or its member key vanished from the store (its
+/// connection to the store closed, or the store server's heartbeat deadline
+/// passed: a hung or partitioned rank). The group is aborted: every pending
+/// and later collective fails with this error. `what()` names the collective,
+/// this rank, and "rank 2 lost: <reason>"; form a new group over the
+/// survivors to go on.
+class rank_lost_error : public collective_error {
+public:
+  /// `message` is the whole text; `lost` is the lost rank; `op`, `rank`
+  /// (the reporting rank) and `seq` as for `collective_error`.
+  rank_lost_error(const std::string& message, int lost, std::string op, int rank, std::uint64_t seq)
+      : collective_error(message, std::move(op), rank, seq), lost_(lost) {}
+
+  /// The rank that was lost (not the reporting rank, which
+  /// `collective_failure::rank()` and `reporting_rank()` give).
+  int rank() const noexcept { return lost_; }
+  /// The rank that reports the failure.
+  int reporting_rank() const noexcept { return collective_failure::rank(); }
+
+private:
+  int lost_;
+};
+
 /// A collective did not finish before its deadline (a rank never joined it,
 /// or it was too slow). The group is aborted: later collectives fail with
 /// `collective_error`. Also a `corodist::timeout_error`.

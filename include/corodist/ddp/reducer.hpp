@@ -92,9 +92,13 @@ public:
   /// gradients in place (copied back, or in the bucket views). Throws
   /// `missing_gradients_error` naming the gradients never marked (without
   /// find_unused_parameters; the group is then aborted), and rethrows the
-  /// first failure of the iteration's collectives (`collective_error` when a
-  /// rank died, `collective_timeout_error` at the deadline). Usable from a
-  /// coroutine on any executor; resumes there.
+  /// first failure of the iteration's collectives (`rank_lost_error` naming
+  /// the rank when a rank died or its member key vanished, `collective_error`
+  /// for other failures, `collective_timeout_error` at the deadline). After a
+  /// failure the iteration is over all the same: its gradients are not to be
+  /// used (some buckets may be half reduced), and the next
+  /// prepare_for_backward() starts afresh, on a new group after set_group().
+  /// Usable from a coroutine on any executor; resumes there.
   [[nodiscard]] asio::awaitable<void> finalize();
 
   /// Blocking form of finalize() for plain threads (throws `usage_error` on a loop thread).
@@ -149,6 +153,17 @@ public:
 
   /// The process group.
   collective::process_group& group() const noexcept;
+
+  /// Continues on `g` from the next iteration on (a group re-formed over the
+  /// survivors after a `rank_lost_error`): no collective runs now (the
+  /// parameters are assumed equal on `g`'s ranks, as after a step every
+  /// survivor discarded alike), the bucket layout stays, and gradients are
+  /// averaged over `g->size()` ranks from then on (the default reduction, the
+  /// 16-bit path and the built-in hooks all divide by the group's size). Call
+  /// between iterations, from the thread that drives them; throws
+  /// `usage_error` when `g` is null or inside an iteration (after
+  /// prepare_for_backward(), before finalize() returned or threw).
+  void set_group(std::shared_ptr<collective::process_group> g);
 
 private:
   struct impl;

@@ -40,6 +40,12 @@ struct segment {
   asio::const_buffer data;
 };
 
+/// The default of `connection_options::peer_timeout`: `CORODIST_PEER_TIMEOUT_MS`
+/// from the environment when it is set to a whole number of milliseconds (0:
+/// off), else `connection_options::default_peer_timeout` (10 s); an invalid
+/// value is logged once and ignored. Read at each call; any thread.
+std::chrono::milliseconds configured_peer_timeout() noexcept;
+
 /// Limits and deadlines of a connection. The defaults are the named constants.
 struct connection_options {
   static constexpr std::size_t default_max_frame_size = std::size_t{1} << 30;          // 1 GiB
@@ -48,6 +54,8 @@ struct connection_options {
   static constexpr std::chrono::milliseconds default_request_timeout = 60s;
   static constexpr std::chrono::milliseconds default_handshake_timeout = 10s;
   static constexpr std::chrono::milliseconds default_frame_timeout = 30s;
+  /// peer_timeout's default unless CORODIST_PEER_TIMEOUT_MS says otherwise.
+  static constexpr std::chrono::milliseconds default_peer_timeout = 10s;
 
   /// Largest payload accepted from the peer (and sent to it).
   std::size_t max_frame_size = default_max_frame_size;
@@ -63,6 +71,12 @@ struct connection_options {
   /// An incomplete incoming frame that receives no byte for this long closes the
   /// connection (errc::frame_stalled); zero means never.
   std::chrono::milliseconds frame_timeout = default_frame_timeout;
+  /// Failure detection once started: each side sends a heartbeat (a control
+  /// frame never delivered to the request handler) when it has sent nothing
+  /// for about a quarter of this, and a connection that receives no byte for
+  /// this long closes with errc::peer_timed_out (a peer that hangs, or a
+  /// network that drops everything). Zero: off. Default: configured_peer_timeout().
+  std::chrono::milliseconds peer_timeout = configured_peer_timeout();
   /// A cap shared with other connections on their queued output together (see
   /// output_budget); null: none.
   std::shared_ptr<output_budget> shared_output;
@@ -147,7 +161,9 @@ public:
   /// Queues a one-way frame (no response).
   std::error_code send(std::uint16_t kind, bytes payload, std::vector<segment> segments = {});
 
-  /// Closes the socket; pending requests fail with `reason`. Idempotent.
+  /// Closes the socket; pending requests fail with `errc::connection_closed`
+  /// (with `errc::peer_timed_out` if that is `reason`); the close handler
+  /// receives `reason`. Idempotent.
   void close(std::error_code reason = errc::connection_closed);
 
   /// True until closed.
@@ -200,6 +216,8 @@ private:
   void complete(std::uint64_t id, response r);
   void arm_timer(std::chrono::steady_clock::time_point deadline);
   void on_timer();
+  void arm_heartbeat();
+  void on_heartbeat(bool confirming);
 
   asio::ip::tcp::socket socket_;
   connection_options opts_;
@@ -207,6 +225,9 @@ private:
   std::unique_ptr<asio::steady_timer> timer_; // request deadlines; made on first use
   std::unique_ptr<asio::steady_timer> stall_timer_; // frame_timeout watchdog; made on first use
   std::chrono::steady_clock::time_point progress_at_; // last byte of an incomplete frame
+  std::unique_ptr<asio::steady_timer> heartbeat_timer_; // peer_timeout: heartbeats and silence; made at start
+  std::chrono::steady_clock::time_point received_at_;   // last read completion
+  std::chrono::steady_clock::time_point sent_at_;       // last write handed to the socket
   bool in_frame_ = false;           // a read of an incomplete frame is pending
   bool stall_watch_armed_ = false;
   bool stalled_ = false;

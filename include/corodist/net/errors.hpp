@@ -27,6 +27,7 @@ enum class errc {
   auth_failed,          ///< the token was refused (or the peer's answer was wrong)
   frame_stalled,        ///< no byte of an incomplete frame arrived within frame_timeout
   auth_not_offered,     ///< this side holds a token but the server does not authenticate
+  peer_timed_out,       ///< nothing at all was received from the peer for peer_timeout
 };
 
 /// The category of `errc` ("corodist.net").
@@ -35,8 +36,9 @@ const std::error_category& net_category() noexcept;
 /// Makes an error_code of net_category().
 inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), net_category()}; }
 
-/// Throws the corodist exception matching `ec` (timeout_error, connection_error,
-/// protocol_error or error), prefixed with `context`. No-op for a zero `ec`.
+/// Throws the corodist exception matching `ec` (timeout_error, connection_error
+/// -- also for peer_timed_out: the connection is lost --, protocol_error or
+/// error), prefixed with `context`. No-op for a zero `ec`.
 void throw_net_error(std::error_code ec, const std::string& context);
 
 } // namespace corodist::net

@@ -16,11 +16,16 @@ namespace corodist::net {
 
 /// "CDST" read as a little-endian u32: the first four bytes of a native connection.
 inline constexpr std::uint32_t protocol_magic = 0x54534443;
-/// The version this build speaks.
-inline constexpr std::uint16_t protocol_version = 2;
+/// The version this build speaks (3: heartbeats, frames of control_kind).
+inline constexpr std::uint16_t protocol_version = 3;
 /// Size of the hello and of a frame header, in bytes.
 inline constexpr std::size_t hello_size = 16;
 inline constexpr std::size_t header_size = 16;
+
+/// A frame kind reserved for the connection itself (a one-way frame with an
+/// empty payload is a heartbeat): handled inside net::connection and never
+/// delivered to a request handler, so upper layers must not use it.
+inline constexpr std::uint16_t control_kind = 0xffff;
 
 /// Frame flags.
 namespace frame_flags {

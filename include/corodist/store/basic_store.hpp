@@ -41,6 +41,7 @@ protected:
 
 private:
   asio::awaitable<void> do_set(std::string key, std::string value) final;
+  asio::awaitable<void> do_set_owned(std::string key, std::string value) final;
   asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) final;
   asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) final;
   asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) final;

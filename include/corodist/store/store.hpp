@@ -52,6 +52,21 @@ public:
     return on_executor(do_set(std::move(key), std::move(value)));
   }
 
+  /// Stores `value` under `key` as `set` does, owned by this client: the key
+  /// lives only as long as this client's connection to the store. When the
+  /// connection closes for any reason (the client is closed or destroyed, its
+  /// process dies, the connection is reset, or the server's heartbeat
+  /// deadline passes), the server deletes the key if this client still owns
+  /// it: watchers see `deleted`, waiters go on waiting. A later write of the
+  /// key by anyone (set, set_owned, add, append, compare_set that stores,
+  /// delete_key) takes the ownership away. Supported by tcp_store and
+  /// prefix_store over one; hash_store (one handle, in-process) keeps the key
+  /// for the store's life, as `set`; file_store and torch_store throw
+  /// `usage_error`.
+  [[nodiscard]] asio::awaitable<void> set_owned(std::string key, std::string value) {
+    return on_executor(do_set_owned(std::move(key), std::move(value)));
+  }
+
   /// Returns the value of `key`, waiting up to `timeout()` for it to be set.
   [[nodiscard]] asio::awaitable<std::string> get(std::string key) {
     return on_executor(do_get(std::move(key), timeout_));
@@ -146,6 +161,9 @@ public:
 
 protected:
   virtual asio::awaitable<void> do_set(std::string key, std::string value) = 0;
+  /// Owned keys; the default throws `usage_error` naming the store's type (a
+  /// store without connections of its own cannot tie a key to one).
+  virtual asio::awaitable<void> do_set_owned(std::string key, std::string value);
   virtual asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) = 0;
   virtual asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) = 0;
   virtual asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) = 0;
