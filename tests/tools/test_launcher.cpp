@@ -421,8 +421,8 @@ BOOST_AUTO_TEST_CASE(spent_restarts_end_with_the_status_and_the_last_stderr_line
   BOOST_TEST(count_lines(l.err(), "corodist-run:   [1] err line 24") == 1u);
   BOOST_TEST(count_lines(l.err(), "corodist-run:   [1] err line 5") == 1u);
   BOOST_TEST(count_lines(l.err(), "corodist-run:   [1] err line 4") == 0u);
-  // Rank 0 ran twice and was stopped twice.
-  BOOST_TEST(count_lines(l.out(), "[0] got SIGTERM") == 2u);
+  // Rank 1 ran twice.
+  BOOST_TEST(count_lines(l.err(), "[1] err line 0") == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(a_second_node_that_comes_within_the_window_joins, *utf::timeout(120)) {
@@ -515,17 +515,19 @@ BOOST_AUTO_TEST_CASE(a_worker_of_an_old_generation_cannot_join, *utf::timeout(90
   });
   BOOST_TEST(stale.wait() == 0);
 
-  corodist::event_loop loop;
-  loop.start();
-  cs::tcp_store_options to;
-  to.port = port;
-  to.auth_token = "";
-  cs::sync_store s(cs::tcp_store::connect_sync(loop.get_executor(), to));
-  BOOST_TEST(s.get(cs::detail::generation_key) == "1");
-  // Each generation's two ranks claimed their keys under its own prefix.
-  for (int g : {0, 1})
-    BOOST_TEST(s.list_keys(cs::detail::generation_prefix(g) + "/corodist/rdzv/rank/").size() == 2u);
-  s.set(cs::detail::generation_prefix(1) + "/release", "1");
+  {
+    corodist::event_loop loop;
+    loop.start();
+    cs::tcp_store_options to;
+    to.port = port;
+    to.auth_token = "";
+    cs::sync_store s(cs::tcp_store::connect_sync(loop.get_executor(), to));
+    BOOST_TEST(s.get(cs::detail::generation_key) == "1");
+    // Each generation's two ranks claimed their keys under its own prefix.
+    for (int g : {0, 1})
+      BOOST_TEST(s.list_keys(cs::detail::generation_prefix(g) + "/corodist/rdzv/rank/").size() == 2u);
+    s.set(cs::detail::generation_prefix(1) + "/release", "1");
+  } // disconnected: the launcher need not wait for us
   int st = l.finish(60s);
   BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
 }
