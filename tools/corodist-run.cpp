@@ -79,8 +79,9 @@ constexpr auto host_linger = std::chrono::seconds(5);
 /// The launchers' waits on the store are cut in slices this long, so that a
 /// signal to the launcher is seen between them.
 constexpr auto wait_slice = std::chrono::milliseconds(250);
-/// A watcher's wait for the end of a generation is renewed after this long.
-constexpr auto watch_slice = std::chrono::seconds(60);
+/// A watcher's wait for the end of a generation is renewed after this long
+/// (shorter than the 5 s after which the store client warns of a long wait).
+constexpr auto watch_slice = std::chrono::seconds(2);
 
 int signal_pipe[2] = {-1, -1};
 int wake_pipe[2] = {-1, -1}; // the store watcher (on the loop thread) wakes the supervisor

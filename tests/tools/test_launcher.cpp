@@ -407,6 +407,30 @@ BOOST_AUTO_TEST_CASE(a_failure_restarts_every_worker_under_a_new_generation, *ut
                                   "(restart 1 of 2)") == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(every_node_restarts_when_a_rank_of_one_fails, *utf::timeout(120)) {
+  // Two launchers as two nodes; rank 2 (node 1) fails on its first start:
+  // both nodes' workers start again under generation 1.
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<launched>> nodes;
+  for (int node : {1, 0})
+    nodes.push_back(std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc", "2", "--max-restarts", "1",
+        "--master-addr", "127.0.0.1", "--master-port", port, "--", rank_path, "rdzv-report", "rdzv-report",
+        "rdzv-report:7", "rdzv-report"}));
+  std::set<int> restarted;
+  for (auto& n : nodes) {
+    int st = n->finish(90s);
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+    BOOST_TEST(count_lines(n->err(), "node 1: rank 2 (pid ") == 1u);
+    BOOST_TEST(count_lines(n->err(), "restarting the workers of every node under generation 1 (restart 1 of 1)") ==
+               1u);
+    for (auto& [r, rest] : prefixed(n->out()))
+      if (rest == "rank " + std::to_string(r) + " of 4 gen 1 restart 1")
+        restarted.insert(r);
+  }
+  BOOST_TEST((restarted == std::set<int>{0, 1, 2, 3}));
+}
+
 BOOST_AUTO_TEST_CASE(spent_restarts_end_with_the_status_and_the_last_stderr_lines, *utf::timeout(90)) {
   // Rank 1 writes 25 lines on stderr and exits with 9, on every start.
   launched l({"--nproc", "2", "--max-restarts", "1", "--grace-period", "2", "--", rank_path, "wait-signal",
