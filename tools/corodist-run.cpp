@@ -468,6 +468,8 @@ private:
   // Joins the round of generation_ (and of later ones when this node came
   // after a round had closed); false when the job ended meanwhile.
   bool join_round() {
+    if (generation_ == 0 && sync_->check({corodist::store::detail::generation_key}))
+      generation_ = to_int(sync_->get(corodist::store::detail::generation_key)); // a node that comes late
     for (;;) {
       const auto base = round_key(generation_);
       const auto slot = sync_->add(base + "joined", 1);
@@ -504,8 +506,20 @@ private:
           return true;
         }
       }
-      say("this node came after the rendezvous of generation " + std::to_string(generation_) + " closed with " +
-          std::to_string(a.nodes) + " nodes: it joins the next generation");
+      if (a.nodes < s_.max_nodes) {
+        // Room for this node: the running generation ends, and every node
+        // meets again with it (a change of membership, not a restart: as
+        // torchrun's waiting nodes).
+        say("this node came after the rendezvous of generation " + std::to_string(generation_) + " closed with " +
+            std::to_string(a.nodes) + " of at most " + std::to_string(s_.max_nodes) +
+            " nodes: the running workers are stopped to admit it");
+        (void)sync_->compare_set(round_key(generation_) + "end", "",
+                                 "admit a node is waiting to join the job (" + std::to_string(a.nodes) + " of at most " +
+                                     std::to_string(s_.max_nodes) + " nodes)");
+      } else {
+        say("this node came after the rendezvous of generation " + std::to_string(generation_) + " closed with " +
+            std::to_string(a.nodes) + " nodes, the most --nnodes allows: it waits for the next generation");
+      }
       ++generation_;
     }
   }
@@ -583,8 +597,9 @@ private:
       const auto end = supervise_generation();
       if (auto code = decide(end))
         return *code;
+      if (!split_word(end).first.starts_with("admit"))
+        ++restart_count_;
       ++generation_;
-      ++restart_count_;
     }
   }
 
@@ -612,6 +627,12 @@ private:
                          std::to_string(generation_ + 1) + " (restart " + std::to_string(restart_count_ + 1) + " of " +
                          std::to_string(s_.max_restarts) + ")";
       say(line);
+      failure_.reset();
+      return std::nullopt;
+    }
+    if (word == "admit") {
+      say(rest + ": restarting the workers of every node under generation " + std::to_string(generation_ + 1) +
+          " (not counted as a restart)");
       failure_.reset();
       return std::nullopt;
     }

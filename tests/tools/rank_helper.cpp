@@ -15,6 +15,8 @@
 //                       else leave as `rendezvous` does
 //   rdzv-hold[:N]       as rdzv-report, but instead of leaving print "holding" and wait
 //                       for the key "release" in the rendezvous' store
+//   rdzv-grow:N         env:// rendezvous; print "rank R of W gen G restart C"; in a world
+//                       smaller than N print "holding" and wait to be stopped; else leave
 //   stderr-exit:N:K     write "err line 0" .. "err line K-1" on stderr, then exit with status N
 //   ft                  env:// rendezvous; print "rank R restart C pid P"; rank 0 of restart
 //                       0 prints "ready" and waits (to be killed); rank 0 restarted sets the
@@ -96,6 +98,24 @@ int rendezvous_and_report(int fail_status, bool hold) {
     s.wait({"release"}, std::chrono::seconds(50));
     return 0;
   }
+  leave(s, rank, world);
+  return 0;
+}
+
+int grow(int want) {
+  corodist::event_loop loop;
+  loop.start();
+  auto [store, rank, world] = cs::rendezvous(loop, "env://", options());
+  std::printf("rank %d of %d gen %s restart %d\n", rank, world, env_or("CORODIST_GENERATION", "-"), restart_count());
+  std::fflush(stdout);
+  if (world < want) {
+    std::printf("holding\n");
+    std::fflush(stdout);
+    std::signal(SIGTERM, on_signal);
+    wait_for_signal();
+    return 0;
+  }
+  cs::sync_store s(store);
   leave(s, rank, world);
   return 0;
 }
@@ -229,6 +249,8 @@ int main(int argc, char** argv) {
       const int fail = mode.find(':') != std::string::npos ? std::atoi(arg(1).c_str()) : 0;
       return rendezvous_and_report(fail, hold);
     }
+    if (mode.rfind("rdzv-grow:", 0) == 0)
+      return grow(std::atoi(arg(1).c_str()));
     if (mode == "ft")
       return fault_tolerant();
   } catch (const std::exception& e) {

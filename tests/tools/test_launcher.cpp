@@ -483,6 +483,33 @@ BOOST_AUTO_TEST_CASE(min_nodes_start_alone_after_the_window, *utf::timeout(60)) 
   BOOST_TEST(count_lines(l.err(), "generation 0: node 0 of 1, ranks 0..1 of 2") == 1u);
 }
 
+// A node that comes once the job runs with fewer than MAX nodes: the running
+// workers are stopped and every node meets again with it (not a restart).
+BOOST_AUTO_TEST_CASE(a_late_node_is_admitted_under_a_new_generation, *utf::timeout(120)) {
+  const std::string port = std::to_string(free_port());
+  auto node = [&] {
+    return std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "1:2", "--join-window", "0.2", "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port",
+        port, "--", rank_path, "rdzv-grow:2"});
+  };
+  auto first = node();
+  BOOST_REQUIRE(first->wait_for_lines("[0] holding", 1, 60s)); // generation 0 runs alone
+  auto second = node();
+  std::set<std::string> rows;
+  for (auto* n : {first.get(), second.get()}) {
+    int st = n->finish(90s);
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+    for (auto& [r, rest] : prefixed(n->out()))
+      rows.insert(rest);
+  }
+  BOOST_TEST(rows.count("rank 0 of 1 gen 0 restart 0") == 1u);
+  BOOST_TEST(rows.count("rank 0 of 2 gen 1 restart 0") == 1u);
+  BOOST_TEST(rows.count("rank 1 of 2 gen 1 restart 0") == 1u);
+  BOOST_TEST(count_lines(first->err(), "a node is waiting to join the job (1 of at most 2 nodes): restarting the "
+                                       "workers of every node under generation 1 (not counted as a restart)") == 1u);
+  BOOST_TEST(count_lines(second->err(), "the running workers are stopped to admit it") == 1u);
+}
+
 // Rank 0, which used to host the store, is killed with SIGKILL: the store is
 // the launcher's, so rank 1 goes on using it; --restart-policy worker starts
 // rank 0 alone again (same generation), it rejoins the rendezvous and tells
