@@ -510,6 +510,24 @@ BOOST_AUTO_TEST_CASE(a_late_node_is_admitted_under_a_new_generation, *utf::timeo
   BOOST_TEST(count_lines(second->err(), "the running workers are stopped to admit it") == 1u);
 }
 
+// The store lives in node 0's launcher: its death ends the job on the other nodes.
+BOOST_AUTO_TEST_CASE(the_death_of_node_0s_launcher_ends_the_job, *utf::timeout(120)) {
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<launched>> nodes;
+  for (int node : {0, 1})
+    nodes.push_back(std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc", "1", "--max-restarts", "3", "--master-addr",
+        "127.0.0.1", "--master-port", port, "--", rank_path, "rdzv-hold"}));
+  BOOST_REQUIRE(nodes[1]->wait_for_lines("[1] holding", 1, 60s));
+  ::kill(nodes[0]->pid(), SIGKILL);
+  nodes[0]->finish();
+  int st = nodes[1]->finish(60s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 1));
+  BOOST_TEST(count_lines(nodes[1]->err(), "corodist-run: lost the job's store at 127.0.0.1:" + port +
+                                              " (the launcher of node 0 hosts it: has it ended?)") == 1u);
+  BOOST_TEST(count_lines(nodes[1]->err(), "restarting") == 0u); // no restart without the store
+}
+
 // Rank 0, which used to host the store, is killed with SIGKILL: the store is
 // the launcher's, so rank 1 goes on using it; --restart-policy worker starts
 // rank 0 alone again (same generation), it rejoins the rendezvous and tells
