@@ -27,6 +27,7 @@
 #include <vector>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -599,6 +600,45 @@ BOOST_AUTO_TEST_CASE(a_worker_of_an_old_generation_cannot_join, *utf::timeout(90
   } // disconnected: the launcher need not wait for us
   int st = l.finish(60s);
   BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+}
+
+// PyTorch ranks under corodist-run: TORCHELASTIC_USE_AGENT_STORE makes them
+// clients of the launcher's store (its server speaks TCPStore's protocol), and
+// a restart gives them a new TORCHELASTIC_RESTART_COUNT (their prefix).
+BOOST_AUTO_TEST_CASE(pytorch_ranks_use_the_launchers_store_across_a_restart, *utf::timeout(120)) {
+  const char* env_python = std::getenv("CORODIST_TEST_PYTHON");
+  const std::string python = env_python ? env_python : "/usr/bin/python3";
+  {
+    corodist::tools::spawn_options o;
+    o.argv = {python, "-c", "import torch.distributed as d; assert d.is_gloo_available()"};
+    int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    o.stdout_fd = o.stderr_fd = devnull;
+    int st = -1;
+    try {
+      pid_t pid = corodist::tools::spawn(o);
+      ::waitpid(pid, &st, 0);
+    } catch (const std::system_error&) {
+    }
+    ::close(devnull);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+      BOOST_TEST_MESSAGE("skipped: " << python << " cannot import torch with gloo");
+      return;
+    }
+  }
+  launched l({"--nproc", "2", "--max-restarts", "1", "--", python, "-c",
+              "import os, torch, torch.distributed as d\n"
+              "d.init_process_group('gloo', init_method='env://')\n"
+              "t = torch.ones(1) * (d.get_rank() + 1)\n"
+              "d.all_reduce(t)\n"
+              "c = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+              "print('sum', int(t.item()), 'restart', c, flush=True)\n"
+              "d.barrier()\n"
+              "if d.get_rank() == 1 and c == '0': raise SystemExit(3)\n"});
+  int st = l.finish(90s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  for (int r : {0, 1})
+    for (int c : {0, 1})
+      BOOST_TEST(count_lines(l.out(), "[" + std::to_string(r) + "] sum 3 restart " + std::to_string(c)) == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
