@@ -458,8 +458,8 @@ private:
   std::string must_wait_key(const std::string& key, const std::string& what) {
     auto v = wait_key(key, to_ms(s_.join_timeout_s));
     if (!v)
-      throw corodist::timeout_error("gave up after " + fmt_seconds(s_.join_timeout_s) + " (--join-timeout) waiting for " +
-                                    what);
+      throw corodist::timeout_error("gave up after " + fmt_seconds(s_.join_timeout_s) +
+                                    " (--join-timeout) waiting for " + what);
     return *v;
   }
 
@@ -514,8 +514,8 @@ private:
             std::to_string(a.nodes) + " of at most " + std::to_string(s_.max_nodes) +
             " nodes: the running workers are stopped to admit it");
         (void)sync_->compare_set(round_key(generation_) + "end", "",
-                                 "admit a node is waiting to join the job (" + std::to_string(a.nodes) + " of at most " +
-                                     std::to_string(s_.max_nodes) + " nodes)");
+                                 "admit a node is waiting to join the job (" + std::to_string(a.nodes) +
+                                     " of at most " + std::to_string(s_.max_nodes) + " nodes)");
       } else {
         say("this node came after the rendezvous of generation " + std::to_string(generation_) + " closed with " +
             std::to_string(a.nodes) + " nodes, the most --nnodes allows: it waits for the next generation");
@@ -775,7 +775,8 @@ private:
   // A rank failed: restart it alone (--restart-policy worker), or stop this
   // node's ranks and end the generation with a restart or a failure.
   void on_failure(rank_process& r, const std::string& what, int code) {
-    const std::string who = "rank " + std::to_string(r.rank) + (r.pid > 0 ? " (pid " + std::to_string(r.pid) + ")" : "");
+    const std::string who =
+        "rank " + std::to_string(r.rank) + (r.pid > 0 ? " (pid " + std::to_string(r.pid) + ")" : "");
     if (s_.policy == restart_policy::worker && worker_restarts_ < s_.max_restarts && r.pid > 0) {
       ++worker_restarts_;
       say(who + " failed: " + what + "; restarting it (restart " + std::to_string(worker_restarts_) + " of " +

@@ -415,14 +415,17 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
         const auto current = to_int(url, "the job's generation", current_text);
         if (current != mine)
           throw store_error("rendezvous at " + url + ": this worker (rank " + std::to_string(rank) +
-                            ") was started for generation " + std::to_string(mine) + " of the job, which is at generation " +
-                            current_text + " now (corodist-run restarted its workers since): a worker of an earlier "
-                            "generation cannot join a later one");
+                            ") was started for generation " + std::to_string(mine) +
+                            " of the job, which is at generation " + current_text +
+                            " now (corodist-run restarted its workers since): a worker of an earlier generation "
+                            "cannot join a later one");
       }
       result.store = std::make_shared<prefix_store>(detail::generation_prefix(mine), client);
     }
   }
-  const long restart = env.use_agent_store && env.restart_count ? to_int(url, "restart count ($TORCHELASTIC_RESTART_COUNT)", *env.restart_count) : -1;
+  const long restart = env.use_agent_store && env.restart_count
+                           ? to_int(url, "restart count ($TORCHELASTIC_RESTART_COUNT)", *env.restart_count)
+                           : -1;
   co_await join(*result.store, url, where, rank, world, opts.timeout, restart);
   found.claim->joined(result.store);
   co_return result;
