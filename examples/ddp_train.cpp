@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     const int steps = argc > 1 ? std::atoi(argv[1]) : 50;
     corodist::event_loop loop;
     loop.start();
-    // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from corodist-run (rank 0 hosts the store).
+    // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from corodist-run (its launcher hosts the store).
     auto pg = cc::gloo_group::create_sync(loop, "env://");
     const int rank = pg->rank(), world = pg->size();
     if (samples % static_cast<std::size_t>(world) != 0) {

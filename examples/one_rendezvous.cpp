@@ -57,5 +57,5 @@ int main() {
               v[0], v[1], v[2], v[3], greeting.c_str());
 
   remote_vector = {}; // the owner may delete its vector
-  rpc.shutdown();     // graceful: waits until every worker is done; rank 0, which hosts the store, leaves last
+  rpc.shutdown();     // graceful: waits until every worker is done; rank 0, which hosts the store without a launcher, leaves last
 }

@@ -21,7 +21,7 @@ int main() {
   corodist::event_loop loop;
   loop.start();
   corodist::rpc::agent_options o;
-  o.init_method = "env://"; // RANK and WORLD_SIZE from corodist-run; rank 0 hosts the store
+  o.init_method = "env://"; // RANK and WORLD_SIZE from corodist-run, whose launcher hosts the store
   const char* rank = std::getenv("RANK");
   o.name = rank && std::string(rank) == "0" ? "server" : "client";
   corodist::rpc::agent rpc(loop, o);

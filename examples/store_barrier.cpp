@@ -2,7 +2,8 @@
 //
 //   corodist-run --nproc-per-node 3 store_barrier
 //
-// Every rank finds the others through env:// (rank 0 hosts the store server),
+// Every rank finds the others through env:// (corodist-run's launcher hosts the store server;
+// without one, rank 0 does),
 // publishes a key, waits at a barrier, and reads what the others published.
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/rendezvous.hpp>
@@ -26,6 +27,6 @@ int main() {
     seen += s.get("hello/" + std::to_string(r)) + (r + 1 < world ? ", " : "");
   std::printf("rank %d of %d sees: %s\n", rank, world, seen.c_str());
 
-  // Rank 0's process hosts the store: nobody leaves before everyone is done with it.
+  // Without a launcher rank 0's process hosts the store: nobody leaves before everyone is done with it.
   s.barrier("done", world);
 }

@@ -7,7 +7,9 @@
 #include <system_error>
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,6 +70,8 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   for (int fd = 0; fd < 3 && !err; ++fd)
     if (targets[fd] >= 0 && targets[fd] != fd && ::dup2(targets[fd], fd) < 0)
       err = errno;
+  if (!err && o.close_other_fds)
+    ::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC); // best effort: old kernels lack it
   if (!err) {
     ::execvpe(argv[0], argv, envp);
     err = errno;

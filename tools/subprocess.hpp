@@ -29,6 +29,10 @@ struct spawn_options {
   bool new_process_group = false;
   /// The child gets SIGKILL if the thread that started it dies (PR_SET_PDEATHSIG).
   bool die_with_parent = false;
+  /// Every descriptor of ours above 2 is closed in the child at exec
+  /// (close_range with CLOSE_RANGE_CLOEXEC; a kernel without it leaves them),
+  /// so that sockets opened without close-on-exec (Asio's) are not inherited.
+  bool close_other_fds = false;
 };
 
 /// Forks and execs `o.argv` with signal dispositions and mask reset to the

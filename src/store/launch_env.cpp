@@ -110,6 +110,9 @@ launch_env read_launch_env() {
   e.local_rank = env("LOCAL_RANK");
   e.master_addr = env("MASTER_ADDR");
   e.master_port = env("MASTER_PORT");
+  e.use_agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
+  e.generation = env(generation_variable);
+  e.restart_count = env("TORCHELASTIC_RESTART_COUNT");
   if (!e.rank && !e.world_size) {
     auto procid = env("SLURM_PROCID");
     auto ntasks = env("SLURM_NTASKS");

@@ -3,6 +3,7 @@
 // and torchrun set, else those srun sets (SLURM_PROCID, SLURM_NTASKS,
 // SLURM_LOCALID, the first host of the step's or job's node list).
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,7 +18,22 @@ struct launch_env {
   std::optional<std::string> master_addr; ///< MASTER_ADDR, else the first Slurm host
   std::optional<std::string> master_port; ///< MASTER_PORT (no Slurm fallback)
   bool slurm = false;                     ///< rank and world size came from Slurm
+  /// TORCHELASTIC_USE_AGENT_STORE=True: the launcher hosts the store, every
+  /// rank (rank 0 included) connects to it as a client.
+  bool use_agent_store = false;
+  std::optional<std::string> generation;    ///< CORODIST_GENERATION (set by corodist-run)
+  std::optional<std::string> restart_count; ///< TORCHELASTIC_RESTART_COUNT
 };
+
+/// The variables corodist-run sets for its workers beyond torchrun's.
+inline constexpr const char* generation_variable = "CORODIST_GENERATION";
+/// The store key (not under any prefix) where corodist-run keeps the job's
+/// current generation, as decimal text; an env:// rendezvous of an older
+/// generation is refused.
+inline constexpr const char* generation_key = "corodist/run/generation";
+/// The prefix of every key of generation `g`'s workers (their env://
+/// rendezvous hands them a prefix_store on it): "corodist/gen/G".
+inline std::string generation_prefix(std::int64_t g) { return "corodist/gen/" + std::to_string(g); }
 
 /// Reads the environment now. RANK/WORLD_SIZE fall back to Slurm's only when
 /// both are absent (a half-set pair is reported as missing, not mixed).

@@ -1,5 +1,6 @@
 #include <corodist/core/error.hpp>
 #include <corodist/store/file_store.hpp>
+#include <corodist/store/prefix_store.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
@@ -163,6 +164,18 @@ std::string claimant() {
   return detail::this_process() + ", rendezvous " + std::to_string(++joins);
 }
 
+// The restart count in a claim ("..., restart 2"), -1 when it has none.
+long restart_of(const std::string& claim) {
+  constexpr std::string_view tag = ", restart ";
+  auto at = claim.rfind(tag);
+  if (at == std::string::npos)
+    return -1;
+  long v = -1;
+  auto first = claim.data() + at + tag.size();
+  auto [p, ec] = std::from_chars(first, claim.data() + claim.size(), v);
+  return ec == std::errc{} && p == claim.data() + claim.size() ? v : -1;
+}
+
 // Why a rank cannot join: its key names another claim, `holder`.
 [[noreturn]] void claimed_twice(const std::string& url, const std::string& where, int rank, const std::string& holder,
                                 const std::string& me) {
@@ -187,13 +200,30 @@ std::string claimant() {
 // Claims this rank, registers its arrival and waits for all: logs each step
 // at debug level and, on the warnings() schedule (after 5 s, then every 30 s),
 // a warning naming the ranks still missing.
+//
+// `restart` (corodist-run's TORCHELASTIC_RESTART_COUNT, -1 when not launched
+// so) goes into the claim: a worker that corodist-run restarted in place
+// (--restart-policy worker: same generation, same rank, a higher restart
+// count) takes over its predecessor's claim and finds the others arrived.
 asio::awaitable<void> join(store& s, const std::string& url, const std::string& where, int rank, int world,
-                           std::chrono::milliseconds timeout) {
+                           std::chrono::milliseconds timeout, long restart) {
   using ms = std::chrono::milliseconds;
-  const auto me = claimant();
-  const auto holder = co_await s.compare_set(std::string(rdzv) + "rank/" + std::to_string(rank), "", me);
-  if (holder != me)
-    claimed_twice(url, where, rank, holder, me);
+  const auto me = claimant() + (restart >= 0 ? ", restart " + std::to_string(restart) : std::string());
+  const auto key = std::string(rdzv) + "rank/" + std::to_string(rank);
+  auto holder = co_await s.compare_set(key, "", me);
+  if (holder != me) {
+    const long held = restart_of(holder);
+    if (restart < 0 || held < 0 || held >= restart)
+      claimed_twice(url, where, rank, holder, me);
+    holder = co_await s.compare_set(key, holder, me);
+    if (holder != me)
+      claimed_twice(url, where, rank, holder, me);
+    CORODIST_LOG_DEBUG("rendezvous at {}: rank {} rejoins after restart {} (it was held by {})", url, rank, restart,
+                       holder);
+    std::vector<std::string> done{std::string(rdzv) + "done"};
+    co_await s.wait(std::move(done), timeout);
+    co_return;
+  }
   auto arrived = co_await s.add(std::string(rdzv) + "arrived", 1);
   if (arrived > world) // every rank claimed once: the arrivals of an earlier rendezvous are counted here
     throw store_error("rendezvous at " + url + ": rank " + std::to_string(rank) + " is arrival " +
@@ -339,7 +369,9 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
   } else {
     auto port = static_cast<std::uint16_t>(to_int(url, "port", port_text));
     std::shared_ptr<store_server> server;
-    if (rank == 0) {
+    // Under corodist-run (and torchrun) the launcher of node 0 hosts the store:
+    // rank 0 is a client like the others.
+    if (rank == 0 && !env.use_agent_store) {
       // Bind the address we were given (resolved), not every interface.
       asio::ip::tcp::resolver resolver(ex);
       auto [ec, results] = co_await resolver.async_resolve(host, port_text,
@@ -373,8 +405,28 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     if (server) // rank 0's server lives as long as its store, and lingers for the others
       client->keep_until_destroyed(std::make_shared<host_linger>(ex, server, opts.host_linger));
     result.store = client;
+    if (env.use_agent_store && env.generation) {
+      // corodist-run's generation: the keys of this generation's workers live
+      // under a prefix of their own; a worker left from an earlier one is refused.
+      const auto mine = to_int(url, "generation ($CORODIST_GENERATION)", *env.generation);
+      std::vector<std::string> gen_key{detail::generation_key};
+      if (co_await client->check(gen_key)) {
+        const auto current_text = co_await client->get(detail::generation_key);
+        const auto current = to_int(url, "the job's generation", current_text);
+        if (current != mine)
+          throw store_error("rendezvous at " + url + ": this worker (rank " + std::to_string(rank) +
+                            ") was started for generation " + std::to_string(mine) +
+                            " of the job, which is at generation " + current_text +
+                            " now (corodist-run restarted its workers since): a worker of an earlier generation "
+                            "cannot join a later one");
+      }
+      result.store = std::make_shared<prefix_store>(detail::generation_prefix(mine), client);
+    }
   }
-  co_await join(*result.store, url, where, rank, world, opts.timeout);
+  const long restart = env.use_agent_store && env.restart_count
+                           ? to_int(url, "restart count ($TORCHELASTIC_RESTART_COUNT)", *env.restart_count)
+                           : -1;
+  co_await join(*result.store, url, where, rank, world, opts.timeout, restart);
   found.claim->joined(result.store);
   co_return result;
 }

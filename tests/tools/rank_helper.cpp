@@ -9,6 +9,18 @@
 //   ignore-term[:FIFO]  ignore SIGTERM, write a byte to FIFO (if given), print "ready", wait
 //   fail-after:FIFO:N   read a byte from FIFO, then exit with status N
 //   rendezvous          env:// rendezvous; print "rank R of W local L"; rank 0 leaves last
+//   report              print "rank R of W gen G restart C node N" from the launcher's variables
+//   rdzv-report[:N]     env:// rendezvous; print "rank R of W gen G restart C"; started with
+//                       restart count 0 and given N: say so on stderr and exit with status N;
+//                       else leave as `rendezvous` does
+//   rdzv-hold[:N]       as rdzv-report, but instead of leaving print "holding" and wait
+//                       for the key "release" in the rendezvous' store
+//   rdzv-grow:N         env:// rendezvous; print "rank R of W gen G restart C"; in a world
+//                       smaller than N print "holding" and wait to be stopped; else leave
+//   stderr-exit:N:K     write "err line 0" .. "err line K-1" on stderr, then exit with status N
+//   ft                  env:// rendezvous; print "rank R restart C pid P"; rank 0 of restart
+//                       0 prints "ready" and waits (to be killed); rank 0 restarted sets the
+//                       key "rejoined"; the others wait for that key and print "saw rank 0 rejoin"
 // Every mode that waits gives up after 60 s (alarm), so nothing outlives a broken test.
 
 #include <corodist/core/event_loop.hpp>
@@ -43,19 +55,104 @@ void wait_for_signal() {
     ::sigsuspend(&none);
 }
 
-int rendezvous() {
-  namespace cs = corodist::store;
-  corodist::event_loop loop;
-  loop.start();
+namespace cs = corodist::store;
+
+int restart_count() { return std::atoi(env_or("TORCHELASTIC_RESTART_COUNT", "0")); }
+
+// Rank 0 leaves once every other rank has.
+void leave(cs::sync_store& s, int rank, int world) {
+  if (rank == 0) {
+    std::vector<std::string> keys;
+    for (int r = 1; r < world; ++r)
+      keys.push_back("left/" + std::to_string(r));
+    if (!keys.empty())
+      s.wait(keys, std::chrono::seconds(20));
+  } else {
+    s.set("left/" + std::to_string(rank), "1");
+  }
+}
+
+cs::rendezvous_options options() {
   cs::rendezvous_options o;
   o.timeout = std::chrono::seconds(20);
   o.auth_token = "";
-  auto [store, rank, world] = cs::rendezvous(loop, "env://", o);
+  return o;
+}
+
+// rdzv-report and rdzv-hold.
+int rendezvous_and_report(int fail_status, bool hold) {
+  corodist::event_loop loop;
+  loop.start();
+  auto [store, rank, world] = cs::rendezvous(loop, "env://", options());
+  const int restarts = restart_count();
+  std::printf("rank %d of %d gen %s restart %d\n", rank, world, env_or("CORODIST_GENERATION", "-"), restarts);
+  std::fflush(stdout);
+  if (fail_status != 0 && restarts == 0) {
+    std::fprintf(stderr, "failing on purpose with status %d\n", fail_status);
+    return fail_status;
+  }
+  cs::sync_store s(store);
+  if (hold) {
+    std::printf("holding\n");
+    std::fflush(stdout);
+    s.wait({"release"}, std::chrono::seconds(50));
+    return 0;
+  }
+  leave(s, rank, world);
+  return 0;
+}
+
+int grow(int want) {
+  corodist::event_loop loop;
+  loop.start();
+  auto [store, rank, world] = cs::rendezvous(loop, "env://", options());
+  std::printf("rank %d of %d gen %s restart %d\n", rank, world, env_or("CORODIST_GENERATION", "-"), restart_count());
+  std::fflush(stdout);
+  if (world < want) {
+    std::printf("holding\n");
+    std::fflush(stdout);
+    std::signal(SIGTERM, on_signal);
+    wait_for_signal();
+    return 0;
+  }
+  cs::sync_store s(store);
+  leave(s, rank, world);
+  return 0;
+}
+
+int fault_tolerant() {
+  corodist::event_loop loop;
+  loop.start();
+  auto [store, rank, world] = cs::rendezvous(loop, "env://", options());
+  const int restarts = restart_count();
+  std::printf("rank %d restart %d pid %d\n", rank, restarts, static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  cs::sync_store s(store);
+  if (rank == 0 && restarts == 0) {
+    std::signal(SIGTERM, on_signal);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    wait_for_signal();
+    return 0;
+  }
+  if (rank == 0) {
+    s.set("rejoined", "1");
+    return 0;
+  }
+  s.wait({"rejoined"}, std::chrono::seconds(50));
+  std::printf("saw rank 0 rejoin\n");
+  return 0;
+}
+
+int rendezvous() {
+  corodist::event_loop loop;
+  loop.start();
+  auto [store, rank, world] = cs::rendezvous(loop, "env://", options());
   auto local = cs::local_rank_from_env();
   std::printf("rank %d of %d local %d\n", rank, world, local ? *local : -1);
   std::fflush(stdout);
   cs::sync_store s(store);
-  if (rank == 0) { // hosts the store: leaves once every other rank has
+  if (rank == 0) { // leaves once every other rank has
     std::vector<std::string> keys;
     for (int r = 1; r < world; ++r)
       keys.push_back("left/" + std::to_string(r));
@@ -132,13 +229,33 @@ int main(int argc, char** argv) {
       return 3;
     return std::atoi(arg(2).c_str());
   }
-  if (mode == "rendezvous") {
-    try {
+  if (mode == "report") {
+    std::printf("rank %s of %s gen %s restart %s node %s\n", env_or("RANK", "-"), env_or("WORLD_SIZE", "-"),
+                env_or("CORODIST_GENERATION", "-"), env_or("TORCHELASTIC_RESTART_COUNT", "-"),
+                env_or("GROUP_RANK", "-"));
+    return 0;
+  }
+  if (mode.rfind("stderr-exit:", 0) == 0) {
+    const int lines = std::atoi(arg(2).c_str());
+    for (int i = 0; i < lines; ++i)
+      std::fprintf(stderr, "err line %d\n", i);
+    return std::atoi(arg(1).c_str());
+  }
+  try {
+    if (mode == "rendezvous")
       return rendezvous();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rendezvous failed: %s\n", e.what());
-      return 1;
+    if (mode.rfind("rdzv-report", 0) == 0 || mode.rfind("rdzv-hold", 0) == 0) {
+      const bool hold = mode.rfind("rdzv-hold", 0) == 0;
+      const int fail = mode.find(':') != std::string::npos ? std::atoi(arg(1).c_str()) : 0;
+      return rendezvous_and_report(fail, hold);
     }
+    if (mode.rfind("rdzv-grow:", 0) == 0)
+      return grow(std::atoi(arg(1).c_str()));
+    if (mode == "ft")
+      return fault_tolerant();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rendezvous failed: %s\n", e.what());
+    return 1;
   }
   std::fprintf(stderr, "corodist-test-rank: unknown mode '%s'\n", mode.c_str());
   return 2;

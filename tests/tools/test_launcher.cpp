@@ -9,6 +9,7 @@
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>
+#include <corodist/store/tcp_store.hpp>
 
 #include "store/launch_env.hpp"
 #include "subprocess.hpp"
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -320,6 +322,10 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_refused, *utf::timeout(60)) {
                                         {"--nproc", "2", "--nnodes", "2", "--node-rank", "2", "--master-addr",
                                          "127.0.0.1", "--master-port", "1234", "--", "true"},
                                         {"--nproc", "0", "--", "true"},
+                                        {"--nproc", "1", "--nnodes", "2:1", "--", "true"},
+                                        {"--nproc", "1", "--nnodes", "1:2", "--node-rank", "0", "--master-addr",
+                                         "127.0.0.1", "--master-port", "1234", "--", "true"},
+                                        {"--nproc", "1", "--restart-policy", "some", "--", "true"},
                                         {"--nproc", "1"}}) {
     launched l(args);
     int st = l.finish();
@@ -329,15 +335,23 @@ BOOST_AUTO_TEST_CASE(bad_arguments_are_refused, *utf::timeout(60)) {
 }
 
 BOOST_AUTO_TEST_CASE(multi_node_rank_arithmetic, *utf::timeout(60)) {
-  launched l({"--nnodes", "3", "--node-rank", "2", "--nproc", "2", "--master-addr", "10.0.0.1", "--master-port",
-              "29500", "--", rank_path, "env"});
-  BOOST_TEST(WEXITSTATUS(l.finish()) == 0);
+  // Three launchers as three "nodes" on loopback; node 0's hosts the store.
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<launched>> nodes;
+  for (int node : {2, 1, 0})
+    nodes.push_back(std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "3", "--node-rank", std::to_string(node), "--nproc", "2", "--master-addr", "127.0.0.1",
+        "--master-port", port, "--", rank_path, "env"}));
   std::map<int, std::string> rows;
-  for (auto& [r, rest] : prefixed(l.out()))
-    rows[r] = rest;
-  BOOST_REQUIRE(rows.size() == 2u);
-  BOOST_TEST(rows[4] == "R=4 W=6 L=0 LW=2 A=10.0.0.1 P=29500");
-  BOOST_TEST(rows[5] == "R=5 W=6 L=1 LW=2 A=10.0.0.1 P=29500");
+  for (auto& n : nodes) {
+    BOOST_TEST(WEXITSTATUS(n->finish()) == 0);
+    for (auto& [r, rest] : prefixed(n->out()))
+      rows[r] = rest;
+  }
+  BOOST_REQUIRE(rows.size() == 6u);
+  BOOST_TEST(rows[4] == "R=4 W=6 L=0 LW=2 A=127.0.0.1 P=" + port);
+  BOOST_TEST(rows[5] == "R=5 W=6 L=1 LW=2 A=127.0.0.1 P=" + port);
+  BOOST_TEST(rows[0] == "R=0 W=6 L=0 LW=2 A=127.0.0.1 P=" + port);
 }
 
 BOOST_AUTO_TEST_CASE(two_nodes_meet_in_one_env_rendezvous, *utf::timeout(90)) {
@@ -358,6 +372,273 @@ BOOST_AUTO_TEST_CASE(two_nodes_meet_in_one_env_rendezvous, *utf::timeout(90)) {
   BOOST_TEST(rows[1] == "rank 1 of 4 local 1");
   BOOST_TEST(rows[2] == "rank 2 of 4 local 0");
   BOOST_TEST(rows[3] == "rank 3 of 4 local 1");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- elastic launch --------------------------------------------------------
+
+namespace {
+
+/// How many lines of `text` contain `what`.
+std::size_t count_lines(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto& l : launched::lines(text))
+    n += l.find(what) != std::string::npos;
+  return n;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(elastic)
+
+BOOST_AUTO_TEST_CASE(a_failure_restarts_every_worker_under_a_new_generation, *utf::timeout(90)) {
+  // Rank 1 fails with status 7 on its first start, after the rendezvous; rank
+  // 0 waits for it and is stopped. Generation 1 runs both to the end.
+  launched l({"--nproc", "2", "--max-restarts", "2", "--", rank_path, "rdzv-report", "rdzv-report:7"});
+  int st = l.finish(60s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  BOOST_TEST(count_lines(l.out(), "[1] rank 1 of 2 gen 0 restart 0") == 1u);
+  BOOST_TEST(count_lines(l.out(), "[0] rank 0 of 2 gen 1 restart 1") == 1u);
+  BOOST_TEST(count_lines(l.out(), "[1] rank 1 of 2 gen 1 restart 1") == 1u);
+  BOOST_TEST(count_lines(l.out(), "gen 2") == 0u);
+  BOOST_TEST(count_lines(l.err(), "[1] failing on purpose with status 7") == 1u);
+  BOOST_TEST(count_lines(l.err(), "rank 1 (pid ") == 1u);
+  BOOST_TEST(count_lines(l.err(), "failed: exit status 7: restarting the workers of every node under generation 1 "
+                                  "(restart 1 of 2)") == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(every_node_restarts_when_a_rank_of_one_fails, *utf::timeout(120)) {
+  // Two launchers as two nodes; rank 2 (node 1) fails on its first start:
+  // both nodes' workers start again under generation 1.
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<launched>> nodes;
+  for (int node : {1, 0})
+    nodes.push_back(std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc", "2", "--max-restarts", "1",
+        "--master-addr", "127.0.0.1", "--master-port", port, "--", rank_path, "rdzv-report", "rdzv-report",
+        "rdzv-report:7", "rdzv-report"}));
+  std::set<int> restarted;
+  for (auto& n : nodes) {
+    int st = n->finish(90s);
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+    BOOST_TEST(count_lines(n->err(), "node 1: rank 2 (pid ") == 1u);
+    BOOST_TEST(count_lines(n->err(), "restarting the workers of every node under generation 1 (restart 1 of 1)") ==
+               1u);
+    for (auto& [r, rest] : prefixed(n->out()))
+      if (rest == "rank " + std::to_string(r) + " of 4 gen 1 restart 1")
+        restarted.insert(r);
+  }
+  BOOST_TEST((restarted == std::set<int>{0, 1, 2, 3}));
+}
+
+BOOST_AUTO_TEST_CASE(spent_restarts_end_with_the_status_and_the_last_stderr_lines, *utf::timeout(90)) {
+  // Rank 1 writes 25 lines on stderr and exits with 9, on every start.
+  launched l({"--nproc", "2", "--max-restarts", "1", "--grace-period", "2", "--", rank_path, "wait-signal",
+              "stderr-exit:9:25"});
+  int st = l.finish(60s);
+  BOOST_TEST(WIFEXITED(st));
+  BOOST_TEST(WEXITSTATUS(st) == 9);
+  BOOST_TEST(count_lines(l.err(), "restarting the workers of every node under generation 1 (restart 1 of 1)") == 1u);
+  BOOST_TEST(count_lines(l.err(), "failed: exit status 9; the other ranks were stopped; restarts spent (1)") == 1u);
+  BOOST_TEST(count_lines(l.err(), "corodist-run: the last 20 lines of rank 1's stderr:") == 1u);
+  // The report repeats the last 20 lines (5 to 24), not the earlier ones.
+  BOOST_TEST(count_lines(l.err(), "corodist-run:   [1] err line 24") == 1u);
+  BOOST_TEST(count_lines(l.err(), "corodist-run:   [1] err line 5") == 1u);
+  BOOST_TEST(count_lines(l.err(), "corodist-run:   [1] err line 4") == 0u);
+  // Rank 1 ran twice.
+  BOOST_TEST(count_lines(l.err(), "[1] err line 0") == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_second_node_that_comes_within_the_window_joins, *utf::timeout(120)) {
+  // --nnodes 1:2 on two launchers: whichever binds the port hosts the store;
+  // the window is long, and the second node's arrival (MAX) closes it.
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<launched>> nodes;
+  for (int i = 0; i < 2; ++i)
+    nodes.push_back(std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "1:2", "--join-window", "60", "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port",
+        port, "--", rank_path, "rendezvous"}));
+  std::map<int, std::string> rows;
+  for (auto& n : nodes) {
+    BOOST_TEST(WEXITSTATUS(n->finish(90s)) == 0);
+    for (auto& [r, rest] : prefixed(n->out()))
+      rows[r] = rest;
+    BOOST_TEST(count_lines(n->err(), " of 2, ranks ") == 1u); // "generation 0: node K of 2, ranks K..K of 2"
+  }
+  BOOST_TEST(rows.size() == 2u);
+  BOOST_TEST(rows[0] == "rank 0 of 2 local 0");
+  BOOST_TEST(rows[1] == "rank 1 of 2 local 0");
+}
+
+BOOST_AUTO_TEST_CASE(min_nodes_start_alone_after_the_window, *utf::timeout(60)) {
+  const std::string port = std::to_string(free_port());
+  launched l({"--nnodes", "1:2", "--join-window", "0.5", "--nproc", "2", "--master-addr", "127.0.0.1",
+              "--master-port", port, "--", rank_path, "rendezvous"});
+  BOOST_TEST(WEXITSTATUS(l.finish()) == 0);
+  std::map<int, std::string> rows;
+  for (auto& [r, rest] : prefixed(l.out()))
+    rows[r] = rest;
+  BOOST_TEST(rows[0] == "rank 0 of 2 local 0");
+  BOOST_TEST(rows[1] == "rank 1 of 2 local 1");
+  BOOST_TEST(count_lines(l.err(), "generation 0: node 0 of 1, ranks 0..1 of 2") == 1u);
+}
+
+// A node that comes once the job runs with fewer than MAX nodes: the running
+// workers are stopped and every node meets again with it (not a restart).
+BOOST_AUTO_TEST_CASE(a_late_node_is_admitted_under_a_new_generation, *utf::timeout(120)) {
+  const std::string port = std::to_string(free_port());
+  auto node = [&] {
+    return std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "1:2", "--join-window", "0.2", "--nproc", "1", "--master-addr", "127.0.0.1", "--master-port",
+        port, "--", rank_path, "rdzv-grow:2"});
+  };
+  auto first = node();
+  BOOST_REQUIRE(first->wait_for_lines("[0] holding", 1, 60s)); // generation 0 runs alone
+  auto second = node();
+  std::set<std::string> rows;
+  for (auto* n : {first.get(), second.get()}) {
+    int st = n->finish(90s);
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+    for (auto& [r, rest] : prefixed(n->out()))
+      rows.insert(rest);
+  }
+  BOOST_TEST(rows.count("rank 0 of 1 gen 0 restart 0") == 1u);
+  BOOST_TEST(rows.count("rank 0 of 2 gen 1 restart 0") == 1u);
+  BOOST_TEST(rows.count("rank 1 of 2 gen 1 restart 0") == 1u);
+  BOOST_TEST(count_lines(first->err(), "a node is waiting to join the job (1 of at most 2 nodes): restarting the "
+                                       "workers of every node under generation 1 (not counted as a restart)") == 1u);
+  BOOST_TEST(count_lines(second->err(), "the running workers are stopped to admit it") == 1u);
+}
+
+// The store lives in node 0's launcher: its death ends the job on the other nodes.
+BOOST_AUTO_TEST_CASE(the_death_of_node_0s_launcher_ends_the_job, *utf::timeout(120)) {
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<launched>> nodes;
+  for (int node : {0, 1})
+    nodes.push_back(std::make_unique<launched>(std::vector<std::string>{
+        "--nnodes", "2", "--node-rank", std::to_string(node), "--nproc", "1", "--max-restarts", "3", "--master-addr",
+        "127.0.0.1", "--master-port", port, "--", rank_path, "rdzv-hold"}));
+  BOOST_REQUIRE(nodes[1]->wait_for_lines("[1] holding", 1, 60s));
+  ::kill(nodes[0]->pid(), SIGKILL);
+  nodes[0]->finish();
+  int st = nodes[1]->finish(60s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 1));
+  BOOST_TEST(count_lines(nodes[1]->err(), "corodist-run: lost the job's store at 127.0.0.1:" + port +
+                                              " (the launcher of node 0 hosts it: has it ended?)") == 1u);
+  BOOST_TEST(count_lines(nodes[1]->err(), "restarting") == 0u); // no restart without the store
+}
+
+// Rank 0, which used to host the store, is killed with SIGKILL: the store is
+// the launcher's, so rank 1 goes on using it; --restart-policy worker starts
+// rank 0 alone again (same generation), it rejoins the rendezvous and tells
+// rank 1 so through the store.
+BOOST_AUTO_TEST_CASE(the_store_outlives_a_killed_rank_and_worker_policy_restarts_it_alone, *utf::timeout(90)) {
+  launched l({"--nproc", "2", "--restart-policy", "worker", "--max-restarts", "1", "--", rank_path, "ft"});
+  BOOST_REQUIRE(l.wait_for_lines("[0] ready", 1));
+  int pid = -1;
+  for (auto& [r, rest] : prefixed(l.out()))
+    if (r == 0)
+      std::sscanf(rest.c_str(), "rank 0 restart 0 pid %d", &pid);
+  BOOST_REQUIRE(pid > 0);
+  BOOST_REQUIRE(::kill(pid, SIGKILL) == 0);
+  int st = l.finish(60s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  BOOST_TEST(count_lines(l.out(), "[0] rank 0 restart 1 pid ") == 1u);
+  BOOST_TEST(count_lines(l.out(), "[1] saw rank 0 rejoin") == 1u);
+  BOOST_TEST(count_lines(l.out(), "[1] rank 1 restart") == 1u); // rank 1 ran once
+  BOOST_TEST(count_lines(l.err(), "killed by signal 9 (SIGKILL); restarting it (restart 1 of 1, --restart-policy "
+                                  "worker)") == 1u);
+  BOOST_TEST(count_lines(l.err(), "generation 1") == 0u);
+}
+
+// A worker of generation 0 that tries its env:// rendezvous once the job is
+// at generation 1 is refused, and the generations' keys are apart.
+BOOST_AUTO_TEST_CASE(a_worker_of_an_old_generation_cannot_join, *utf::timeout(90)) {
+  const auto port = free_port();
+  launched l({"--nproc", "2", "--max-restarts", "1", "--master-port", std::to_string(port), "--", rank_path,
+              "rdzv-hold", "rdzv-hold:7"});
+  BOOST_REQUIRE(l.wait_for_lines("gen 1 restart 1", 2, 60s));
+  BOOST_REQUIRE(l.wait_for_lines("holding", 2, 30s));
+  corodist::test::child_process stale([port] {
+    for (auto& [k, v] : std::map<std::string, std::string>{{"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                                           {"CORODIST_GENERATION", "0"},
+                                                           {"TORCHELASTIC_RESTART_COUNT", "0"},
+                                                           {"RANK", "1"},
+                                                           {"WORLD_SIZE", "2"},
+                                                           {"MASTER_ADDR", "127.0.0.1"},
+                                                           {"MASTER_PORT", std::to_string(port)}})
+      ::setenv(k.c_str(), v.c_str(), 1);
+    corodist::event_loop loop;
+    loop.start();
+    cs::rendezvous_options o;
+    o.timeout = 20s;
+    o.auth_token = "";
+    try {
+      cs::rendezvous(loop, "env://", o);
+      return 3;
+    } catch (const corodist::store_error& e) {
+      const std::string what = e.what();
+      std::fprintf(stderr, "%s\n", what.c_str());
+      return what.find("started for generation 0 of the job, which is at generation 1") != std::string::npos ? 0 : 4;
+    }
+  });
+  BOOST_TEST(stale.wait() == 0);
+
+  {
+    corodist::event_loop loop;
+    loop.start();
+    cs::tcp_store_options to;
+    to.port = port;
+    to.auth_token = "";
+    cs::sync_store s(cs::tcp_store::connect_sync(loop.get_executor(), to));
+    BOOST_TEST(s.get(cs::detail::generation_key) == "1");
+    // Each generation's two ranks claimed their keys under its own prefix.
+    for (int g : {0, 1})
+      BOOST_TEST(s.list_keys(cs::detail::generation_prefix(g) + "/corodist/rdzv/rank/").size() == 2u);
+    s.set(cs::detail::generation_prefix(1) + "/release", "1");
+  } // disconnected: the launcher need not wait for us
+  int st = l.finish(60s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+}
+
+// PyTorch ranks under corodist-run: TORCHELASTIC_USE_AGENT_STORE makes them
+// clients of the launcher's store (its server speaks TCPStore's protocol), and
+// a restart gives them a new TORCHELASTIC_RESTART_COUNT (their prefix).
+BOOST_AUTO_TEST_CASE(pytorch_ranks_use_the_launchers_store_across_a_restart, *utf::timeout(120)) {
+  const char* env_python = std::getenv("CORODIST_TEST_PYTHON");
+  const std::string python = env_python ? env_python : "/usr/bin/python3";
+  {
+    corodist::tools::spawn_options o;
+    o.argv = {python, "-c", "import torch.distributed as d; assert d.is_gloo_available()"};
+    int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    o.stdout_fd = o.stderr_fd = devnull;
+    int st = -1;
+    try {
+      pid_t pid = corodist::tools::spawn(o);
+      ::waitpid(pid, &st, 0);
+    } catch (const std::system_error&) {
+    }
+    ::close(devnull);
+    if (!(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+      BOOST_TEST_MESSAGE("skipped: " << python << " cannot import torch with gloo");
+      return;
+    }
+  }
+  launched l({"--nproc", "2", "--max-restarts", "1", "--", python, "-c",
+              "import os, torch, torch.distributed as d\n"
+              "d.init_process_group('gloo', init_method='env://')\n"
+              "t = torch.ones(1) * (d.get_rank() + 1)\n"
+              "d.all_reduce(t)\n"
+              "c = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+              "print('sum', int(t.item()), 'restart', c, flush=True)\n"
+              "d.barrier()\n"
+              "if d.get_rank() == 1 and c == '0': raise SystemExit(3)\n"});
+  int st = l.finish(90s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+  for (int r : {0, 1})
+    for (int c : {0, 1})
+      BOOST_TEST(count_lines(l.out(), "[" + std::to_string(r) + "] sum 3 restart " + std::to_string(c)) == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

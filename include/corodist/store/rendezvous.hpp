@@ -51,6 +51,13 @@ struct rendezvous_result {
 /// For env:// and tcp://, rank 0 hosts the store_server on HOST:PORT (bound to
 /// that address only) and every rank connects to it with retries. Each rank
 /// claims its key `corodist/rdzv/rank/R` with its process id and host.
+/// Under a launcher that hosts the store (env:// with
+/// TORCHELASTIC_USE_AGENT_STORE=True, as corodist-run and torchrun set it),
+/// rank 0 connects as a client too; with CORODIST_GENERATION=G (corodist-run)
+/// the returned store is a prefix_store on `corodist/gen/G`, and a worker of a
+/// generation older than the job's (`corodist/run/generation`) is refused with
+/// `store_error`; a worker restarted in place (same generation, a higher
+/// TORCHELASTIC_RESTART_COUNT than its rank's claim) takes the claim over.
 ///
 /// A process joins a job once: a later rendezvous of the same job in the
 /// same process (env:// or tcp:// with the same HOST:PORT, or the same
