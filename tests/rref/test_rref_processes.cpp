@@ -244,7 +244,8 @@ BOOST_AUTO_TEST_CASE(parameter_server, *utf::timeout(120)) {
 }
 
 // An owner killed (SIGKILL) while users wait in to_here: every wait fails with
-// connection_error promptly, later uses too, and nothing hangs.
+// peer_lost_error (a connection_error) naming the owner promptly, later uses
+// too, and nothing hangs.
 BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
   corodist::test::pipe_pair started, go;
   corodist::test::pipe_pair never; // never written: the owner waits on it until killed (it closes when the test ends)
@@ -287,23 +288,26 @@ BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
   ::kill(owner.pid(), SIGKILL);
   // The errors name the operation, the RRef and its owner (they used to say
   // "request of kind 1537 on worker 'w1'").
-  const std::string closed = "to_here of RRef R" + r.id().str() + " owned by 'w1': connection closed";
+  const std::string closed =
+      "to_here of RRef R" + r.id().str() + " owned by 'w1': worker 'w1' (rank 1) lost: connection closed";
   for (auto* f : {&first, &second}) {
     std::string what;
     try {
       f->get();
-    } catch (const corodist::connection_error& e) {
+    } catch (const corodist::peer_lost_error& e) {
       what = e.what();
+      BOOST_TEST(e.worker() == "w1");
+      BOOST_TEST(e.rank() == 1);
     }
     BOOST_TEST(what == closed);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("to_here failed " << ms << " ms after the owner was killed");
   BOOST_TEST(ms < 1000.0);
-  try { // the owner's address refuses the dial now
+  try { // the owner is lost: no dial again (as PyTorch's RPC, no retry)
     r.to_here().get();
     BOOST_ERROR("to_here() after the owner died did not fail");
-  } catch (const corodist::connection_error& e) {
+  } catch (const corodist::peer_lost_error& e) {
     BOOST_TEST(std::string(e.what()).starts_with("to_here of RRef R" + r.id().str() + " owned by 'w1': "), e.what());
   }
   BOOST_TEST(owner.wait_for(10s) == 128 + SIGKILL);
