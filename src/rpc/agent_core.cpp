@@ -68,6 +68,7 @@ asio::awaitable<void> agent_core::start() {
     copts.max_buffered_output = opts_.max_buffered_output_per_peer; // a lone larger message still goes
     copts.shared_output = std::make_shared<net::output_budget>(opts_.max_buffered_output);
     copts.request_timeout = std::chrono::milliseconds(0);
+    copts.peer_timeout = opts_.peer_timeout;
     copts.auth_token = store::resolve_auth_token(opts_.auth_token);
     channels_ = std::make_shared<channels>(
         ex_, registry_, copts, [d = std::weak_ptr<dispatcher>(dispatcher_)](message_kind k) {

@@ -33,6 +33,10 @@ void channels::request(int rank, message_kind kind, payload p, std::chrono::mill
     return;
   }
   auto& pr = peers_[rank];
+  if (pr.lost) {
+    w.done(net::response{pr.lost->ec, {}});
+    return;
+  }
   if (pr.conn && pr.conn->is_open()) {
     send(pr.conn, std::move(w));
     return;
@@ -49,6 +53,11 @@ void channels::notify(int rank, message_kind kind, payload p) {
   if (closed_)
     return;
   auto& pr = peers_[rank];
+  if (pr.lost) {
+    CORODIST_LOG_DEBUG("rpc: {} to rank {} dropped: the worker is lost ({})", kind_name_(kind), rank,
+                       pr.lost->reason);
+    return;
+  }
   if (pr.conn && pr.conn->is_open()) {
     send(pr.conn, waiting{kind, std::move(p), clock::time_point::max(), {}, {}});
     return;
@@ -107,9 +116,9 @@ asio::awaitable<void> channels::dial(int rank) {
   pr.dialing = false;
   auto queue = std::move(pr.queue);
   pr.queue.clear();
-  if (!ec && closed_) {
+  if (!ec && (closed_ || pr.lost)) {
     conn->close();
-    ec = net::errc::connection_closed;
+    ec = pr.lost ? pr.lost->ec : std::error_code(net::errc::connection_closed);
   }
   if (ec) {
     CORODIST_LOG_DEBUG("rpc: cannot connect to worker '{}' at {}:{}: {}", w.name, w.host, w.port, ec.message());
@@ -130,11 +139,13 @@ asio::awaitable<void> channels::dial(int rank) {
         if (!(m.header.flags & net::frame_flags::one_way))
           c->respond_error(m.header.request_id, m.header.kind, "rpc: requests go on the connection the sender dialled");
       },
-      [wk = weak_from_this(), rank, raw = conn.get()](std::error_code) {
+      [wk = weak_from_this(), rank, raw = conn.get()](std::error_code reason) {
         if (auto s = wk.lock()) {
           auto it = s->peers_.find(rank);
-          if (it != s->peers_.end() && it->second.conn.get() == raw)
+          if (it != s->peers_.end() && it->second.conn.get() == raw) {
             it->second.conn.reset();
+            s->mark_lost(rank, reason);
+          }
         }
       });
   pr.conn = conn;
@@ -195,9 +206,19 @@ void channels::adopt(std::shared_ptr<net::connection> conn) {
         if (auto self = w.lock())
           self->on_incoming(raw, c, std::move(m));
       },
-      [w = weak_from_this(), raw](std::error_code) {
-        if (auto self = w.lock())
-          self->incoming_.erase(raw);
+      [w = weak_from_this(), raw](std::error_code reason) {
+        if (auto self = w.lock()) {
+          auto it = self->incoming_.find(raw);
+          if (it == self->incoming_.end())
+            return;
+          const int rank = it->second.rank;
+          self->incoming_.erase(it);
+          // A worker whose own connection to us fell silent hangs (or its host
+          // is cut off): calls to it would wait out a dial. (A plain close of
+          // this side is left to the connection this worker dialled, if any.)
+          if (reason == net::errc::peer_timed_out && rank >= 0)
+            self->mark_lost(rank, reason);
+        }
       });
 }
 
@@ -233,6 +254,46 @@ void channels::close_all() {
       c->close();
   for (auto& d : failed)
     d(net::response{net::errc::connection_closed, {}});
+}
+
+void channels::mark_lost(int rank, std::error_code reason) {
+  if (closed_)
+    return; // this agent closes: nobody is lost
+  const auto* table = registry_.table();
+  if (!table || rank < 0 || static_cast<std::size_t>(rank) >= table->by_rank.size())
+    return; // (an unknown rank, or a close before the agent started)
+  auto& pr = peers_[rank];
+  if (pr.lost)
+    return;
+  lost_peer l;
+  if (reason == net::errc::peer_timed_out) {
+    l.ec = reason;
+    l.reason = "no frame received for " + std::to_string(options_.peer_timeout.count()) + " ms (peer_timeout)";
+  } else {
+    l.ec = net::errc::connection_closed;
+    l.reason = reason == net::errc::connection_closed ? std::string("connection closed") : reason.message();
+  }
+  const auto& name = table->by_rank[static_cast<std::size_t>(rank)].name;
+  if (peers_leaving_)
+    CORODIST_LOG_DEBUG("rpc: worker '{}' (rank {}) left: {}", name, rank, l.reason);
+  else
+    CORODIST_LOG_WARN("rpc: worker '{}' (rank {}) lost: {}", name, rank, l.reason);
+  pr.lost = std::move(l);
+  if (auto c = std::move(pr.conn))
+    c->close(reason); // (the accepted side fell silent: the dialled one goes too)
+  // Requests queued behind a dial fail now, not at the dial's end. (What
+  // they run may add peers: `pr` is not used after this point.)
+  const auto ec = pr.lost->ec;
+  auto queue = std::move(pr.queue);
+  pr.queue.clear();
+  for (auto& q : queue)
+    if (q.done)
+      q.done(net::response{ec, {}});
+}
+
+const channels::lost_peer* channels::lost(int rank) const {
+  auto it = peers_.find(rank);
+  return it != peers_.end() && it->second.lost ? &*it->second.lost : nullptr;
 }
 
 std::size_t channels::dialled_peers() const {

@@ -39,8 +39,15 @@ public:
   channels(asio::any_io_executor ex, const worker_registry& registry, net::connection_options options,
            kind_name_fn kind_name, message_fn on_message);
 
+  /// Why a peer counts as lost: its connection closed (or fell silent for
+  /// peer_timeout) while the agent ran. Sticky: later requests fail at once.
+  struct lost_peer {
+    std::error_code ec;  // what requests to it fail with (connection_closed or peer_timed_out)
+    std::string reason;  // for peer_lost_error
+  };
+
   /// Sends a request to worker `rank`, dialling it first if no connection is
-  /// open (calls queue behind one dial). `timeout` (zero: none) bounds the dial
+  /// open (calls queue behind one dial); to a lost peer it fails at once. `timeout` (zero: none) bounds the dial
   /// and the wait for the response together; a request still queued at its
   /// deadline fails with request_timeout. `done` runs on the loop, once.
   void request(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout, response_fn done);
@@ -55,6 +62,14 @@ public:
   /// Closes every connection and fails what is queued (connection_closed);
   /// later requests fail at once. Idempotent.
   void close_all();
+
+  /// Graceful shutdown began (a peer closes only once every worker is in it):
+  /// peers closing their connections now is expected (still recorded, logged
+  /// at debug only).
+  void expect_peers_to_close() noexcept { peers_leaving_ = true; }
+
+  /// Why worker `rank` is lost, or null while it is not.
+  const lost_peer* lost(int rank) const;
 
   /// Peers this worker has an open connection to (tests, diagnostics).
   std::size_t dialled_peers() const;
@@ -75,6 +90,7 @@ private:
     bool dialing = false;
     std::deque<waiting> queue;
     std::unique_ptr<asio::steady_timer> timer; // the earliest deadline in the queue
+    std::optional<lost_peer> lost;
   };
   struct accepted_conn {
     std::weak_ptr<net::connection> conn;
@@ -86,6 +102,9 @@ private:
   void arm_queue_timer(int rank);
   void expire_queued(int rank);
   void on_incoming(net::connection* raw, const std::shared_ptr<net::connection>& conn, net::message&& m);
+  /// Records that worker `rank`'s connection closed with `reason` (unless the
+  /// agent itself is closing).
+  void mark_lost(int rank, std::error_code reason);
 
   asio::any_io_executor ex_;
   const worker_registry& registry_;
@@ -95,6 +114,7 @@ private:
   std::unordered_map<int, peer> peers_;
   std::unordered_map<net::connection*, accepted_conn> incoming_;
   bool closed_ = false;
+  bool peers_leaving_ = false;
 };
 
 } // namespace corodist::rpc::detail

@@ -68,7 +68,12 @@ void agent_core::start_message(int rank, message_kind kind, payload p, std::chro
 void agent_core::finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done) {
   const auto& worker = registry_.lookup(rank).name;
   reply out;
-  if (r.ec) {
+  const auto* lost = (r.ec == net::errc::connection_closed || r.ec == net::errc::peer_timed_out) && channels_
+                         ? channels_->lost(rank)
+                         : nullptr;
+  if (lost) {
+    out.error = std::make_exception_ptr(peer_lost_error(worker, rank, lost->reason, what));
+  } else if (r.ec) {
     try {
       net::throw_net_error(r.ec, what);
     } catch (...) {

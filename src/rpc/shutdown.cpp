@@ -48,6 +48,8 @@ asio::awaitable<void> agent_core::shutdown(bool graceful) {
 asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
   std::exception_ptr failure;
   if (graceful) {
+    // A peer closes only once every worker, this one included, is in shutdown.
+    channels_->expect_peers_to_close();
     const auto deadline = clock::now() + opts_.shutdown_timeout;
     try {
       // As PyTorch: every worker idle first (no user call anywhere), then the

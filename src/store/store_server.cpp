@@ -162,6 +162,7 @@ std::shared_ptr<store_server> store_server::start(asio::any_io_executor ex, serv
   copts.max_frame_size = im.opts.max_value_size + im.opts.max_key_size + 1024;
   copts.max_buffered_output = im.opts.max_buffered_output;
   copts.handshake_timeout = im.opts.handshake_timeout;
+  copts.peer_timeout = im.opts.peer_timeout;
   copts.request_timeout = std::chrono::milliseconds(0);
   auto [lec, l] = net::listener::listen(ex, {addr, im.opts.port}, copts,
                                         [w = std::weak_ptr<store_server>(srv)](std::shared_ptr<net::connection> c) {

@@ -126,7 +126,8 @@ BOOST_AUTO_TEST_CASE(parameter_server, *utf::timeout(120)) {
 }
 
 // An owner killed (SIGKILL) while users wait in to_here: every wait fails with
-// connection_error promptly, later uses too, and nothing hangs.
+// peer_lost_error (a connection_error) naming the owner promptly, later uses
+// too, and nothing hangs.
 BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
   corodist::test::pipe_pair started, go;
   corodist::test::pipe_pair never; // never written: the owner waits on it until killed (it closes when the test ends)
@@ -169,26 +170,93 @@ BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
   ::kill(owner.pid(), SIGKILL);
   // The errors name the operation, the RRef and its owner (they used to say
   // "request of kind 1537 on worker 'w1'").
-  const std::string closed = "to_here of RRef R" + r.id().str() + " owned by 'w1': connection closed";
+  const std::string closed =
+      "to_here of RRef R" + r.id().str() + " owned by 'w1': worker 'w1' (rank 1) lost: connection closed";
   for (auto* f : {&first, &second}) {
     std::string what;
     try {
       f->get();
-    } catch (const corodist::connection_error& e) {
+    } catch (const corodist::peer_lost_error& e) {
       what = e.what();
+      BOOST_TEST(e.worker() == "w1");
+      BOOST_TEST(e.rank() == 1);
     }
     BOOST_TEST(what == closed);
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("to_here failed " << ms << " ms after the owner was killed");
   BOOST_TEST(ms < 1000.0);
-  try { // the owner's address refuses the dial now
+  try { // the owner is lost: no dial again (as PyTorch's RPC, no retry)
     r.to_here().get();
     BOOST_ERROR("to_here() after the owner died did not fail");
-  } catch (const corodist::connection_error& e) {
+  } catch (const corodist::peer_lost_error& e) {
     BOOST_TEST(std::string(e.what()).starts_with("to_here of RRef R" + r.id().str() + " owned by 'w1': "), e.what());
   }
   BOOST_TEST(owner.wait_for(10s) == 128 + SIGKILL);
+  r = {};
+  a.shutdown(false);
+}
+
+// An owner that hangs (SIGSTOP) while users wait in to_here: the heartbeats
+// stop, and after the agent's peer_timeout every wait fails with
+// peer_lost_error naming the owner and the silence; later uses fail at once.
+BOOST_AUTO_TEST_CASE(owner_stopped_while_users_wait, *utf::timeout(60)) {
+  constexpr auto peer_timeout = 500ms;
+  corodist::test::pipe_pair started, go;
+  corodist::test::pipe_pair never; // never written: the owner waits on it until killed
+  child_process owner([&] {
+    started.close_read();
+    never.close_write();
+    const auto port = read_port(go.read_end());
+    event_loop loop;
+    loop.start();
+    auto o = corodist::test::worker_options(1, 2, connect_store(loop, port));
+    o.peer_timeout = peer_timeout;
+    rpc::agent a(loop, o);
+    rr::enable(a);
+    const int fd = started.write_end(), hold = never.read_end();
+    a.register_function("hang", [fd, hold](int v) {
+      char c = 'x';
+      (void)::write(fd, &c, 1);
+      wait_readable(hold, 60s); // until killed
+      return v;
+    });
+    a.start();
+    wait_readable(hold, 60s); // until killed
+    return 3;
+  });
+  started.close_write();
+  never.close_read();
+  store_host host;
+  const std::uint16_t port = host.port();
+  BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
+  event_loop loop;
+  loop.start();
+  auto o = corodist::test::worker_options(0, 2, connect_store(loop, port));
+  o.peer_timeout = peer_timeout;
+  rpc::agent a(loop, o);
+  rr::context_options co;
+  co.give_up_after = 2s; // the delete that the dropped reference sends to the lost owner
+  rr::enable(a, co);
+  a.start();
+  auto r = rr::remote<int>(a, "w1", "hang", 5);
+  auto waiting = r.to_here();
+  BOOST_REQUIRE(wait_readable(started.read_end(), 10s)); // the function is running on the owner
+  ::kill(owner.pid(), SIGSTOP);
+  const std::string expected = "to_here of RRef R" + r.id().str() +
+                               " owned by 'w1': worker 'w1' (rank 1) lost: no frame received for 500 ms (peer_timeout)";
+  std::string what;
+  try {
+    waiting.get();
+  } catch (const corodist::peer_lost_error& e) {
+    what = e.what();
+    BOOST_TEST(e.worker() == "w1");
+    BOOST_TEST(e.rank() == 1);
+  } catch (const std::exception& e) {
+    what = std::string("another error: ") + e.what();
+  }
+  BOOST_TEST(what == expected);
+  BOOST_CHECK_THROW(r.to_here().get(), corodist::peer_lost_error);
   r = {};
   a.shutdown(false);
 }

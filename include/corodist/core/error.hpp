@@ -28,6 +28,32 @@ public:
   using error::error;
 };
 
+/// The connection to a peer worker was lost (reset, closed, or silent for the
+/// connection's peer_timeout) with an operation depending on it: names the
+/// worker and its rank; what() gives the reason, e.g. "worker 'w1' (rank 1)
+/// lost: no frame received for 1000 ms".
+class peer_lost_error : public connection_error {
+public:
+  /// Builds "<context>: worker '<worker>' (rank <rank>) lost: <reason>" (without
+  /// "<context>: " when `context` is empty).
+  peer_lost_error(std::string worker, int rank, std::string reason, const std::string& context = {})
+      : connection_error((context.empty() ? std::string() : context + ": ") + "worker '" + worker + "' (rank " +
+                         std::to_string(rank) + ") lost: " + reason),
+        worker_(std::move(worker)), reason_(std::move(reason)), rank_(rank) {}
+
+  /// The lost worker's name.
+  const std::string& worker() const noexcept { return worker_; }
+  /// The lost worker's rank.
+  int rank() const noexcept { return rank_; }
+  /// Why it counts as lost (e.g. "no frame received for 1000 ms").
+  const std::string& reason() const noexcept { return reason_; }
+
+private:
+  std::string worker_;
+  std::string reason_;
+  int rank_;
+};
+
 /// The peer broke the wire protocol (bad magic, version, frame, or payload).
 class protocol_error : public error {
 public:

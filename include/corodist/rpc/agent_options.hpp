@@ -4,6 +4,7 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/net/connection.hpp>
 #include <corodist/store/store.hpp>
 
 #include <chrono>
@@ -31,6 +32,8 @@ struct agent_options {
   static constexpr std::size_t default_max_buffered_output_per_peer = std::size_t{256} << 20;
   static constexpr std::size_t default_max_buffered_output = std::size_t{1} << 30;
   static constexpr const char* default_key_prefix = "corodist/rpc/";
+  /// peer_timeout's default unless CORODIST_PEER_TIMEOUT_MS says otherwise.
+  static constexpr std::chrono::milliseconds default_peer_timeout = net::connection_options::default_peer_timeout;
 
   /// This worker's name; unique in the job (a duplicate fails start()).
   std::string name;
@@ -54,6 +57,13 @@ struct agent_options {
   /// Deadline of a graceful shutdown as a whole (own calls, the join's
   /// barriers, the upper layers' steps and the barriers behind them).
   std::chrono::milliseconds shutdown_timeout = default_shutdown_timeout;
+  /// Failure detection on the connections to peers (see
+  /// net::connection_options::peer_timeout): a peer that sends nothing, not
+  /// even a heartbeat, for this long is lost; so is one whose connection
+  /// closes. Calls pending to a lost peer, and later ones, fail with
+  /// peer_lost_error (no retry, as PyTorch's RPC). Zero: off. Default:
+  /// CORODIST_PEER_TIMEOUT_MS if set, else default_peer_timeout (10 s).
+  std::chrono::milliseconds peer_timeout = net::configured_peer_timeout();
   /// Threads of the pool that runs plain (non-coroutine) functions.
   std::size_t worker_threads = default_worker_threads;
   /// Largest call or reply (msgpack body plus attachments), both directions.

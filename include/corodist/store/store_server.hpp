@@ -32,6 +32,8 @@ struct server_options {
   static constexpr std::size_t default_max_wait_bytes = std::size_t{256} << 20;
   static constexpr std::size_t default_max_buffered_output = std::size_t{256} << 20;
   static constexpr std::size_t default_max_silent_connections = 1024;
+  /// peer_timeout's default unless CORODIST_PEER_TIMEOUT_MS says otherwise.
+  static constexpr std::chrono::milliseconds default_peer_timeout = net::connection_options::default_peer_timeout;
 
   /// Address to bind: only this interface (default loopback); "0.0.0.0" or "::" for all.
   std::string host = "127.0.0.1";
@@ -60,6 +62,11 @@ struct server_options {
   /// at most this many silent connections are kept, further ones are closed
   /// with a warning. Only with torch_protocol.
   std::size_t max_silent_connections = default_max_silent_connections;
+  /// A native client that sends nothing, not even a heartbeat, for this long
+  /// is dropped (net::connection_options::peer_timeout; its waits go with it).
+  /// Zero: never. Default: CORODIST_PEER_TIMEOUT_MS if set, else 10 s.
+  /// PyTorch clients have no heartbeat and are not subject to it.
+  std::chrono::milliseconds peer_timeout = net::configured_peer_timeout();
   /// Deadline of each client's hello (and authentication).
   std::chrono::milliseconds handshake_timeout = net::connection_options::default_handshake_timeout;
   /// Also serve PyTorch TCPStore clients (the 1.13 and the 2.x protocol) on
