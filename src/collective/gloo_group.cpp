@@ -287,7 +287,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
   }
   if (members) {
     st->members = std::make_shared<detail::member_watch>(stores.group, st->label, rank, size);
-    detail::member_watch::lost_fn lost = [st](int r, const std::string& why) { st->rank_lost(r, why); };
+    detail::member_watch::lost_fn lost = [st](int r, const std::string& why) { st->member_lost(r, why); };
     co_await st->members->start(std::move(lost));
   }
   CORODIST_LOG_DEBUG("{}: connected ({})", what, st->address);

@@ -98,6 +98,10 @@ struct gloo_group::impl {
   void abort(const std::string& why, int lost = -1);
   /// Aborts the group for rank `lost` (`why`: "connection reset", ...).
   void rank_lost(int lost, const std::string& why);
+  /// Rank `lost`'s member key vanished: aborts the group if a collective is
+  /// pending, else notes it for the next collective issued (a peer that
+  /// left after the last collective ends no group, and logs nothing).
+  void member_lost(int lost, const std::string& why);
   /// The error of `op` in an aborted group (rank_lost_error after rank_lost).
   std::exception_ptr aborted_error(const pending_op& op) const;
   /// After a Gloo call failed with `what` (a peer ended a connection): the
@@ -148,6 +152,8 @@ struct gloo_group::impl {
   std::atomic<bool> aborted_flag{false};
   std::string abort_reason;
   int lost_rank = -1;          // the rank lost, when that aborted the group
+  int idle_lost = -1;          // a member key that vanished while nothing was pending
+  std::string idle_lost_why;
   std::string lost_reason;     // why it counts as lost
   /// The member keys' watch; null when the store has no owned keys.
   std::shared_ptr<detail::member_watch> members;

@@ -15,6 +15,13 @@ using detail::work_state;
 
 work gloo_group::impl::submit(collective_call call) {
   std::unique_lock lk(mutex);
+  if (idle_lost >= 0 && !aborted) { // a rank was lost while the group was idle: abort now
+    const int lost = idle_lost;
+    const auto why = idle_lost_why;
+    lk.unlock();
+    rank_lost(lost, why);
+    lk.lock();
+  }
   const auto seq = next_seq++;
   auto op = std::make_shared<pending_op>();
   op->seq = seq;

@@ -75,10 +75,12 @@ asio::awaitable<void> member_watch::follow(int peer, std::shared_ptr<store::watc
         std::lock_guard lk(mutex_);
         gone = detached_;
       }
+      // (Debug: at the end of a job the store's host may go first, ending
+      // every watch; a lost rank is then still found by its connections.)
       if (!gone)
-        CORODIST_LOG_WARN("{} (rank {}): watching rank {}'s member key ended: {}; a lost rank is now found only by "
-                          "its connections",
-                          label_, rank_, peer, ex.what());
+        CORODIST_LOG_DEBUG("{} (rank {}): watching rank {}'s member key ended: {}; a lost rank is now found only by "
+                           "its connections",
+                           label_, rank_, peer, ex.what());
       co_return;
     }
     if (e.type == store::watch_event::kind::deleted) {

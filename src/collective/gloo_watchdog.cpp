@@ -26,6 +26,27 @@ void gloo_group::impl::rank_lost(int lost, const std::string& why) {
   abort(fmt::format("rank {} lost: {}", lost, why), lost);
 }
 
+void gloo_group::impl::member_lost(int lost, const std::string& why) {
+  {
+    std::lock_guard lk(mutex);
+    if (aborted)
+      return;
+    const bool pending =
+        std::any_of(inflight.begin(), inflight.end(), [](const auto& e) { return !e.second->state->completed(); });
+    if (!pending) {
+      if (idle_lost < 0) {
+        idle_lost = lost;
+        idle_lost_why = why;
+        CORODIST_LOG_DEBUG("{} (rank {}): rank {}'s member key vanished with no collective pending; the next one "
+                           "fails",
+                           label, rank, lost);
+      }
+      return;
+    }
+  }
+  rank_lost(lost, why);
+}
+
 void gloo_group::impl::abort(const std::string& why, int lost) {
   {
     std::lock_guard lk(mutex);

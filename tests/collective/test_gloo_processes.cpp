@@ -6,6 +6,7 @@
 
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/gloo_group.hpp>
+#include <corodist/core/run_blocking.hpp>
 
 #include "collective/collective_checks.hpp"
 #include "collective/gloo_fixtures.hpp"
@@ -410,6 +411,51 @@ BOOST_AUTO_TEST_CASE(a_stopped_rank_is_named_by_the_store_heartbeat, *utf::timeo
   peer_timeout_env short_deadline("1000"); // the server's and every rank's connections
   store_host host;
   lose_rank_2(host.port(), "stopped", SIGSTOP);
+}
+
+// Rank 2 leaves (its process exits) between collectives. The survivors see
+// its member key go (a watch of their own) while their group is idle; their
+// next allreduce fails with rank_lost_error naming rank 2.
+BOOST_AUTO_TEST_CASE(a_rank_that_left_between_collectives_fails_the_next_one, *utf::timeout(120)) {
+  store_host host;
+  const auto port = host.port();
+  auto survivor = [port](int rank) -> int {
+    event_loop loop;
+    loop.start();
+    auto store = corodist::test::connect_test_store(loop, port);
+    auto pg = cc::gloo_group::create_sync(store, rank, 3, corodist::test::gloo_test_options("left", 30s));
+    auto gone = corodist::run_blocking(loop.get_executor(), store->watch_key("left/member/2"), "watch_key");
+    std::vector<float> v(1000, 1.0f);
+    pg->allreduce(v).get();
+    const auto e = corodist::run_blocking(loop.get_executor(), gone.next(30s), "the member key's event");
+    if (e.type != corodist::store::watch_event::kind::deleted)
+      return 2;
+    try {
+      pg->allreduce(v).get();
+      return 3;
+    } catch (const cc::rank_lost_error& err) {
+      std::fprintf(stderr, "rank %d as expected: %s\n", rank, err.what());
+      return err.rank() == 2 ? 0 : 4;
+    } catch (const std::exception& err) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, err.what());
+      return 5;
+    }
+  };
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < 2; ++r)
+    kids.push_back(std::make_unique<child_process>([=] { return survivor(r); }));
+  child_process leaver([&] {
+    return rank_process(port, 2, 3, "left", [](cc::gloo_group& pg) {
+      std::vector<float> v(1000, 1.0f);
+      pg.allreduce(v).get();
+      return v[0] == 3.0f ? 0 : 1;
+    });
+  });
+  BOOST_TEST(leaver.wait_for(60s) == 0);
+  for (int r = 0; r < 2; ++r) {
+    const int code = kids[static_cast<std::size_t>(r)]->wait_for(60s);
+    BOOST_TEST(code == 0, "rank " << r << " exited with " << code);
+  }
 }
 
 // The case, with the default options: rank 0 allreduces 1000

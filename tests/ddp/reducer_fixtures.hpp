@@ -3,6 +3,7 @@
 // throw, no Boost.Test there), shared with the hosts suite: a model of plain
 // vectors, the gradients every rank computes and their exact mean.
 
+#include <corodist/collective/float16.hpp>
 #include <corodist/collective/process_group.hpp>
 #include <corodist/ddp/parameter.hpp>
 #include <corodist/ddp/reducer.hpp>
@@ -71,14 +72,23 @@ inline void fill_grad(corodist::ddp::reducer& red, int r, int it, std::size_t k)
     p[j] = static_cast<T>(grad_value(r, it, k, j));
 }
 
+/// `v` as a double (float16 through float).
+template <typename T>
+inline double as_double(T v) {
+  if constexpr (std::is_same_v<T, corodist::collective::float16>)
+    return static_cast<double>(static_cast<float>(v));
+  else
+    return static_cast<double>(v);
+}
+
 template <typename T>
 inline void check_mean(corodist::ddp::reducer& red, int size, int it, std::size_t k, double tol = 1e-6) {
   auto g = red.gradient(k);
   const auto* p = static_cast<const T*>(g.data());
   for (std::size_t j = 0; j < g.count(); ++j) {
     const double want = mean_grad(size, it, k, j);
-    CHECK(std::abs(static_cast<double>(p[j]) - want) <= tol * std::max(1.0, std::abs(want)),
-          "iteration {} parameter {} element {}: {} != {}", it, k, j, static_cast<double>(p[j]), want);
+    CHECK(std::abs(as_double(p[j]) - want) <= tol * std::max(1.0, std::abs(want)),
+          "iteration {} parameter {} element {}: {} != {}", it, k, j, as_double(p[j]), want);
   }
 }
 

@@ -123,6 +123,12 @@ struct gloo_options {
 /// Rendezvous: each rank publishes its address under the group's prefix in
 /// the store (through an adapter of Gloo's rendezvous store) and connects to
 /// every other rank.
+/// Lost ranks: over a store with owned keys (a tcp_store, or a prefix_store
+/// over one), each rank also publishes "<prefix>/member/<rank>" with
+/// `store::set_owned` and watches its peers': a rank whose process dies or
+/// whose store connection passes the server's heartbeat deadline (a hung
+/// rank) fails every pending and later collective with `rank_lost_error`
+/// naming it (docs/collective.md, "Lost ranks"). Other stores publish none.
 class gloo_group final : public process_group {
 public:
   /// True when this build has the Gloo backend (else `create` throws `usage_error`).

@@ -43,14 +43,16 @@ public:
   /// Blocking `connect` for plain threads (throws `usage_error` on a loop thread).
   static std::shared_ptr<tcp_store> connect_sync(asio::any_io_executor ex, tcp_store_options opts);
 
-  /// Closes the connection (operations still waiting throw `connection_error`).
+  /// Closes the connection (operations still waiting throw `connection_error`;
+  /// the server deletes the keys this client still owns, see `set_owned`).
   ~tcp_store() override;
 
   /// The server's address.
   asio::ip::tcp::endpoint remote_endpoint() const noexcept;
 
   /// Closes the connection: operations in flight and later ones throw
-  /// `connection_error`. Idempotent; thread-safe (posts to the executor).
+  /// `connection_error`, and the server deletes the keys this client still
+  /// owns (`set_owned`). Idempotent; thread-safe (posts to the executor).
   void close();
 
   /// Keeps `object` alive until this store is destroyed (rank 0 of a
