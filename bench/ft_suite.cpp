@@ -209,7 +209,7 @@ double kill9_once(const std::string& program) {
   for (int i = 0; i < 4; ++i)
     rs.push_back(std::make_unique<child>(
         std::vector<std::string>{program, "--replica", "r" + std::to_string(i), "--steps", "1000000",
-                                 "--min-replicas", "3", "--step-ms", "20"},
+                                 "--min-replicas", "3", "--initial-replicas", "4", "--step-ms", "20"},
         std::vector<std::pair<std::string, std::string>>{{"MASTER_ADDR", "127.0.0.1"},
                                                          {"MASTER_PORT", std::to_string(host.port())},
                                                          {"CORODIST_PEER_TIMEOUT_MS", std::to_string(peer_timeout_ms)}}));

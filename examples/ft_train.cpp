@@ -89,7 +89,7 @@ struct model {
 struct settings {
   std::string replica, out, replay;
   std::uint64_t steps = 60;
-  int min_replicas = 1, step_ms = 20, group_timeout_ms = 0;
+  int min_replicas = 1, initial_replicas = 0, step_ms = 20, group_timeout_ms = 0;
 };
 
 const char* env_or(const char* name, const char* fallback) {
@@ -107,6 +107,7 @@ asio::awaitable<void> train(settings s) {
   corodist::ft::manager_options mo;
   mo.replica_id = s.replica;
   mo.min_replicas = s.min_replicas;
+  mo.initial_replicas = s.initial_replicas;
   if (s.group_timeout_ms > 0) mo.group.timeout = std::chrono::milliseconds(s.group_timeout_ms);
   auto mgr = co_await corodist::ft::manager::create(store, mo);
   model net;
@@ -210,12 +211,13 @@ int main(int argc, char** argv) {
     if (k == "--replica") s.replica = v;
     else if (k == "--steps") s.steps = std::stoull(v);
     else if (k == "--min-replicas") s.min_replicas = std::stoi(v);
+    else if (k == "--initial-replicas") s.initial_replicas = std::stoi(v);
     else if (k == "--step-ms") s.step_ms = std::stoi(v);
     else if (k == "--group-timeout-ms") s.group_timeout_ms = std::stoi(v);
     else if (k == "--out") s.out = v;
     else if (k == "--replay") s.replay = v;
     else {
-      std::fprintf(stderr, "usage: %s [--replica ID] [--steps N] [--min-replicas K] [--step-ms MS] "
+      std::fprintf(stderr, "usage: %s [--replica ID] [--steps N] [--min-replicas K] [--initial-replicas K] [--step-ms MS] "
                            "[--group-timeout-ms MS] [--out FILE] [--replay LOG]\n", argv[0]);
       return 2;
     }

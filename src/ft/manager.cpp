@@ -31,7 +31,9 @@ struct manager::impl {
       : store(std::move(s)), opts(std::move(o)), keys(opts.prefix) {}
 
   detail::round_context context() const {
-    return {store, keys, opts.poll_interval, opts.min_replicas, detail::clock::now() + opts.quorum_timeout};
+    return {store, keys, opts.poll_interval, opts.min_replicas,
+            opts.initial_replicas > 0 ? opts.initial_replicas : opts.min_replicas,
+            detail::clock::now() + opts.quorum_timeout};
   }
 
   quorum describe(const detail::decided_round& d) const {
@@ -105,6 +107,7 @@ asio::awaitable<std::unique_ptr<manager>> manager::create(std::shared_ptr<store:
   if (!store) throw usage_error("ft::manager: no store");
   check_id(opts.replica_id);
   if (opts.min_replicas < 1) throw usage_error("ft::manager: min_replicas must be at least 1");
+  if (opts.initial_replicas < 0) throw usage_error("ft::manager: initial_replicas must not be negative");
   if (opts.quorum_timeout <= std::chrono::milliseconds(0) || opts.poll_interval <= std::chrono::milliseconds(0))
     throw usage_error("ft::manager: quorum_timeout and poll_interval must be positive");
   auto i = std::make_unique<impl>(std::move(store), std::move(opts));

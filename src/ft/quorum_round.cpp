@@ -111,7 +111,7 @@ asio::awaitable<void> propose(const round_context& ctx, std::uint64_t r, const d
       members.push_back(std::move(j));
     }
   }
-  if (static_cast<int>(members.size()) < ctx.min_replicas) co_return;
+  if (static_cast<int>(members.size()) < (r == 1 ? ctx.initial_replicas : ctx.min_replicas)) co_return;
   std::sort(members.begin(), members.end(),
             [](const member_line& a, const member_line& b) { return a.m.replica_id < b.m.replica_id; });
   std::string text;

@@ -27,6 +27,7 @@ struct round_context {
   round_keys keys;
   std::chrono::milliseconds poll;
   int min_replicas = 1;
+  int initial_replicas = 1; ///< the job's first round
   clock::time_point deadline;
 };
 

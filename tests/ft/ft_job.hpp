@@ -128,6 +128,7 @@ struct ft_job {
   void start(int i) {
     std::vector<std::string> argv{CORODIST_FT_TRAIN_PATH, "--replica", "r" + std::to_string(i), "--steps",
                                   std::to_string(steps), "--min-replicas", std::to_string(replicas - 1),
+                                  "--initial-replicas", std::to_string(replicas),
                                   "--step-ms", std::to_string(step_ms), "--group-timeout-ms", "5000", "--out",
                                   outs[i].path};
     env_list env{{"MASTER_ADDR", store_host},

@@ -53,10 +53,16 @@ struct bed {
   }
 
   /// Runs `make()` as a coroutine of its own; the future completes with it.
+  /// (`make` lives as long as its coroutine: a lambda coroutine reads its
+  /// captures through the closure.)
   corodist::future<void> spawn(std::function<asio::awaitable<void>()> make) {
     corodist::promise<void> p;
     auto f = p.get_future();
-    asio::co_spawn(ctx, make(), [p = std::move(p)](std::exception_ptr e) mutable {
+    auto run = [](std::shared_ptr<std::function<asio::awaitable<void>()>> m) -> asio::awaitable<void> {
+      co_await (*m)();
+    };
+    asio::co_spawn(ctx, run(std::make_shared<std::function<asio::awaitable<void>()>>(std::move(make))),
+                   [p = std::move(p)](std::exception_ptr e) mutable {
       if (e)
         p.set_exception(e);
       else
@@ -66,9 +72,11 @@ struct bed {
   }
 };
 
-cf::manager_options options(std::string id, int min_replicas = 1) {
+/// `first`: the first quorum's size (all replicas); later ones go on with `min_replicas`.
+cf::manager_options options(std::string id, int first = 1, int min_replicas = 1) {
   cf::manager_options o;
   o.replica_id = std::move(id);
+  o.initial_replicas = first;
   o.min_replicas = min_replicas;
   o.poll_interval = 5ms;
   o.quorum_timeout = 20s;
@@ -195,7 +203,7 @@ BOOST_AUTO_TEST_CASE(a_lost_replica_is_left_out) {
     for (std::string id : {"a", "b", "c"}) {
       auto& r = rs[id];
       fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
-        co_await r.open(b, options(id, 3), 0);
+        co_await r.open(b, options(id, 3, 2), 0);
         if (id == "c") {
           for (int i = 0; i < 2; ++i) co_await r.step();
           r.store->close(); // lost: its owned key goes with the connection
@@ -232,7 +240,7 @@ BOOST_AUTO_TEST_CASE(make_group_is_told_which_ranks_were_lost) {
     for (std::string id : {"a", "b", "c"}) {
       auto& r = rs[id];
       fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
-        auto o = options(id, 3);
+        auto o = options(id, 3, 2);
         o.make_group = recording_factory(logs[id]);
         co_await r.open(b, o, 0);
         if (id == "b") {
@@ -318,7 +326,7 @@ BOOST_AUTO_TEST_CASE(a_replica_lost_before_it_reports_fails_the_step_everywhere)
     for (std::string id : {"a", "b", "c"}) {
       auto& r = rs[id];
       fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
-        co_await r.open(b, options(id, 2), 0);
+        co_await r.open(b, options(id, 3, 2), 0);
         co_await r.step();
         if (id == "c") {
           r.quorums.push_back(co_await r.mgr->start_step());

@@ -26,9 +26,14 @@ struct manager_options {
   /// Key prefix of the job's fault-tolerance state in the store: replicas
   /// that train together use the same one.
   std::string prefix = default_prefix;
-  /// A quorum forms with at least this many replicas: the first one waits
-  /// for them (up to `quorum_timeout`); later ones with fewer fail.
+  /// A quorum forms only with at least this many replicas: fewer wait for
+  /// joiners (up to `quorum_timeout`, then start_step fails).
   int min_replicas = default_min_replicas;
+  /// The job's first quorum waits for this many replicas (up to
+  /// `quorum_timeout`); 0: min_replicas. Set it to the job's size so that
+  /// every replica starts in the first quorum, and min_replicas lower so
+  /// that the job goes on after a loss.
+  int initial_replicas = 0;
   /// Deadline of one `start_step` (the quorum, the group's re-forming, the
   /// recovery) and of one `should_commit`.
   std::chrono::milliseconds quorum_timeout = default_quorum_timeout;
