@@ -15,7 +15,9 @@
 // exact in any order and a run can be replayed bit for bit in one process:
 // each committed step prints "committed <step> <replica,replica,...>" and
 // `--replay FILE` recomputes the weights from those lines. --out writes the
-// final weights and momentum (raw float32) for comparison.
+// final weights and momentum (raw float32) for comparison. The replicas end
+// together after --steps committed steps; with --finish-with K, only in a
+// quorum of K (a replica still away is waited for, so that all end equal).
 //
 // The store: MASTER_ADDR and MASTER_PORT (corodist-run's, or any store_server).
 #include <corodist/collective/errors.hpp>
@@ -89,7 +91,7 @@ struct model {
 struct settings {
   std::string replica, out, replay;
   std::uint64_t steps = 60;
-  int min_replicas = 1, initial_replicas = 0, step_ms = 20, group_timeout_ms = 0;
+  int min_replicas = 1, initial_replicas = 0, finish_with = 0, step_ms = 20, group_timeout_ms = 0;
 };
 
 const char* env_or(const char* name, const char* fallback) {
@@ -118,7 +120,10 @@ asio::awaitable<void> train(settings s) {
   corodist::ddp::reducer_options ro;
   ro.rebuild_buckets = false; // a joiner's buckets must match the others' at once
   asio::steady_timer compute(ex);
-  while (mgr->step() < s.steps) {
+  // Ends after --steps committed steps, all replicas together; with
+  // --finish-with K, only in a quorum of K (a lost replica has come back).
+  for (;;) {
+    if (mgr->step() >= s.steps && mgr->current().size() >= s.finish_with) break;
     auto q = co_await mgr->start_step();
     if (!q.joined.empty() || !q.left.empty() || q.recovered) {
       auto list = [](const std::vector<std::string>& v) {
@@ -212,12 +217,14 @@ int main(int argc, char** argv) {
     else if (k == "--steps") s.steps = std::stoull(v);
     else if (k == "--min-replicas") s.min_replicas = std::stoi(v);
     else if (k == "--initial-replicas") s.initial_replicas = std::stoi(v);
+    else if (k == "--finish-with") s.finish_with = std::stoi(v);
     else if (k == "--step-ms") s.step_ms = std::stoi(v);
     else if (k == "--group-timeout-ms") s.group_timeout_ms = std::stoi(v);
     else if (k == "--out") s.out = v;
     else if (k == "--replay") s.replay = v;
     else {
-      std::fprintf(stderr, "usage: %s [--replica ID] [--steps N] [--min-replicas K] [--initial-replicas K] [--step-ms MS] "
+      std::fprintf(stderr, "usage: %s [--replica ID] [--steps N] [--min-replicas K] [--initial-replicas K] [--finish-with K] "
+                           "[--step-ms MS] "
                            "[--group-timeout-ms MS] [--out FILE] [--replay LOG]\n", argv[0]);
       return 2;
     }
