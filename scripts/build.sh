@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 dir=${1:-build}
 shift || true
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+# Cache hits across checkouts in other directories (a fresh clone, a worktree):
+# paths relative to the checkout, and the -g builds' working directory unhashed.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 if command -v ccache >/dev/null; then export CXX=${CXX:-"ccache g++"}; fi
 if [[ ! -f "$dir/build.ninja" ]]; then
   # The tests are off in a plain `meson setup` (an install builds no tests): on here.

@@ -12,6 +12,7 @@ secs=${1:-30}
 bash scripts/setup.sh --fuzz
 targets=(net_connection net_hello store_native store_torch rpc_payload)
 export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD} CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 if [[ ! -f build-fuzz/build.ninja ]]; then
   CXX="ccache clang++" meson setup build-fuzz -Dfuzzing=enabled -Db_sanitize=address,undefined \
     -Db_lundef=false -Doptimization=1 -Ddebug=false -Dcpp_args=-g1 -Dtests=disabled -Dbenchmarks=disabled \

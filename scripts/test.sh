@@ -15,6 +15,8 @@ if [[ "${1:-}" == "--sanitize" ]]; then
         -Dbenchmarks=disabled)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+  # The randomized fault runs (suite ft_random): 50 in the normal build, 5 here.
+  export CORODIST_FT_RUNS=${CORODIST_FT_RUNS:-5}
 fi
 bash scripts/build.sh "$dir" "${opts[@]}"
 rc=0
