@@ -420,8 +420,9 @@ private:
       server_->stop();
   }
 
-  // Reads the signal pipe between waits on the store (no worker runs then).
-  void check_signals() {
+  // Hands each signal number waiting in the signal pipe to `on`.
+  template <typename F>
+  void drain_signals(F&& on) {
     unsigned char buf[64];
     for (;;) {
       auto n = ::read(signal_pipe[0], buf, sizeof buf);
@@ -430,9 +431,16 @@ private:
       if (n <= 0)
         return;
       for (ssize_t i = 0; i < n; ++i)
-        if (buf[i] != SIGCHLD)
-          throw stopped_by_signal{buf[i]};
+        on(static_cast<int>(buf[i]));
     }
+  }
+
+  // Reads the signal pipe between waits on the store (no worker runs then).
+  void check_signals() {
+    drain_signals([](int sig) {
+      if (sig != SIGCHLD)
+        throw stopped_by_signal{sig};
+    });
   }
 
   // Waits for `key` at most `limit` (zero: forever), in slices; nullopt at the limit.
@@ -819,32 +827,23 @@ private:
   }
 
   void on_signals() {
-    unsigned char buf[64];
-    for (;;) {
-      auto n = ::read(signal_pipe[0], buf, sizeof buf);
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
+    drain_signals([this](int sig) {
+      if (sig == SIGCHLD) {
+        reap();
         return;
-      for (ssize_t i = 0; i < n; ++i) {
-        const int sig = buf[i];
-        if (sig == SIGCHLD) {
-          reap();
-          continue;
-        }
-        if (!stop_signal_) {
-          stop_signal_ = sig;
-          set_end("stopped " + std::to_string(128 + sig) + " the launcher of " + node_name() + " got " +
-                  signal_name(sig));
-        }
-        // The same signal again (coreutils' timeout sends it to the launcher,
-        // then to its process group): the ranks already have it.
-        if (!signals_seen_.insert(sig).second)
-          continue;
-        say("got " + signal_name(sig) + ", passing it to the ranks");
-        start_teardown(sig);
       }
-    }
+      if (!stop_signal_) {
+        stop_signal_ = sig;
+        set_end("stopped " + std::to_string(128 + sig) + " the launcher of " + node_name() + " got " +
+                signal_name(sig));
+      }
+      // The same signal again (coreutils' timeout sends it to the launcher,
+      // then to its process group): the ranks already have it.
+      if (!signals_seen_.insert(sig).second)
+        return;
+      say("got " + signal_name(sig) + ", passing it to the ranks");
+      start_teardown(sig);
+    });
   }
 
   void on_wake() {

@@ -19,6 +19,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <deque>
@@ -92,15 +93,7 @@ bool present(F* f) noexcept {
   return reinterpret_cast<void*>(f) != nullptr;
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out;
-  for (auto r : ranks) {
-    if (!out.empty())
-      out += ',';
-    out += std::to_string(r);
-  }
-  return out;
-}
+std::string ranks_text(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ",")); }
 
 struct pending_op {
   std::uint64_t seq = 0;

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <utility>
@@ -14,15 +15,7 @@ namespace corodist::ft {
 
 namespace {
 
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out;
-  for (auto r : ranks) {
-    if (!out.empty())
-      out += ',';
-    out += std::to_string(r);
-  }
-  return out;
-}
+std::string ranks_text(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ",")); }
 
 // This member's view: "shrink <previous size> <lost>" when it can shrink
 // (its previous group is an nccl_group that can, and its rank after the shrink

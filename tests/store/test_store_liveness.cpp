@@ -13,6 +13,7 @@
 #include <corodist/store/sync_store.hpp>
 #include <corodist/store/tcp_store.hpp>
 
+#include "store/store_fixtures.hpp"
 #include "support/child_process.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -90,44 +91,22 @@ BOOST_AUTO_TEST_CASE(stopped_client_is_dropped_by_the_server, *utf::timeout(60))
 // the wait fails with connection_error naming the server's address (not
 // timeout_error at its 20 s deadline), and so does the next operation.
 BOOST_AUTO_TEST_CASE(stopped_server_fails_pending_waits, *utf::timeout(60)) {
-  pipe_pair port_pipe, waiting_pipe, never;
-  child_process server_process([&]() -> int {
-    event_loop l;
-    l.start();
-    auto srv = start_server(l);
-    std::uint16_t port = srv->local_endpoint().port();
-    if (!corodist::test::write_all(port_pipe.write_end(), &port, sizeof port))
-      return 1;
-    if (!corodist::run_blocking(l.get_executor(), srv->wait_until([&] { return srv->pending_waits() == 1; }, 20s)))
-      return 2;
-    char byte = 'w';
-    if (!corodist::test::write_all(waiting_pipe.write_end(), &byte, 1))
-      return 1;
-    never.close_write();
-    corodist::test::read_all(never.read_end(), &byte, 1); // blocks: the parent holds the write end
-    return 0;
-  });
-  std::uint16_t port = 0;
-  BOOST_REQUIRE(corodist::test::read_all(port_pipe.read_end(), &port, sizeof port));
-  event_loop loop;
-  loop.start();
-  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
-  cs::sync_store(s).set("a", "1");
-  auto pending = asio::co_spawn(loop.get_executor(), s->wait({"never"}, 20s), asio::use_future);
-  char byte = 0;
-  BOOST_REQUIRE(corodist::test::read_all(waiting_pipe.read_end(), &byte, 1)); // the wait is at the server
-  ::kill(server_process.pid(), SIGSTOP);
-  std::string what;
-  try {
-    pending.get();
-    BOOST_ERROR("the pending wait did not fail");
-  } catch (const corodist::connection_error& e) {
-    what = e.what();
-  }
-  BOOST_TEST(what.find("127.0.0.1:" + std::to_string(port)) != std::string::npos, what);
+  corodist::test::server_with_a_pending_wait job(
+      [](event_loop& l) { return start_server(l); },
+      [](event_loop& l, std::uint16_t port) {
+        auto s = cs::tcp_store::connect_sync(l.get_executor(), client_opts(port));
+        cs::sync_store(s).set("a", "1");
+        return s;
+      },
+      [](std::shared_ptr<cs::tcp_store> s) -> asio::awaitable<void> {
+        std::vector<std::string> keys{"never"};
+        co_await s->wait(std::move(keys), 20s);
+      });
+  std::string what = job.fail_with(SIGSTOP);
+  BOOST_TEST(what.find("127.0.0.1:" + std::to_string(job.port)) != std::string::npos, what);
   BOOST_TEST(what.find("peer_timeout") != std::string::npos, what);
-  BOOST_CHECK_THROW(cs::sync_store(s).set("b", "2"), corodist::connection_error);
-  ::kill(server_process.pid(), SIGCONT);
+  BOOST_CHECK_THROW(cs::sync_store(job.client).set("b", "2"), corodist::connection_error);
+  ::kill(job.server->pid(), SIGCONT);
 }
 
 // PyTorch TCPStore clients send no heartbeats: the server does not drop them

@@ -659,42 +659,22 @@ BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
 // (How soon after the SIGKILL the get fails is a benchmark figure:
 // bench/store_suite.cpp, server_death_to_error.)
 BOOST_AUTO_TEST_CASE(client_fails_promptly_when_the_server_dies, *utf::timeout(60)) {
-  corodist::test::pipe_pair port_pipe, waiting_pipe, never;
-  child_process server_process([&]() -> int {
-    event_loop l;
-    l.start();
-    auto srv = start_server(l);
-    std::uint16_t port = srv->local_endpoint().port();
-    if (!corodist::test::write_all(port_pipe.write_end(), &port, sizeof port))
-      return 1;
-    // Tell the parent once its get is pending here, then serve until killed.
-    if (!corodist::run_blocking(l.get_executor(), srv->wait_until([&] { return srv->pending_waits() == 1; }, 20s)))
-      return 2;
-    char byte = 'w';
-    if (!corodist::test::write_all(waiting_pipe.write_end(), &byte, 1))
-      return 1;
-    never.close_write();
-    corodist::test::read_all(never.read_end(), &byte, 1); // blocks: the parent holds the write end
-    return 0;
-  });
-  std::uint16_t port = 0;
-  BOOST_REQUIRE(corodist::test::read_all(port_pipe.read_end(), &port, sizeof port));
-  event_loop loop;
-  loop.start();
-  auto s = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
-  cs::sync_store(s).set("a", "1");
-  auto pending = asio::co_spawn(loop.get_executor(), s->get("never", 20s), asio::use_future);
-  char byte = 0;
-  BOOST_REQUIRE(corodist::test::read_all(waiting_pipe.read_end(), &byte, 1)); // the get waits at the server
+  corodist::test::server_with_a_pending_wait job(
+      [](event_loop& l) { return start_server(l); },
+      [](event_loop& l, std::uint16_t port) {
+        auto s = cs::tcp_store::connect_sync(l.get_executor(), client_opts(port));
+        cs::sync_store(s).set("a", "1");
+        return s;
+      },
+      [](std::shared_ptr<cs::tcp_store> s) -> asio::awaitable<void> { co_await s->get("never", 20s); });
   auto killed = std::chrono::steady_clock::now();
-  ::kill(server_process.pid(), SIGKILL);
   // connection_error, not timeout_error: the loss was noticed, not the 20 s deadline.
-  BOOST_CHECK_THROW(pending.get(), corodist::connection_error);
+  job.fail_with(SIGKILL);
   auto took = std::chrono::steady_clock::now() - killed;
   BOOST_TEST_MESSAGE("pending get failed "
                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms after SIGKILL");
-  BOOST_CHECK_THROW(cs::sync_store(s).set("b", "2"), corodist::connection_error);
-  BOOST_TEST(server_process.wait_for(5s) == 128 + SIGKILL);
+  BOOST_CHECK_THROW(cs::sync_store(job.client).set("b", "2"), corodist::connection_error);
+  BOOST_TEST(job.server->wait_for(5s) == 128 + SIGKILL);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
