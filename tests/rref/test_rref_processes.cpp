@@ -23,6 +23,7 @@
 #include <future>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -125,47 +126,68 @@ BOOST_AUTO_TEST_CASE(parameter_server, *utf::timeout(120)) {
   });
 }
 
+/// Worker w1 in a child process (forked before any thread of ours starts, see
+/// run_job) whose function "hang" tells `started` and hangs until the process
+/// is killed; worker w0 here, its agent made with `peer_timeout` when given.
+struct hanging_owner_job {
+  corodist::test::pipe_pair started, go;
+  corodist::test::pipe_pair never; // never written: the owner waits on it until killed
+  std::unique_ptr<child_process> owner;
+  std::optional<store_host> host;
+  event_loop loop;
+  std::optional<rpc::agent> a;
+
+  explicit hanging_owner_job(std::optional<std::chrono::milliseconds> peer_timeout = {}) {
+    owner = std::make_unique<child_process>([&] {
+      started.close_read();
+      never.close_write();
+      const auto port = read_port(go.read_end());
+      event_loop l;
+      l.start();
+      auto o = corodist::test::worker_options(1, 2, connect_store(l, port));
+      if (peer_timeout)
+        o.peer_timeout = *peer_timeout;
+      rpc::agent w1(l, o);
+      rr::enable(w1);
+      const int fd = started.write_end(), hold = never.read_end();
+      w1.register_function("hang", [fd, hold](int v) {
+        char c = 'x';
+        (void)::write(fd, &c, 1);
+        wait_readable(hold, 60s); // until killed
+        return v;
+      });
+      w1.start();
+      wait_readable(hold, 60s); // until killed
+      return 3;
+    });
+    started.close_write();
+    never.close_read();
+    host.emplace();
+    const std::uint16_t port = host->port();
+    BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
+    loop.start();
+    auto o = corodist::test::worker_options(0, 2, connect_store(loop, port));
+    if (peer_timeout)
+      o.peer_timeout = *peer_timeout;
+    a.emplace(loop, o);
+    rr::context_options co;
+    co.give_up_after = 2s; // the delete that the dropped reference sends to the lost owner
+    rr::enable(*a, co);
+    a->start();
+  }
+};
+
 // An owner killed (SIGKILL) while users wait in to_here: every wait fails with
 // peer_lost_error (a connection_error) naming the owner promptly, later uses
 // too, and nothing hangs.
 BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
-  corodist::test::pipe_pair started, go;
-  corodist::test::pipe_pair never; // never written: the owner waits on it until killed (it closes when the test ends)
-  child_process owner([&] { // forked before any thread of ours starts (see run_job)
-    started.close_read();
-    never.close_write();
-    const auto port = read_port(go.read_end());
-    event_loop loop;
-    loop.start();
-    rpc::agent a(loop, corodist::test::worker_options(1, 2, connect_store(loop, port)));
-    rr::enable(a);
-    const int fd = started.write_end(), hold = never.read_end();
-    a.register_function("hang", [fd, hold](int v) {
-      char c = 'x';
-      (void)::write(fd, &c, 1);
-      wait_readable(hold, 60s); // until killed
-      return v;
-    });
-    a.start();
-    wait_readable(hold, 60s); // until killed
-    return 3;
-  });
-  started.close_write();
-  never.close_read();
-  store_host host;
-  const std::uint16_t port = host.port();
-  BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
-  event_loop loop;
-  loop.start();
-  rpc::agent a(loop, corodist::test::worker_options(0, 2, connect_store(loop, port)));
-  rr::context_options co;
-  co.give_up_after = 2s; // the delete that the dropped reference sends to the dead owner
-  rr::enable(a, co);
-  a.start();
+  hanging_owner_job job;
+  auto& a = *job.a;
+  auto& owner = *job.owner;
   auto r = rr::remote<int>(a, "w1", "hang", 5);
   auto first = r.to_here();
   auto second = r.to_here();
-  BOOST_REQUIRE(wait_readable(started.read_end(), 10s)); // the function is running on the owner
+  BOOST_REQUIRE(wait_readable(job.started.read_end(), 10s)); // the function is running on the owner
   const auto t0 = std::chrono::steady_clock::now();
   ::kill(owner.pid(), SIGKILL);
   // The errors name the operation, the RRef and its owner (they used to say
@@ -202,46 +224,12 @@ BOOST_AUTO_TEST_CASE(owner_killed_while_users_wait, *utf::timeout(60)) {
 // peer_lost_error naming the owner and the silence; later uses fail at once.
 BOOST_AUTO_TEST_CASE(owner_stopped_while_users_wait, *utf::timeout(60)) {
   constexpr auto peer_timeout = 500ms;
-  corodist::test::pipe_pair started, go;
-  corodist::test::pipe_pair never; // never written: the owner waits on it until killed
-  child_process owner([&] {
-    started.close_read();
-    never.close_write();
-    const auto port = read_port(go.read_end());
-    event_loop loop;
-    loop.start();
-    auto o = corodist::test::worker_options(1, 2, connect_store(loop, port));
-    o.peer_timeout = peer_timeout;
-    rpc::agent a(loop, o);
-    rr::enable(a);
-    const int fd = started.write_end(), hold = never.read_end();
-    a.register_function("hang", [fd, hold](int v) {
-      char c = 'x';
-      (void)::write(fd, &c, 1);
-      wait_readable(hold, 60s); // until killed
-      return v;
-    });
-    a.start();
-    wait_readable(hold, 60s); // until killed
-    return 3;
-  });
-  started.close_write();
-  never.close_read();
-  store_host host;
-  const std::uint16_t port = host.port();
-  BOOST_REQUIRE(corodist::test::write_all(go.write_end(), &port, sizeof port));
-  event_loop loop;
-  loop.start();
-  auto o = corodist::test::worker_options(0, 2, connect_store(loop, port));
-  o.peer_timeout = peer_timeout;
-  rpc::agent a(loop, o);
-  rr::context_options co;
-  co.give_up_after = 2s; // the delete that the dropped reference sends to the lost owner
-  rr::enable(a, co);
-  a.start();
+  hanging_owner_job job(peer_timeout);
+  auto& a = *job.a;
+  auto& owner = *job.owner;
   auto r = rr::remote<int>(a, "w1", "hang", 5);
   auto waiting = r.to_here();
-  BOOST_REQUIRE(wait_readable(started.read_end(), 10s)); // the function is running on the owner
+  BOOST_REQUIRE(wait_readable(job.started.read_end(), 10s)); // the function is running on the owner
   ::kill(owner.pid(), SIGSTOP);
   const std::string expected = "to_here of RRef R" + r.id().str() +
                                " owned by 'w1': worker 'w1' (rank 1) lost: no frame received for 500 ms (peer_timeout)";
