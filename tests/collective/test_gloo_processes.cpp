@@ -49,6 +49,21 @@ int rank_process(std::uint16_t port, int rank, int size, const std::string& pref
   return body(*pg);
 }
 
+/// A rank process that allreduces `elements` floats over and over (until
+/// killed), after telling `started_fd` that its loop of collectives began.
+int busy_rank(std::uint16_t port, int rank, int size, const std::string& prefix, std::size_t elements,
+              int started_fd) {
+  return rank_process(port, rank, size, prefix, [&](cc::gloo_group& pg) {
+    std::vector<float> v(elements, 1.0f);
+    pg.allreduce(v).get();
+    char c = 'x';
+    (void)!::write(started_fd, &c, 1); // now in the loop of collectives
+    for (int i = 0; i < 100000; ++i)
+      pg.allreduce(v).get();
+    return 9;
+  });
+}
+
 int every_collective(cc::gloo_group& pg) {
   auto f = corodist::test::check_every_collective(pg);
   if (!f.ok())
@@ -157,15 +172,7 @@ void lose_rank_2(std::uint16_t port, const std::string& prefix, int sig) {
     kids.push_back(std::make_unique<child_process>([=] { return lost_rank_survivor(port, r, prefix); }));
   child_process victim([&] {
     started.close_read();
-    return rank_process(port, 2, size, prefix, [&](cc::gloo_group& pg) {
-      std::vector<float> v(std::size_t{1} << 20, 1.0f);
-      pg.allreduce(v).get();
-      char c = 'x';
-      (void)!::write(started.write_end(), &c, 1); // now in the loop of collectives
-      for (int i = 0; i < 100000; ++i)
-        pg.allreduce(v).get();
-      return 9;
-    });
+    return busy_rank(port, 2, size, prefix, std::size_t{1} << 20, started.write_end());
   });
   started.close_write();
   BOOST_REQUIRE(wait_readable(started.read_end(), 60s));
@@ -367,15 +374,7 @@ BOOST_AUTO_TEST_CASE(rank_killed_mid_collective, *utf::timeout(120)) {
     kids.push_back(std::make_unique<child_process>([=] { return rank_process(port, r, size, "kill", survivor); }));
   child_process victim([&] {
     started.close_read();
-    return rank_process(port, 2, size, "kill", [&](cc::gloo_group& pg) {
-      std::vector<float> v(std::size_t{4} << 20, 1.0f);
-      pg.allreduce(v).get();
-      char c = 'x';
-      (void)!::write(started.write_end(), &c, 1); // now in the loop of collectives
-      for (int i = 0; i < 100000; ++i)
-        pg.allreduce(v).get();
-      return 9;
-    });
+    return busy_rank(port, 2, size, "kill", std::size_t{4} << 20, started.write_end());
   });
   started.close_write();
   BOOST_REQUIRE(wait_readable(started.read_end(), 60s));
