@@ -496,9 +496,9 @@ BOOST_AUTO_TEST_CASE(message_too_large, *utf::timeout(30)) {
 BOOST_AUTO_TEST_CASE(peer_death_fails_pending_calls, *utf::timeout(30)) {
   cluster c(2);
   std::vector<corodist::future<int>> pending;
+  const int entered = corodist::test::sleeps().entries(); // before the calls: they may enter at once
   for (int i = 0; i < 3; ++i)
     pending.push_back(c[0].rpc_async<int>("w1", "co_sleep_ms", 10000));
-  const int entered = corodist::test::sleeps().entries();
   pending.push_back(c[0].rpc_async<int>("w1", "sleep_ms", 500));
   BOOST_TEST_REQUIRE(corodist::test::sleeps().wait_entries(entered + 4)); // all four are running on w1
   c.agents[1].reset(); // immediate: closes its connections
