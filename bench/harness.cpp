@@ -144,6 +144,9 @@ void context::report(record r) {
         key == "busbw_gbps" || key == "check_pct" || key == "overhead_pct")
       notes += key.ends_with("ops_per_s") ? fmt::format("  {}={:.0f}", key, value)
                                           : fmt::format("  {}={:.4g}", key, value);
+  for (const auto& [key, value] : r.text)
+    if (key == "error")
+      notes += fmt::format("  {}={}", key, value);
   // One row (and one JSON line) per peer; the case's own figures repeat.
   std::vector<const peer_result*> peers;
   for (const auto& p : r.peers) peers.push_back(&p);
@@ -173,6 +176,12 @@ void context::report(record r) {
     append_json_number(out, "raw_p50_us", r.raw_p50_us);
     append_json_number(out, "raw_gbytes_per_s", r.raw_gbytes_per_s);
     for (const auto& [key, value] : r.extra) append_json_number(out, key, value);
+    for (const auto& [key, value] : r.text) {
+      out.append(std::string_view(","));
+      append_json_string(out, key);
+      out.append(std::string_view(":"));
+      append_json_string(out, value);
+    }
     if (!r.kind.empty()) {
       out.append(std::string_view(",\"kind\":"));
       append_json_string(out, r.kind);

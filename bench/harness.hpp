@@ -52,6 +52,10 @@ struct record {
   double raw_p50_us = not_applicable;   ///< filled from the context when NaN
   double raw_gbytes_per_s = not_applicable; ///< filled from the context when NaN
   std::vector<std::pair<std::string, double>> extra; ///< extra JSON keys (not in the table)
+  /// Extra JSON keys with text values (not in the table, but for "error":
+  /// the type of the exception an error-path case ends with, printed after
+  /// the row).
+  std::vector<std::pair<std::string, std::string>> text;
   /// "" for an operation; kind_error_path for how long a failure takes to
   /// surface (an error, or a deadline's overrun): plotted apart from the
   /// operations, with no ratio to the floor. Written to the JSON as "kind".

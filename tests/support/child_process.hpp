@@ -1,14 +1,15 @@
 #pragma once
 // Helpers for multi-process tests: a forked child process that is always
 // reaped, a pipe, whole-buffer pipe I/O, and running a coroutine in a child.
+// Free of Boost.Test (failures throw std::system_error, which fails the test
+// case that meets them), so that corodist-bench can use it with the host bed.
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 
-#include <boost/test/unit_test.hpp>
-
 #include <cerrno>
 #include <chrono>
+#include <system_error>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -23,7 +24,11 @@ namespace corodist::test {
 
 /// A pipe whose ends close at scope exit.
 struct pipe_pair {
-  pipe_pair() { BOOST_REQUIRE(::pipe(fds) == 0); }
+  /// Throws std::system_error when pipe() fails.
+  pipe_pair() {
+    if (::pipe(fds) != 0)
+      throw std::system_error(errno, std::generic_category(), "pipe");
+  }
   ~pipe_pair() {
     close_read();
     close_write();
@@ -74,10 +79,12 @@ inline bool read_all(int fd, void* data, std::size_t n) {
 /// with its return value, or 1 if it throws; it never returns into Boost.Test.
 class child_process {
 public:
+  /// Forks; the child runs `body`. Throws std::system_error when fork() fails.
   explicit child_process(std::function<int()> body) {
     std::fflush(nullptr);
     pid_ = ::fork();
-    BOOST_REQUIRE_MESSAGE(pid_ >= 0, "fork failed");
+    if (pid_ < 0)
+      throw std::system_error(errno, std::generic_category(), "fork");
     if (pid_ == 0) {
       int rc = 1;
       try {
@@ -112,10 +119,12 @@ public:
 
   /// Waits for the child at most `limit` (on its pidfd: no polling); returns
   /// its exit code (128 + signal if killed), or -1 after killing a child that
-  /// was still running at the limit.
+  /// was still running at the limit. Throws std::system_error when
+  /// pidfd_open() fails.
   int wait_for(std::chrono::milliseconds limit) {
     int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)); // (glibc 2.36's pidfd_open lacks extern "C")
-    BOOST_REQUIRE_MESSAGE(fd >= 0, "pidfd_open failed");
+    if (fd < 0)
+      throw std::system_error(errno, std::generic_category(), "pidfd_open");
     pollfd p{fd, POLLIN, 0};
     int r;
     do {

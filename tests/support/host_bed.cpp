@@ -143,14 +143,6 @@ std::string host_bed::unavailable_reason() {
   return reason;
 }
 
-boost::test_tools::assertion_result host_bed::available(boost::unit_test::test_unit_id) {
-  const auto reason = unavailable_reason();
-  boost::test_tools::assertion_result r(reason.empty());
-  if (!r)
-    r.message() << "skipped: no host test bed: " << reason;
-  return r;
-}
-
 std::vector<std::string> host_bed::namespaces(const std::string& prefix) {
   std::vector<std::string> names;
   std::error_code ec;

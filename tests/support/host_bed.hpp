@@ -37,6 +37,9 @@
 // Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN), iproute2 (ip, tc) and, for
 // block(), nftables. Suites that use it take host_bed::available as their
 // precondition: without root or namespaces they are skipped, saying why.
+// The bed itself needs no Boost.Test (corodist-bench's ft suite uses it):
+// `available` is defined apart, in host_bed_precondition.cpp, which only the
+// tests link.
 //
 //   corodist::test::host_bed bed(3);
 //   auto server = bed.run(0, [&] { /* listens on bed.address(0) */ return 0; });
@@ -50,8 +53,6 @@
 
 #include "support/child_process.hpp"
 
-#include <boost/test/unit_test.hpp>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -59,6 +60,10 @@
 #include <vector>
 
 #include <sys/types.h>
+
+namespace boost::test_tools {
+class assertion_result;
+} // namespace boost::test_tools
 
 namespace corodist::test {
 
@@ -86,8 +91,10 @@ public:
   /// `ip netns add` fails (probed once per process).
   static std::string unavailable_reason();
   /// Boost.Test precondition: skips the suite or case, printing the reason,
-  /// where unavailable_reason() is not empty.
-  static boost::test_tools::assertion_result available(boost::unit_test::test_unit_id);
+  /// where unavailable_reason() is not empty. (Its parameter is a
+  /// boost::unit_test::test_unit_id. Defined in host_bed_precondition.cpp,
+  /// linked into the tests only.)
+  static boost::test_tools::assertion_result available(unsigned long test_unit);
 
   /// The number of hosts.
   int size() const noexcept { return static_cast<int>(addresses_.size()); }
