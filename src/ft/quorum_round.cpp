@@ -4,6 +4,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -16,6 +17,7 @@ namespace corodist::ft::detail {
 
 namespace {
 
+using namespace asio::experimental::awaitable_operators;
 using std::chrono::milliseconds;
 using gone_check = std::function<asio::awaitable<bool>()>;
 
@@ -65,24 +67,39 @@ asio::awaitable<std::vector<std::string>> alive_keys(const round_context& ctx) {
   co_return co_await ctx.store->list_keys(ctx.keys.alive_dir());
 }
 
+/// The value of `key`, or "" when it is missing, in one round trip (a
+/// compare_set that creates it empty; appends still work on it).
+asio::awaitable<std::string> get_or_empty(const round_context& ctx, std::string key) {
+  co_return co_await ctx.store->compare_set(std::move(key), "", "");
+}
+
 /// Proposes the members of round `r`: the previous round's members that
 /// arrived (all of them with `all_in`; else it waits until each one has
 /// arrived or was lost) and the live replicas asking to join. Proposes
-/// nothing while they are fewer than min_replicas.
-asio::awaitable<void> propose(const round_context& ctx, std::uint64_t r, const decided_round& prev, bool all_in) {
+/// nothing while they are fewer than min_replicas (initial_replicas in the
+/// job's first round). Returns the round's decision, or nullopt when it
+/// proposed nothing. The store operations that do not depend on each
+/// other go out together (one round trip each group).
+asio::awaitable<std::optional<std::string>> propose(const round_context& ctx, std::uint64_t r,
+                                                    const decided_round& prev, bool all_in) {
   const auto& k = ctx.keys;
   std::vector<member_line> members;
+  std::vector<std::string> alive;
+  std::string joiners;
   if (all_in) {
     std::vector<std::string> in;
     for (const auto& m : prev.members) in.push_back(k.in(r, m.m.replica_id));
-    auto vals = co_await ctx.store->multi_get(std::move(in), std::max(milliseconds(1), left(ctx)));
+    auto [vals, j, a] = co_await (ctx.store->multi_get(std::move(in), std::max(milliseconds(1), left(ctx))) &&
+                                  get_or_empty(ctx, k.joiners(r)) && alive_keys(ctx));
     for (const auto& v : vals) {
       auto l = decode_lines(v, "an arrival");
       members.insert(members.end(), l.begin(), l.end());
     }
+    joiners = std::move(j);
+    alive = std::move(a);
   } else {
     for (;;) {
-      auto alive = co_await alive_keys(ctx);
+      alive = co_await alive_keys(ctx);
       members.clear();
       std::vector<const member*> waiting;
       for (const auto& m : prev.members) {
@@ -100,24 +117,24 @@ asio::awaitable<void> propose(const round_context& ctx, std::uint64_t r, const d
                             " neither arrived nor were lost within the quorum timeout");
       co_await pause(ctx.poll);
     }
+    joiners = co_await get_or_empty(ctx, k.joiners(r));
   }
-  auto alive = co_await alive_keys(ctx);
-  if (co_await exists(ctx, k.joiners(r))) {
-    for (auto& j : decode_lines(co_await ctx.store->get(k.joiners(r)), "the joiners")) {
-      bool known = std::any_of(members.begin(), members.end(),
-                               [&](const member_line& m) { return m.m.replica_id == j.m.replica_id; });
-      if (known || !is_alive(alive, k, j.m)) continue;
-      j.needs_group = true;
-      members.push_back(std::move(j));
-    }
+  for (auto& j : decode_lines(joiners, "the joiners")) {
+    bool known = std::any_of(members.begin(), members.end(),
+                             [&](const member_line& m) { return m.m.replica_id == j.m.replica_id; });
+    if (known || !is_alive(alive, k, j.m)) continue;
+    j.needs_group = true;
+    members.push_back(std::move(j));
   }
-  if (static_cast<int>(members.size()) < (r == 1 ? ctx.initial_replicas : ctx.min_replicas)) co_return;
+  if (static_cast<int>(members.size()) < (r == 1 ? ctx.initial_replicas : ctx.min_replicas)) co_return std::nullopt;
   std::sort(members.begin(), members.end(),
             [](const member_line& a, const member_line& b) { return a.m.replica_id < b.m.replica_id; });
   std::string text;
   for (const auto& m : members) text += encode_line(m);
-  if (co_await ctx.store->compare_set(k.decision(r), "", text) == text)
-    co_await ctx.store->set(k.latest(), std::to_string(r));
+  // Whoever wins, round r is decided once the compare_set is done: the
+  // latest round may be set beside it.
+  // (compare_set returns the decision, ours or the winner's.)
+  co_return co_await (ctx.store->compare_set(k.decision(r), "", text) && ctx.store->set(k.latest(), std::to_string(r)));
 }
 
 bool holds(const std::vector<member_line>& ms, const member& m) {
@@ -129,25 +146,24 @@ bool holds(const std::vector<member_line>& ms, const member& m) {
 asio::awaitable<decided_round> member_round(const round_context& ctx, const decided_round& prev, member_line self) {
   const auto& k = ctx.keys;
   const auto r = prev.id + 1;
-  co_await ctx.store->set(k.in(r, self.m.replica_id), encode_line(self));
-  auto n = co_await ctx.store->add(k.count(r), 1);
-  if (n == static_cast<std::int64_t>(prev.members.size())) co_await propose(ctx, r, prev, true);
+  const std::int64_t n = co_await (ctx.store->set(k.in(r, self.m.replica_id), encode_line(self)) &&
+                                   ctx.store->add(k.count(r), 1));
+  std::optional<std::string> v;
+  if (n == static_cast<std::int64_t>(prev.members.size())) v = co_await propose(ctx, r, prev, true);
   gone_check lost = [&]() -> asio::awaitable<bool> {
     auto alive = co_await alive_keys(ctx);
     co_return std::any_of(prev.members.begin(), prev.members.end(),
                           [&](const member_line& m) { return !is_alive(alive, k, m.m); });
   };
-  for (;;) {
-    auto v = co_await await_key(ctx, k.decision(r), lost, "round " + std::to_string(r));
-    if (v) {
-      decided_round d{r, decode_lines(*v, "a decision"), prev.members};
-      if (!holds(d.members, self.m))
-        throw connection_error("ft: replica '" + self.m.replica_id + "' was left out of round " + std::to_string(r) +
-                               ": the others found it lost (restart it to rejoin)");
-      co_return d;
-    }
-    co_await propose(ctx, r, prev, false);
+  while (!v) {
+    v = co_await await_key(ctx, k.decision(r), lost, "round " + std::to_string(r));
+    if (!v) v = co_await propose(ctx, r, prev, false);
   }
+  decided_round d{r, decode_lines(*v, "a decision"), prev.members};
+  if (!holds(d.members, self.m))
+    throw connection_error("ft: replica '" + self.m.replica_id + "' was left out of round " + std::to_string(r) +
+                           ": the others found it lost (restart it to rejoin)");
+  co_return d;
 }
 
 asio::awaitable<decided_round> join_round(const round_context& ctx, member_line self) {
@@ -155,7 +171,7 @@ asio::awaitable<decided_round> join_round(const round_context& ctx, member_line 
   std::uint64_t next = 1;
   for (;;) {
     std::uint64_t latest = 0;
-    if (co_await exists(ctx, k.latest())) latest = std::stoull(co_await ctx.store->get(k.latest()));
+    if (auto text = co_await get_or_empty(ctx, k.latest()); !text.empty()) latest = std::stoull(text);
     const auto r = std::max(next, latest + 1);
     decided_round prev;
     prev.id = r - 1;
@@ -171,10 +187,8 @@ asio::awaitable<decided_round> join_round(const round_context& ctx, member_line 
     };
     for (;;) {
       auto v = co_await await_key(ctx, k.decision(r), orphaned, "round " + std::to_string(r));
-      if (!v) {
-        co_await propose(ctx, r, prev, false);
-        continue;
-      }
+      if (!v) v = co_await propose(ctx, r, prev, false);
+      if (!v) continue;
       decided_round d{r, decode_lines(*v, "a decision"), std::move(prev.members)};
       if (holds(d.members, self.m)) co_return d;
       break;
@@ -185,15 +199,16 @@ asio::awaitable<decided_round> join_round(const round_context& ctx, member_line 
 
 asio::awaitable<bool> commit_round(const round_context& ctx, const decided_round& r, const member& self, bool ok) {
   const auto& k = ctx.keys;
-  co_await ctx.store->set(k.vote(r.id, self.replica_id), ok ? "1" : "0");
-  auto n = co_await ctx.store->add(k.votes(r.id), 1);
-  if (n == static_cast<std::int64_t>(r.members.size())) {
-    std::vector<std::string> keys;
-    for (const auto& m : r.members) keys.push_back(k.vote(r.id, m.m.replica_id));
-    auto votes = co_await ctx.store->multi_get(std::move(keys), std::max(milliseconds(1), left(ctx)));
-    bool all = std::all_of(votes.begin(), votes.end(), [](const std::string& v) { return v == "1"; });
-    co_await ctx.store->compare_set(k.commit(r.id), "", all ? "1" : "0");
+  // One counter carries both the number of votes (low 32 bits) and the
+  // number of failures (high bits): the last voter knows the outcome at once.
+  // The vote keys say who voted, for the check of lost members below.
+  constexpr std::int64_t failure = std::int64_t{1} << 32;
+  const std::int64_t total = co_await (ctx.store->set(k.vote(r.id, self.replica_id), ok ? "1" : "0") &&
+                                       ctx.store->add(k.votes(r.id), ok ? 1 : 1 + failure));
+  if ((total & (failure - 1)) == static_cast<std::int64_t>(r.members.size())) {
+    auto decided = co_await ctx.store->compare_set(k.commit(r.id), "", total < failure ? "1" : "0");
     if (r.id > 2) asio::co_spawn(ctx.store->get_executor(), forget_round(ctx.store, k, r.id - 2), asio::detached);
+    co_return decided == "1";
   }
   // A member lost before it voted makes the step fail for everyone.
   gone_check lost = [&]() -> asio::awaitable<bool> {
