@@ -43,7 +43,10 @@ struct bed {
     so.port = 0;
     server = cs::store_server::start(ctx.get_executor(), so);
   }
-  ~bed() { server->stop(); }
+  ~bed() {
+    server->stop();
+    corodist::test::settle(ctx); // the aborted accept runs before the context goes
+  }
 
   asio::awaitable<std::shared_ptr<cs::tcp_store>> client() {
     cs::tcp_store_options o;
