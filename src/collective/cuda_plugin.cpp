@@ -3,6 +3,8 @@
 
 #include "core/log.hpp"
 
+#include <corodist/collective/errors.hpp>
+
 #include <dlfcn.h>
 
 #include <mutex>
@@ -63,6 +65,21 @@ const cuda_plugin* load_cuda_plugin(std::string& why) {
   if (!once.plugin)
     why = once.why;
   return once.plugin;
+}
+
+const cuda_runtime& cuda_runtime_or_throw() {
+#if !CORODIST_HAS_NCCL
+  throw cuda_error("CUDA cannot be used: this corodist was built without CUDA and NCCL (needs CUDA >= 12 and NCCL, "
+                   "e.g. in /usr/local/cuda; reconfigure with -Dcuda=enabled -Dnccl=enabled)");
+#else
+  std::string why;
+  const auto* plugin = load_cuda_plugin(why);
+  if (!plugin)
+    throw cuda_error("CUDA cannot be used: " + why);
+  if (auto reason = plugin->unavailable_reason(); !reason.empty())
+    throw cuda_error("CUDA cannot be used: " + reason);
+  return *plugin->runtime;
+#endif
 }
 
 } // namespace corodist::collective::detail

@@ -229,8 +229,9 @@ public:
     }
     try {
       cudaSetDevice(device_);
-      // After the work already queued on the device's legacy default stream.
-      if (auto e = cudaEventRecord(ready_, cudaStreamLegacy); e != cudaSuccess)
+      // After the work already queued on the caller's stream (the legacy default stream unless given).
+      auto* after = op->call.stream ? static_cast<cudaStream_t>(op->call.stream) : cudaStreamLegacy;
+      if (auto e = cudaEventRecord(ready_, after); e != cudaSuccess)
         throw error_of(*op, "cudaEventRecord: " + cuda_text(e));
       if (auto e = cudaStreamWaitEvent(stream_, ready_, 0); e != cudaSuccess)
         throw error_of(*op, "cudaStreamWaitEvent: " + cuda_text(e));
@@ -610,6 +611,7 @@ extern "C" const corodist::collective::detail::cuda_plugin* corodist_cuda_plugin
       corodist::collective::detail::cuda_plugin::abi,
       &corodist::collective::unavailable_reason,
       &corodist::collective::nccl_comm::create,
+      corodist::collective::detail::plugin_runtime(),
   };
   return &plugin;
 }

@@ -122,6 +122,7 @@ work process_group::issue(collective_call call, call_options opts) {
   if (opts.timeout.count() < 0)
     bad_call(call, "negative timeout");
   call.timeout = opts.timeout.count() == 0 ? timeout_ : opts.timeout;
+  call.stream = opts.stream;
   switch (call.kind) {
   case collective_kind::allreduce:
   case collective_kind::broadcast:

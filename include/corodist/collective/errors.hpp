@@ -79,4 +79,13 @@ public:
       : timeout_error(message), collective_failure(std::move(op), rank, seq) {}
 };
 
+/// A CUDA runtime call failed, or CUDA cannot be used here (this build has
+/// no CUDA, the CUDA plugin cannot be loaded, no device is present): `what()`
+/// names the call and gives CUDA's text ("cudaMemcpyAsync on cuda:0: an
+/// illegal memory access was encountered (cudaErrorIllegalAddress)").
+class cuda_error : public error {
+public:
+  explicit cuda_error(const std::string& message) : error(message) {}
+};
+
 } // namespace corodist::collective

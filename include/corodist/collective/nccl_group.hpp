@@ -48,8 +48,8 @@ struct nccl_options {
 /// store under the group's prefix; every rank creates a non-blocking
 /// communicator with it, polled on the loop until ready or the deadline.
 /// Collectives are enqueued on the group's own CUDA stream, after the work
-/// already queued on the device's legacy default stream (work on other
-/// streams must be synchronised by the caller), and return at once. An event
+/// already queued on `call_options::stream` (the device's legacy default
+/// stream unless given), and return at once. An event
 /// recorded after each collective is polled on an Asio timer of the group's
 /// executor (no thread spins); a completed work resumes its awaiting
 /// coroutine on that coroutine's executor. The same poll is the watchdog: an
@@ -99,6 +99,8 @@ public:
   ~nccl_group() override;
 
   std::string_view backend() const noexcept override { return "nccl"; }
+  /// The group's CUDA device.
+  device control_device() const noexcept override { return device::cuda(cuda_device()); }
   std::uint64_t sequence_number() const noexcept override;
   void abort(const std::string& reason) override;
   bool aborted() const noexcept override;

@@ -24,6 +24,11 @@ struct call_options {
   /// Deadline of this collective, counted from the call. Zero (the default):
   /// the group's timeout.
   std::chrono::milliseconds timeout{0};
+  /// CUDA buffers: the collective starts after the work queued so far on this
+  /// stream (a `cudaStream_t` of the buffers' device, e.g. the one that
+  /// produced them); null (the default): the device's legacy default stream,
+  /// as PyTorch's current stream. Host buffers: ignored.
+  void* stream = nullptr;
 };
 
 /// The collectives a group runs.
@@ -49,6 +54,8 @@ struct collective_call {
   int root = 0;
   /// Resolved deadline (never zero).
   std::chrono::milliseconds timeout{0};
+  /// call_options::stream.
+  void* stream = nullptr;
 };
 
 /// A group of `size()` ranks, this process being `rank()`, that runs
@@ -84,6 +91,12 @@ public:
   std::chrono::milliseconds timeout() const noexcept { return timeout_; }
   /// The backend's name ("gloo", "nccl", "round_robin").
   virtual std::string_view backend() const noexcept = 0;
+
+  /// Where buffers of every collective may live on this group: host memory
+  /// for gloo (which also takes CUDA buffers, staged through host memory),
+  /// the group's CUDA device for nccl. Callers put small control tensors
+  /// (counts, flags) there.
+  virtual device control_device() const noexcept { return device::cpu(); }
 
   /// Reduces `t` element-wise over all ranks with `op`; every rank gets the
   /// result in `t`.

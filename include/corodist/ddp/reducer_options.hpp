@@ -46,6 +46,13 @@ struct reducer_options {
   /// zero: the group's timeout. Construction's collectives always wait up to
   /// the group's timeout: ranks reach construction at their own pace.
   std::chrono::milliseconds timeout{0};
+  /// CUDA parameters: the stream their gradients are produced on (the
+  /// backward's `cudaStream_t`; null: the device's legacy default stream).
+  /// Each gradient's copy into its bucket is ordered after the work queued on
+  /// it when the gradient is marked ready, and the work queued on it after
+  /// finalize() returned is ordered after the averaged gradients (no host
+  /// wait). With CUDA parameters on several devices leave it null.
+  void* stream = nullptr;
 };
 
 } // namespace corodist::ddp
