@@ -327,13 +327,7 @@ std::shared_ptr<gloo_group> gloo_group::create_sync(event_loop& loop, std::strin
                       "gloo_group::create_sync (co_await gloo_group::create on the loop)");
 }
 
-work gloo_group::submit(collective_call call) {
-  for (const auto& t : call.tensors)
-    if (t.where() != device::cpu())
-      throw usage_error(std::string(to_string(call.kind)) + ": the gloo backend takes host buffers, not " +
-                        t.where().to_string() + " (use nccl_group for CUDA buffers)");
-  return impl_->submit(std::move(call));
-}
+work gloo_group::submit(collective_call call) { return impl_->submit(std::move(call)); }
 
 std::uint64_t gloo_group::sequence_number() const noexcept {
   std::lock_guard lk(impl_->mutex);

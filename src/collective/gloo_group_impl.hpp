@@ -7,6 +7,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/worker_thread.hpp>
 
+#include "collective/gloo_cuda_staging.hpp"
 #include "collective/gloo_members.hpp"
 #include "collective/gloo_ops.hpp"
 #include "collective/gloo_probe.hpp"
@@ -55,6 +56,8 @@ struct pending_op {
   clock::duration probe_after{};
   /// The stall probe's finding (under the group's mutex): the ranks' calls differ.
   std::string mismatch;
+  /// CUDA buffers: their host copies (null for host buffers).
+  std::unique_ptr<cuda_staging> staging;
 };
 
 } // namespace detail
@@ -70,7 +73,8 @@ struct gloo_group::impl {
 
   // ---- the issue queue (gloo_issue.cpp) ----
 
-  /// Numbers `call`, queues it for a communication thread, and returns its work.
+  /// Numbers `call`, queues it for a communication thread, and returns its
+  /// work. CUDA buffers are staged through pinned host memory first.
   work submit(collective_call call);
   /// Runs `op` on a communication thread and completes its work.
   void run(pending_op& op);
@@ -169,6 +173,8 @@ struct gloo_group::impl {
   /// Null unless stalled collectives are compared (mismatch_probe_delay > 0,
   /// not a PyTorch job, more than one rank).
   std::shared_ptr<detail::stall_probe> probe;
+  /// Streams and pinned buffers of the CUDA buffers' staging.
+  std::shared_ptr<detail::staging_pool> staging = std::make_shared<detail::staging_pool>();
   bool watchdog_parked = false;       // idle: the next collective issued wakes the watchdog
   std::uint64_t seq_at_last_look = 0; // next_seq when the watchdog last looked (with the stall probe)
 };

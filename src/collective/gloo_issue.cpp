@@ -14,6 +14,8 @@ namespace corodist::collective {
 using detail::work_state;
 
 work gloo_group::impl::submit(collective_call call) {
+  // CUDA buffers: copied to pinned host memory on the group's stream, after the caller's.
+  auto staged = detail::cuda_staging::stage(call, staging);
   std::unique_lock lk(mutex);
   if (idle_lost >= 0 && !aborted) { // a rank was lost while the group was idle: abort now
     const int lost = idle_lost;
@@ -28,6 +30,7 @@ work gloo_group::impl::submit(collective_call call) {
   op->deadline = clock::now() + call.timeout;
   op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), seq);
   op->call = std::move(call);
+  op->staging = std::move(staged);
   op->probe_after = opts.mismatch_probe_delay;
   work w(op->state);
   if (aborted) {
@@ -120,7 +123,11 @@ void gloo_group::impl::run(pending_op& op) {
     }
     if (op.call.kind == collective_kind::barrier && !wait_for_earlier(op))
       throw timeout_error("Timed out waiting for the collectives issued before the barrier");
+    if (op.staging)
+      op.staging->before(op.deadline);
     detail::run_collective(cc, op.call);
+    if (op.staging)
+      op.staging->after(op.deadline);
     finish(op, nullptr);
   } catch (const std::exception& e) {
     failed(op, e.what());

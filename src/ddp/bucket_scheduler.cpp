@@ -47,7 +47,7 @@ void reducer::impl::track(asio::awaitable<void> a, Then then) {
 }
 
 asio::awaitable<void> reducer::impl::run_hook(std::size_t b) {
-  grad_bucket gb(b, layout.buckets.size(), bucket_view(b), layout.buckets[b].parameters, *pg, call);
+  grad_bucket gb(b, layout.buckets.size(), bucket_view(b), layout.buckets[b].parameters, *pg, bucket_call(b));
   co_await hook(gb);
 }
 
@@ -55,7 +55,27 @@ void reducer::impl::process_ready(std::size_t i, bool used) {
   const auto& p = params[i];
   void* dst = slot(i);
   const int divisor = !hook && detail::divide_before_sum(p.type) ? world : 1;
-  if (!used) {
+  if (p.where.kind == cc::device::kind_type::cuda) {
+    // On the reducer's stream, after the gradient's producer (the event of its mark).
+    const auto& s = on_device(p.where).stream;
+    const cc::tensor_view into(dst, p.count, p.type, p.where);
+    if (!used) {
+      s.zero(dst, p.bytes());
+    } else {
+      s.wait(produced[i]);
+      if (opts.gradient_as_bucket_view) {
+        if (divisor != 1)
+          s.convert(into, into, divisor);
+      } else {
+        if (divisor == 1)
+          s.copy(dst, p.grad, p.bytes());
+        else
+          s.convert(cc::tensor_view(p.grad, p.count, p.type, p.where), into, divisor);
+        copied += p.bytes();
+      }
+      ready_order.push_back(i);
+    }
+  } else if (!used) {
     std::memset(dst, 0, p.bytes());
   } else if (opts.gradient_as_bucket_view) {
     detail::copy_divided(dst, dst, p.count, p.type, divisor);
@@ -87,7 +107,7 @@ void reducer::impl::launch(std::size_t b) {
   }
   try {
     const auto op = detail::divide_before_sum(layout.buckets[b].type) ? cc::reduce_op::sum : cc::reduce_op::avg;
-    track(await_work(pg->allreduce(bucket_view(b), op, call)), on_done);
+    track(await_work(pg->allreduce(bucket_view(b), op, bucket_call(b))), on_done);
   } catch (...) {
     note_error(std::current_exception());
     reduced_at[b] = clock_type::now();
@@ -97,12 +117,50 @@ void reducer::impl::launch(std::size_t b) {
 
 void reducer::impl::copy_back(std::size_t b) {
   const auto& k = layout.buckets[b];
+  const bool on_cuda = k.where.kind == cc::device::kind_type::cuda;
   for (auto i : k.parameters) {
     if (opts.find_unused_parameters && std::binary_search(globally_unused.begin(), globally_unused.end(), i))
       continue;
-    detail::copy_gradient(params[i].grad, slot(i), params[i].bytes());
+    if (on_cuda) // the bucket's collective has completed: queued on the reducer's stream, no wait
+      on_device(k.where).stream.copy(params[i].grad, slot(i), params[i].bytes());
+    else
+      detail::copy_gradient(params[i].grad, slot(i), params[i].bytes());
     copied += params[i].bytes();
   }
+}
+
+void reducer::impl::end_device_work() noexcept {
+  for (auto& [dev, d] : devices) {
+    try {
+      d.stream.record(d.done);
+      d.producer.wait(d.done);
+    } catch (...) {
+      note_error(std::current_exception());
+    }
+  }
+}
+
+asio::awaitable<void> reducer::impl::control_collective(std::vector<cc::tensor_view> host,
+                                                        std::function<cc::work(std::vector<cc::tensor_view>)> issue,
+                                                        cc::call_options c) {
+  const auto where = pg->control_device();
+  if (where.kind != cc::device::kind_type::cuda) {
+    co_await issue(std::move(host));
+    co_return;
+  }
+  // Through device memory: copied there and back on the legacy default stream, in its order.
+  const auto s = cc::cuda_stream::borrow(where.index, nullptr);
+  std::vector<cc::device_buffer> mem;
+  std::vector<cc::tensor_view> dev;
+  for (const auto& t : host) {
+    mem.push_back(cc::device_buffer::allocate_async(s, t.bytes()));
+    s.copy(mem.back().data(), t.data(), t.bytes());
+    dev.emplace_back(mem.back().data(), t.count(), t.type(), where);
+  }
+  co_await issue(dev);
+  for (std::size_t k = 0; k < host.size(); ++k)
+    s.copy(host[k].data(), dev[k].data(), host[k].bytes());
+  co_await s.record().wait(c.timeout.count() > 0 ? c.timeout : pg->timeout());
 }
 
 asio::awaitable<void> reducer::impl::run_iteration() {
@@ -161,8 +219,11 @@ asio::awaitable<void> reducer::impl::run_iteration() {
         bitmap_issued = true;
         // Every rank learns which parameters some rank used (DDP's local_used_map allreduce).
         try {
-          track(await_work(pg->allreduce(cc::tensor_view(used_map.data(), n, cc::dtype::int32), cc::reduce_op::max,
-                                         call)),
+          std::vector<cc::tensor_view> flags{cc::tensor_view(used_map.data(), n, cc::dtype::int32)};
+          auto allreduce_max = [this](std::vector<cc::tensor_view> t) {
+            return pg->allreduce(t[0], cc::reduce_op::max, call);
+          };
+          track(control_collective(std::move(flags), allreduce_max, call),
                 [this](std::exception_ptr e) {
                   if (e)
                     return;
@@ -183,15 +244,23 @@ asio::awaitable<void> reducer::impl::run_iteration() {
     co_await wake->wait(
         [this, stop] { return signalled || mark_available() || (!stop && abandon.load(std::memory_order_seq_cst)); });
   }
-  if (abandon.load())
+  if (abandon.load()) {
+    end_device_work();
     co_return;
+  }
   if (opts.find_unused_parameters && !opts.gradient_as_bucket_view && !first_error)
     for (std::size_t b = 0; b < nb; ++b)
       copy_back(b);
+  if (!first_error && opts.rebuild_buckets && !rebuilt && synced_iterations == 1) {
+    try {
+      co_await rebuild();
+    } catch (...) {
+      note_error(std::current_exception());
+    }
+  }
+  end_device_work(); // after the copies back and a rebuild's moves
   if (first_error)
     std::rethrow_exception(first_error);
-  if (opts.rebuild_buckets && !rebuilt && synced_iterations == 1)
-    co_await rebuild();
 }
 
 } // namespace corodist::ddp

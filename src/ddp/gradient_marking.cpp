@@ -107,6 +107,8 @@ void reducer::impl::mark(std::size_t i) {
   }
   if (local_iteration)
     return;
+  if (params[i].where.kind == cc::device::kind_type::cuda) // the gradient's producer so far: the copy waits for it
+    on_device(params[i].where).producer.record(produced[i]);
   const auto k = write_pos.fetch_add(1, std::memory_order_relaxed);
   slots[k].store(static_cast<std::uint32_t>(i + 1), std::memory_order_seq_cst);
   wake->notify();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <limits>
 #include <utility>
 
@@ -67,9 +68,9 @@ void reducer::impl::validate_locally() const {
     if (!cc::is_floating(p.type))
       throw usage_error("ddp::reducer: " + param_name(p, i) + " has dtype " + std::string(cc::to_string(p.type)) +
                         ": gradients must be floating (float32, float64, float16, bfloat16)");
-    if (p.where != cc::device::cpu())
-      throw usage_error("ddp::reducer: " + param_name(p, i) + " lives on " + p.where.to_string() +
-                        ": this reducer handles host memory only");
+    if (p.where.kind == cc::device::kind_type::cuda)
+      if (auto why = cc::cuda_stream::unavailable_reason(); !why.empty())
+        throw usage_error("ddp::reducer: " + param_name(p, i) + " lives on " + p.where.to_string() + ": " + why);
   }
   for (const auto& b : opts.buffers)
     if (b.data() == nullptr && b.count() > 0)
@@ -78,22 +79,39 @@ void reducer::impl::validate_locally() const {
 
 asio::awaitable<void> reducer::impl::setup() {
   co_await verify_across_ranks();
-  // Initial state from rank 0, coalesced (comm.h's broadcast_coalesced of the state dict).
-  std::vector<cc::tensor_view> state;
+  // CUDA parameters: the reducer's stream and the caller's on each device, an event per parameter.
+  produced.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& w = params[i].where;
+    if (w.kind != cc::device::kind_type::cuda)
+      continue;
+    if (!devices.contains(w.index))
+      devices.emplace(w.index, detail::cuda_device_state{cc::cuda_stream::create(w.index),
+                                                         cc::cuda_stream::borrow(w.index, opts.stream),
+                                                         cc::cuda_event::create(w.index)});
+    produced[i] = cc::cuda_event::create(w.index);
+  }
+  // Initial state from rank 0, coalesced per device (comm.h's broadcast_coalesced of the state dict).
+  std::map<std::pair<int, int>, std::vector<cc::tensor_view>> state;
   for (const auto& p : params)
-    state.emplace_back(p.values, p.count, p.type, p.where);
+    state[{static_cast<int>(p.where.kind), p.where.index}].emplace_back(p.values, p.count, p.type, p.where);
   for (const auto& b : opts.buffers)
     if (b.count() > 0)
-      state.push_back(b);
-  co_await pg->broadcast_coalesced(std::move(state), 0, setup_call);
+      state[{static_cast<int>(b.where().kind), b.where().index}].push_back(b);
+  for (auto& [where, views] : state)
+    co_await pg->broadcast_coalesced(std::move(views), 0, setup_call);
   apply_layout(bucket_layout::compute(params, {}, opts.first_bucket_bytes, opts.bucket_cap_bytes), false);
 }
 
 asio::awaitable<void> reducer::impl::verify_across_ranks() {
   std::int64_t count = static_cast<std::int64_t>(n);
   std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
-  co_await pg->allgather(cc::tensor_view(&count, 1, cc::dtype::int64),
-                         cc::tensor_view(counts.data(), counts.size(), cc::dtype::int64), setup_call);
+  const auto allgather = [this](std::vector<cc::tensor_view> t) { return pg->allgather(t[0], t[1], setup_call); };
+  {
+    std::vector<cc::tensor_view> io{cc::tensor_view(&count, 1, cc::dtype::int64),
+                                    cc::tensor_view(counts.data(), counts.size(), cc::dtype::int64)};
+    co_await control_collective(std::move(io), allgather, setup_call);
+  }
   for (int r = 1; r < world; ++r)
     if (counts[static_cast<std::size_t>(r)] != counts[0]) {
       std::string ranks;
@@ -111,8 +129,11 @@ asio::awaitable<void> reducer::impl::verify_across_ranks() {
     mine[3 * i + 1] = static_cast<std::int64_t>(params[i].type);
     mine[3 * i + 2] = (params[i].where.kind == cc::device::kind_type::cuda ? 1000 : 0) + params[i].where.index;
   }
-  co_await pg->allgather(cc::tensor_view(mine.data(), mine.size(), cc::dtype::int64),
-                         cc::tensor_view(all.data(), all.size(), cc::dtype::int64), setup_call);
+  {
+    std::vector<cc::tensor_view> io{cc::tensor_view(mine.data(), mine.size(), cc::dtype::int64),
+                                    cc::tensor_view(all.data(), all.size(), cc::dtype::int64)};
+    co_await control_collective(std::move(io), allgather, setup_call);
+  }
   for (std::size_t i = 0; i < n; ++i) {
     auto at = [&](int r, std::size_t k) { return all[static_cast<std::size_t>(r) * 3 * n + 3 * i + k]; };
     std::string differ;
@@ -129,19 +150,38 @@ asio::awaitable<void> reducer::impl::verify_across_ranks() {
 
 void reducer::impl::apply_layout(bucket_layout l, bool keep_gradients) {
   std::vector<std::vector<std::uint64_t>> mem(l.buckets.size());
-  for (std::size_t b = 0; b < l.buckets.size(); ++b)
-    mem[b].assign((l.buckets[b].bytes() + 7) / 8, 0);
+  std::vector<cc::device_buffer> dmem(l.buckets.size());
+  std::vector<void*> base(l.buckets.size());
+  for (std::size_t b = 0; b < l.buckets.size(); ++b) {
+    const auto& k = l.buckets[b];
+    if (k.where.kind == cc::device::kind_type::cuda) {
+      dmem[b] = cc::device_buffer::allocate(k.where, k.bytes());
+      on_device(k.where).stream.zero(dmem[b].data(), k.bytes());
+      base[b] = dmem[b].data();
+    } else {
+      mem[b].assign((k.bytes() + 7) / 8, 0);
+      base[b] = mem[b].data();
+    }
+  }
   std::vector<std::size_t> bof = l.bucket_of(n), off(n, 0);
   for (const auto& b : l.buckets)
     for (std::size_t k = 0; k < b.parameters.size(); ++k)
       off[b.parameters[k]] = b.offsets[k];
-  if (keep_gradients && !storage.empty())
+  if (keep_gradients && !bucket_of.empty()) {
     for (std::size_t i = 0; i < n; ++i) {
-      const auto es = cc::element_size(params[i].type);
-      std::memcpy(reinterpret_cast<std::byte*>(mem[bof[i]].data()) + off[i] * es, slot(i), params[i].count * es);
+      const auto bytes = params[i].bytes();
+      void* to = static_cast<std::byte*>(base[bof[i]]) + off[i] * cc::element_size(params[i].type);
+      if (params[i].where.kind == cc::device::kind_type::cuda)
+        on_device(params[i].where).stream.copy(to, slot(i), bytes);
+      else
+        std::memcpy(to, slot(i), bytes);
     }
+    for (auto& [dev, d] : devices) // the old buckets go once the moves are done
+      d.stream.synchronize();
+  }
   layout = std::move(l);
   storage = std::move(mem);
+  device_storage = std::move(dmem);
   bucket_of = std::move(bof);
   offset_of = std::move(off);
   pending.assign(layout.buckets.size(), 0);
@@ -159,7 +199,10 @@ asio::awaitable<void> reducer::impl::rebuild() {
     if (!seen[i])
       order.push_back(static_cast<std::int64_t>(i));
   const auto began = clock_type::now();
-  co_await pg->broadcast(cc::tensor_view(order.data(), n, cc::dtype::int64), 0, call);
+  {
+    std::vector<cc::tensor_view> io{cc::tensor_view(order.data(), n, cc::dtype::int64)};
+    co_await control_collective(std::move(io), [this](std::vector<cc::tensor_view> t) { return pg->broadcast(t[0], 0, call); }, call);
+  }
   comm.push_back({began, clock_type::now()});
   std::vector<std::size_t> o(n);
   for (std::size_t k = 0; k < n; ++k) {

@@ -6,6 +6,9 @@
 
 #include <corodist/ddp/reducer.hpp>
 
+#include <corodist/collective/cuda_event.hpp>
+#include <corodist/collective/cuda_stream.hpp>
+#include <corodist/collective/device_buffer.hpp>
 #include <corodist/collective/process_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/future.hpp>
@@ -20,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -39,6 +44,16 @@ inline constexpr std::uint8_t declared_unused = 2;
 inline std::string param_name(const parameter& p, std::size_t i) {
   return p.name.empty() ? fmt::format("parameter {}", i) : fmt::format("parameter {} ('{}')", i, p.name);
 }
+
+/// The reducer's work on one CUDA device: its own stream (bucket copies,
+/// conversions; the buckets' collectives start after it), the caller's
+/// stream (the gradients' producer, and the consumer of the averaged ones),
+/// and the event that ends an iteration's work.
+struct cuda_device_state {
+  collective::cuda_stream stream;
+  collective::cuda_stream producer;
+  collective::cuda_event done;
+};
 
 /// A time interval of one collective of the iteration.
 struct interval {
@@ -64,8 +79,13 @@ struct reducer::impl {
   // Buckets.
   bucket_layout layout;
   std::vector<std::size_t> bucket_of, offset_of;
-  std::vector<std::vector<std::uint64_t>> storage; // bucket memory (8-byte aligned)
+  std::vector<std::vector<std::uint64_t>> storage; // host buckets' memory (8-byte aligned)
+  std::vector<collective::device_buffer> device_storage; // CUDA buckets' memory
   comm_hook hook;
+
+  // CUDA parameters: per device, and each one's event recorded on the producer at its mark.
+  std::map<int, detail::cuda_device_state> devices;
+  std::vector<collective::cuda_event> produced;
 
   // Marks: written by any thread, read by the loop.
   std::unique_ptr<std::atomic<std::uint8_t>[]> marks;
@@ -121,17 +141,42 @@ struct reducer::impl {
   /// switch now (at the end of the first synchronised iteration).
   asio::awaitable<void> rebuild();
 
+  /// Bucket b's memory (host or device).
+  void* bucket_data(std::size_t b) {
+    return layout.buckets[b].where.kind == collective::device::kind_type::cuda ? device_storage[b].data()
+                                                                                 : storage[b].data();
+  }
+
   /// Where parameter i's gradient lives in its bucket.
   void* slot(std::size_t i) {
-    return reinterpret_cast<std::byte*>(storage[bucket_of[i]].data()) +
-           offset_of[i] * collective::element_size(params[i].type);
+    return static_cast<std::byte*>(bucket_data(bucket_of[i])) + offset_of[i] * collective::element_size(params[i].type);
   }
 
   /// Bucket b's memory as one tensor.
   collective::tensor_view bucket_view(std::size_t b) {
     const auto& k = layout.buckets[b];
-    return collective::tensor_view(storage[b].data(), k.count, k.type, k.where);
+    return collective::tensor_view(bucket_data(b), k.count, k.type, k.where);
   }
+
+  /// The state of CUDA device `d` (one of the parameters' devices).
+  detail::cuda_device_state& on_device(const collective::device& d) { return devices.at(d.index); }
+
+  /// The iteration's per-call options for bucket b: on a CUDA device, its
+  /// collectives start after the reducer's stream there.
+  collective::call_options bucket_call(std::size_t b) {
+    auto c = call;
+    if (layout.buckets[b].where.kind == collective::device::kind_type::cuda)
+      c.stream = on_device(layout.buckets[b].where).stream.native();
+    return c;
+  }
+
+  /// Runs the collective `issue` makes over `host` (host memory), on copies
+  /// in the group's control device's memory when that is a CUDA device (an
+  /// nccl_group), the results copied back; the counts, flags and orders the
+  /// reducer exchanges. Bounded by `c`'s deadline (the group's when zero).
+  asio::awaitable<void> control_collective(std::vector<collective::tensor_view> host,
+                                           std::function<collective::work(std::vector<collective::tensor_view>)> issue,
+                                           collective::call_options c);
 
   // ---- the iteration on the loop (bucket_scheduler.cpp) -----------------------------
 
@@ -151,6 +196,8 @@ struct reducer::impl {
   /// The averaged values of bucket b back into the registered gradients (copy
   /// mode), except those of globally unused parameters.
   void copy_back(std::size_t b);
+  /// The end of an iteration's device work: the callers' streams wait for it.
+  void end_device_work() noexcept;
   /// True when the next mark in mark order has been written (inline: the loop
   /// asks once per gradient).
   bool mark_available() const {

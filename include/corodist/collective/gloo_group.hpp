@@ -104,7 +104,17 @@ struct gloo_options {
   std::optional<pytorch_options> pytorch;
 };
 
-/// A process group on Gloo's TCP transport, for buffers in host memory.
+/// A process group on Gloo's TCP transport, for buffers in host memory — and
+/// in CUDA device memory, staged through host memory as PyTorch's
+/// ProcessGroupGloo does (so that ranks sharing one GPU, which NCCL refuses,
+/// can run CUDA code): at the call, the buffers are copied to page-locked host
+/// buffers on the group's stream of their device, after the work queued on
+/// `call_options::stream` (the legacy default stream unless given); the
+/// communication thread waits for those copies, runs Gloo on the host copies,
+/// copies the results back and waits for them, and then completes the work
+/// (the loop never waits on the GPU). The buffers of one call are on one
+/// device. A CUDA failure, or CUDA unusable here, throws `cuda_error` at the
+/// call (nothing issued) or fails the collective with `collective_error`.
 ///
 /// Threading: Gloo's calls block their thread, so every collective runs on
 /// the group's own communication thread(s); an event loop is never blocked.

@@ -26,6 +26,8 @@ public:
   explicit round_robin_group(std::vector<std::shared_ptr<process_group>> groups);
 
   std::string_view backend() const noexcept override { return "round_robin"; }
+  /// The first group's.
+  device control_device() const noexcept override { return groups_.front()->control_device(); }
   /// Collectives issued through this group.
   std::uint64_t sequence_number() const noexcept override { return next_.load(std::memory_order_relaxed); }
   void abort(const std::string& reason) override;

@@ -43,7 +43,20 @@ namespace corodist::ddp {
 /// Threads: the reducer's state lives on one event loop (its own thread, or
 /// the executor given). `mark_grad_ready` may be called from any thread;
 /// `prepare_for_backward`, `finalize` and the rest from one thread at a time
-/// (not concurrently with each other). Host memory only.
+/// (not concurrently with each other).
+///
+/// CUDA: parameters may live on CUDA devices (`device::cuda(i)`), alone or
+/// beside host ones (one bucket set per device and dtype). Their buckets are
+/// device memory; `mark_grad_ready(i)` records an event on
+/// `reducer_options::stream` (the gradient's producer; the legacy default
+/// stream unless given), the copy into the bucket runs on the reducer's own
+/// stream after that event, the bucket's collective after the copies
+/// (`call_options::stream`), and the copies back on the reducer's stream once
+/// it completed; 16-bit gradients are divided by a kernel. finalize() returns
+/// when the last bucket's collective has completed, with the work queued on
+/// the caller's stream from then on ordered after the averaged gradients (no
+/// host wait). The group must take the buckets' memory: an nccl_group of the
+/// parameters' device, or a gloo_group (staged through host memory).
 class reducer {
 public:
   /// Blocks until construction's collectives are done, on a loop thread of
@@ -85,7 +98,9 @@ public:
   /// loop sleeps, one eventfd write (no allocation, no lock). Throws
   /// `usage_error` when `i` is out of range, no iteration was prepared, or
   /// `i` was already marked in this iteration (the mark is then ignored).
-  /// Inside no_sync() it only checks.
+  /// Inside no_sync() it only checks. A CUDA gradient also records an event
+  /// on `reducer_options::stream` (call it after the gradient's kernels were
+  /// queued there); a CUDA failure then throws `cuda_error`.
   void mark_grad_ready(std::size_t i);
 
   /// Awaits the end of the iteration: every bucket reduced, the averaged
