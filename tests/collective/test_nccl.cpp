@@ -9,6 +9,7 @@
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/store/hash_store.hpp>
 
+#include "collective/cuda_fixtures.hpp"
 #include "collective/gloo_fixtures.hpp"
 
 #if CORODIST_TEST_CUDA
@@ -16,12 +17,14 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <latch>
 #endif
 
 using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
 namespace cc = corodist::collective;
+namespace ct = corodist::test;
 
 namespace {
 
@@ -43,7 +46,7 @@ boost::test_tools::assertion_result two_gpus(utf::test_unit_id id) {
   cudaGetDeviceCount(&n);
   boost::test_tools::assertion_result out(n >= 2);
   if (!out)
-    out.message() << "skipped: a real shrink needs 2 CUDA devices or more, found " << n;
+    out.message() << "skipped: this case needs 2 CUDA devices or more (a GPU per NCCL rank), found " << n;
   return out;
 }
 
@@ -98,49 +101,200 @@ BOOST_AUTO_TEST_CASE(creation_without_a_gpu_says_why, *utf::precondition(built_w
 }
 
 #if CORODIST_TEST_CUDA
-// Two ranks (threads) on GPU 0 (or 0 and 1): allreduce (sum, avg),
-// broadcast, allgather, reduce_scatter and barrier on device buffers.
-BOOST_AUTO_TEST_CASE(collectives_on_device_buffers, *utf::precondition(gpu_present) * utf::timeout(120)) {
-  int devices = 0;
-  cudaGetDeviceCount(&devices);
+// Ranks (threads) 0..n-1 on GPUs 0..n-1 (NCCL wants a GPU per rank), for
+// every n from 1 to the device count (at most 8): allreduce (sum; avg where n
+// is a power of two, so that the quotients are exact), broadcast, allgather
+// and reduce_scatter in float32, float16 and bfloat16, and barrier, on
+// device buffers; every value checked exactly (small integers).
+BOOST_AUTO_TEST_CASE(collectives_at_every_world_size, *utf::precondition(gpu_present) * utf::timeout(300)) {
+  const int devices = std::min(cc::cuda_stream::device_count(), 8);
+  for (int n = 1; n <= devices; ++n) {
+    BOOST_TEST_MESSAGE("world size " << n);
+    corodist::test::thread_ranks job;
+    auto errors = job.run(n, [&](int r) {
+      corodist::event_loop loop;
+      loop.start();
+      cc::nccl_options o;
+      o.prefix = "all/" + std::to_string(n);
+      o.device = r;
+      o.timeout = 60s;
+      auto pg = cc::nccl_group::create_sync(loop.get_executor(), job.store, r, n, o);
+      RANK_REQUIRE(pg->cuda_device() == r);
+      RANK_REQUIRE(pg->control_device() == cc::device::cuda(r));
+      const std::size_t c = 1003;
+      std::uint64_t issued = 0;
+      for (auto type : {cc::dtype::float32, cc::dtype::float16, cc::dtype::bfloat16}) {
+        const std::string t = std::string(cc::to_string(type)) + " at world size " + std::to_string(n);
+        auto buf = ct::to_device(r, type, ct::small_values(r, c));
+        const auto v = ct::view_of(buf, type, c);
+        pg->allreduce(v).get();
+        ct::require_equal(ct::from_device(v), ct::small_sums(n, c), "allreduce sum " + t);
+        ++issued;
+        if ((n & (n - 1)) == 0) {
+          buf = ct::to_device(r, type, ct::small_values(r, c));
+          const auto a = ct::view_of(buf, type, c);
+          pg->allreduce(a, cc::reduce_op::avg).get();
+          ct::require_equal(ct::from_device(a), ct::divided(ct::small_sums(n, c), n), "allreduce avg " + t);
+          ++issued;
+        }
+        auto b = ct::to_device(r, type, ct::small_values(r, c));
+        pg->broadcast(ct::view_of(b, type, c), n - 1).get();
+        ct::require_equal(ct::from_device(ct::view_of(b, type, c)), ct::small_values(n - 1, c), "broadcast " + t);
+        auto out = ct::to_device(r, type, std::vector<float>(n * c, -1.0f));
+        pg->allgather(ct::view_of(b, type, c), ct::view_of(out, type, n * c)).get(); // b holds rank n-1's values now
+        auto in = ct::to_device(r, type, ct::small_values(r, c));
+        pg->allgather(ct::view_of(in, type, c), ct::view_of(out, type, n * c)).get();
+        std::vector<float> gathered;
+        for (int q = 0; q < n; ++q)
+          for (float x : ct::small_values(q, c))
+            gathered.push_back(x);
+        ct::require_equal(ct::from_device(ct::view_of(out, type, n * c)), gathered, "allgather " + t);
+        auto whole = ct::to_device(r, type, ct::small_values(r, n * c));
+        auto mine = ct::to_device(r, type, std::vector<float>(c, -1.0f));
+        pg->reduce_scatter(ct::view_of(whole, type, n * c), ct::view_of(mine, type, c)).get();
+        ct::require_equal(ct::from_device(ct::view_of(mine, type, c)), ct::small_sums(n, c, r * c),
+                          "reduce_scatter " + t);
+        issued += 4;
+      }
+      pg->barrier().get();
+      ++issued;
+      RANK_REQUIRE(pg->sequence_number() == issued);
+      RANK_REQUIRE(!pg->aborted());
+    });
+    for (auto& e : errors)
+      BOOST_TEST(e.empty(), e);
+  }
+}
+
+// call_options::stream: the collective is enqueued after the work queued on
+// the caller's stream. The values reach the buffer by a copy on a held
+// stream; the allreduce issued after that copy must reduce them, not the zeros before.
+BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition(gpu_present) * utf::timeout(60)) {
+  corodist::event_loop loop;
+  loop.start();
+  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
+  cc::nccl_options o;
+  o.prefix = "stream";
+  o.timeout = 30s;
+  auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+  const int dev = pg->cuda_device();
+  const std::size_t n = 1 << 16;
+  const auto user = cc::cuda_stream::create(dev);
+  auto buf = ct::to_device(dev, cc::dtype::float32, std::vector<float>(n, 0.0f));
+  auto pinned = cc::device_buffer::allocate(cc::device::cpu(), n * sizeof(float));
+  const auto want = ct::small_values(0, n);
+  std::memcpy(pinned.data(), want.data(), n * sizeof(float));
+  const auto v = ct::view_of(buf, cc::dtype::float32, n);
+  {
+    ct::stream_gate gate(user);
+    user.copy(buf.data(), pinned.data(), n * sizeof(float));
+    cc::call_options co;
+    co.stream = user.native();
+    auto w = pg->allreduce(v, cc::reduce_op::sum, co);
+    gate.open();
+    w.wait(20s);
+    BOOST_TEST(!gate.expired());
+  }
+  BOOST_TEST(ct::first_difference(ct::from_device(v), want) == "");
+}
+
+// abort(): a collective pending behind a held stream fails with
+// collective_error naming the reason, and so does a later one; the group
+// says it is aborted. (The held stream is let go after.)
+BOOST_AUTO_TEST_CASE(abort_fails_pending_and_later_collectives, *utf::precondition(gpu_present) * utf::timeout(60)) {
+  corodist::event_loop loop;
+  loop.start();
+  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
+  cc::nccl_options o;
+  o.prefix = "abort";
+  o.timeout = 30s;
+  auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+  const int dev = pg->cuda_device();
+  auto buf = ct::to_device(dev, cc::dtype::float32, std::vector<float>(256, 1.0f));
+  const auto v = ct::view_of(buf, cc::dtype::float32, 256);
+  const auto user = cc::cuda_stream::create(dev);
+  auto names_reason = [](const cc::collective_error& e) {
+    BOOST_TEST_MESSAGE(e.what());
+    return std::string(e.what()).find("the test aborts") != std::string::npos;
+  };
+  {
+    ct::stream_gate gate(user);
+    cc::call_options co;
+    co.stream = user.native();
+    auto pending = pg->allreduce(v, cc::reduce_op::sum, co);
+    BOOST_TEST(!pending.is_completed());
+    pg->abort("the test aborts");
+    BOOST_TEST(pg->aborted());
+    BOOST_CHECK_EXCEPTION(pending.wait(20s), cc::collective_error, names_reason);
+    BOOST_CHECK_EXCEPTION(pg->allreduce(v).wait(20s), cc::collective_error, names_reason);
+    BOOST_CHECK_EXCEPTION(pg->barrier().wait(20s), cc::collective_error, names_reason);
+    gate.open();
+  }
+  pg->abort("again"); // idempotent
+  BOOST_TEST(pg->aborted());
+}
+
+// The deadline at world size 1: a collective behind a stream held past its
+// deadline fails with collective_timeout_error (the watchdog of the group's
+// poll) and aborts the group: a later collective fails with collective_error.
+BOOST_AUTO_TEST_CASE(deadline_of_a_collective_held_back, *utf::precondition(gpu_present) * utf::timeout(60)) {
+  corodist::event_loop loop;
+  loop.start();
+  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
+  cc::nccl_options o;
+  o.prefix = "deadline/1";
+  o.timeout = 30s;
+  auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+  const int dev = pg->cuda_device();
+  auto buf = ct::to_device(dev, cc::dtype::float32, std::vector<float>(256, 1.0f));
+  const auto v = ct::view_of(buf, cc::dtype::float32, 256);
+  const auto user = cc::cuda_stream::create(dev);
+  {
+    ct::stream_gate gate(user);
+    cc::call_options co;
+    co.stream = user.native();
+    co.timeout = 200ms;
+    auto late = pg->allreduce(v, cc::reduce_op::sum, co);
+    BOOST_CHECK_EXCEPTION(late.wait(20s), cc::collective_timeout_error, [](const cc::collective_timeout_error& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      return e.op() == "allreduce" && e.seq() == 0u;
+    });
+    BOOST_TEST(pg->aborted());
+    BOOST_CHECK_THROW(pg->allreduce(v).wait(20s), cc::collective_error);
+    gate.open();
+  }
+}
+
+// The deadline with a rank that never joins (world size 2, a GPU each):
+// rank 0's allreduce fails with collective_timeout_error; rank 1 aborts its
+// group once rank 0 is done.
+BOOST_AUTO_TEST_CASE(deadline_when_a_rank_never_joins, *utf::precondition(two_gpus) * utf::timeout(120)) {
+  ct::countdown rank0_done(1);
   corodist::test::thread_ranks job;
   auto errors = job.run(2, [&](int r) {
     corodist::event_loop loop;
     loop.start();
     cc::nccl_options o;
-    o.device = r % devices;
-    o.timeout = 60s;
+    o.prefix = "deadline/2";
+    o.device = r;
+    o.timeout = 30s;
     auto pg = cc::nccl_group::create_sync(loop.get_executor(), job.store, r, 2, o);
-    cudaSetDevice(o.device);
-    const std::size_t n = 1 << 20;
-    float* d = nullptr;
-    RANK_REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), n * 3 * sizeof(float)) == cudaSuccess);
-    const auto dev = cc::device::cuda(o.device);
-    auto view = [&](std::size_t off, std::size_t count) { return cc::tensor_view(d + off, count, cc::dtype::float32, dev); };
-    auto fetch = [&](std::size_t off, std::size_t count) {
-      std::vector<float> h(count);
-      cudaMemcpy(h.data(), d + off, count * sizeof(float), cudaMemcpyDeviceToHost);
-      return h;
-    };
-    std::vector<float> h(n, static_cast<float>(r + 1));
-    cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-    pg->allreduce(view(0, n)).get();
-    RANK_REQUIRE(fetch(0, n)[n - 1] == 3.0f);
-    pg->allreduce(view(0, n), cc::reduce_op::avg).get();
-    RANK_REQUIRE(fetch(0, n)[0] == 3.0f);
-    std::fill(h.begin(), h.end(), static_cast<float>(r + 1));
-    cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-    pg->broadcast(view(0, n), 1).get();
-    RANK_REQUIRE(fetch(0, n)[7] == 2.0f);
-    cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-    pg->allgather(view(0, n), view(n, 2 * n)).get();
-    auto g = fetch(n, 2 * n);
-    RANK_REQUIRE(g[0] == 1.0f && g[2 * n - 1] == 2.0f);
-    pg->reduce_scatter(view(n, 2 * n), view(0, n)).get();
-    RANK_REQUIRE(fetch(0, n)[0] == (r == 0 ? 2.0f : 4.0f));
-    pg->barrier().get();
-    RANK_REQUIRE(pg->sequence_number() == 6u);
-    cudaFree(d);
+    if (r == 1) {
+      RANK_REQUIRE(rank0_done.wait_for(90s));
+      pg->abort("rank 1 leaves");
+      return;
+    }
+    struct done_guard {
+      ct::countdown& done;
+      ~done_guard() { done.arrive(); }
+    } guard{rank0_done}; // also when this rank fails
+    auto buf = ct::to_device(r, cc::dtype::float32, std::vector<float>(1024, 1.0f));
+    cc::call_options co;
+    co.timeout = 1s;
+    auto w = pg->allreduce(ct::view_of(buf, cc::dtype::float32, 1024), cc::reduce_op::sum, co);
+    const auto what = ct::require_throws<cc::collective_timeout_error>([&] { w.wait(30s); }, "allreduce alone");
+    RANK_REQUIRE(what.find("allreduce") != std::string::npos);
+    RANK_REQUIRE(pg->aborted());
   });
   for (auto& e : errors)
     BOOST_TEST(e.empty(), e);
