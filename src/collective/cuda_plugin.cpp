@@ -72,13 +72,23 @@ const cuda_runtime& cuda_runtime_or_throw() {
   throw cuda_error("CUDA cannot be used: this corodist was built without CUDA and NCCL (needs CUDA >= 12 and NCCL, "
                    "e.g. in /usr/local/cuda; reconfigure with -Dcuda=enabled -Dnccl=enabled)");
 #else
-  std::string why;
-  const auto* plugin = load_cuda_plugin(why);
-  if (!plugin)
-    throw cuda_error("CUDA cannot be used: " + why);
-  if (auto reason = plugin->unavailable_reason(); !reason.empty())
-    throw cuda_error("CUDA cannot be used: " + reason);
-  return *plugin->runtime;
+  // Once: the plugin, and whether a device is present, do not change while the process runs.
+  struct usable {
+    const cuda_runtime* runtime = nullptr;
+    std::string why;
+  };
+  static const usable once = [] {
+    usable u;
+    const auto* plugin = load_cuda_plugin(u.why);
+    if (plugin)
+      u.why = plugin->unavailable_reason();
+    if (plugin && u.why.empty())
+      u.runtime = plugin->runtime;
+    return u;
+  }();
+  if (!once.runtime)
+    throw cuda_error("CUDA cannot be used: " + once.why);
+  return *once.runtime;
 #endif
 }
 

@@ -27,10 +27,56 @@ void check(cudaError_t e, const char* call, int device) {
                                cudaGetErrorString(e), cudaGetErrorName(e)));
 }
 
-void use(int device) {
-  if (device >= 0)
+// Makes `device` current for one call and restores the caller's device after
+// it (mark_grad_ready runs on the caller's thread, whose device is its own).
+class use {
+public:
+  explicit use(int device) {
+    if (device < 0)
+      return;
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess) {
+      (void)cudaGetLastError();
+      current = -1;
+    }
+    if (current == device)
+      return;
     check(cudaSetDevice(device), "cudaSetDevice", device);
-}
+    previous_ = current;
+  }
+  ~use() {
+    if (previous_ >= 0)
+      cudaSetDevice(previous_);
+  }
+  use(const use&) = delete;
+  use& operator=(const use&) = delete;
+
+private:
+  int previous_ = -1;
+};
+
+// As `use`, for the calls that cannot fail.
+class use_quietly {
+public:
+  explicit use_quietly(int device) noexcept {
+    if (device < 0)
+      return;
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess)
+      current = -1;
+    if (current != device && cudaSetDevice(device) == cudaSuccess)
+      previous_ = current;
+  }
+  ~use_quietly() {
+    if (previous_ >= 0)
+      cudaSetDevice(previous_);
+  }
+  use_quietly(const use_quietly&) = delete;
+  use_quietly& operator=(const use_quietly&) = delete;
+
+private:
+  int previous_ = -1;
+};
 
 cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t as_event(void* e) { return static_cast<cudaEvent_t>(e); }
@@ -45,48 +91,46 @@ int device_count() noexcept {
 }
 
 void* stream_create(int device) {
-  use(device);
+  const use on(device);
   cudaStream_t s = nullptr;
   check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags", device);
   return s;
 }
 
 void stream_destroy(int device, void* s) noexcept {
-  if (device >= 0)
-    cudaSetDevice(device);
+  const use_quietly on(device);
   cudaStreamDestroy(as_stream(s));
 }
 
 void stream_synchronize(int device, void* s) {
-  use(device);
+  const use on(device);
   check(cudaStreamSynchronize(as_stream(s)), "cudaStreamSynchronize", device);
 }
 
 void stream_wait_event(int device, void* s, void* e) {
-  use(device);
+  const use on(device);
   check(cudaStreamWaitEvent(as_stream(s), as_event(e), 0), "cudaStreamWaitEvent", device);
 }
 
 void* event_create(int device) {
-  use(device);
+  const use on(device);
   cudaEvent_t e = nullptr;
   check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags", device);
   return e;
 }
 
 void event_destroy(int device, void* e) noexcept {
-  if (device >= 0)
-    cudaSetDevice(device);
+  const use_quietly on(device);
   cudaEventDestroy(as_event(e));
 }
 
 void event_record(int device, void* e, void* s) {
-  use(device);
+  const use on(device);
   check(cudaEventRecord(as_event(e), as_stream(s)), "cudaEventRecord", device);
 }
 
 bool event_query(int device, void* e) {
-  use(device);
+  const use on(device);
   const auto r = cudaEventQuery(as_event(e));
   if (r == cudaErrorNotReady)
     return false;
@@ -95,24 +139,27 @@ bool event_query(int device, void* e) {
 }
 
 void event_synchronize(int device, void* e) {
-  use(device);
+  const use on(device);
   check(cudaEventSynchronize(as_event(e)), "cudaEventSynchronize", device);
 }
 
 void copy_async(int device, void* dst, const void* src, std::size_t bytes, void* s) {
-  use(device);
+  const use on(device);
   check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, as_stream(s)), "cudaMemcpyAsync", device);
 }
 
 void zero_async(int device, void* dst, std::size_t bytes, void* s) {
-  use(device);
+  const use on(device);
   check(cudaMemsetAsync(dst, 0, bytes, as_stream(s)), "cudaMemsetAsync", device);
 }
 
 void convert_async(int device, const void* src, std::uint8_t st, void* dst, std::uint8_t dt, std::size_t n,
                    int divisor, void* s) {
-  use(device);
-  check(launch_convert(src, st, dst, dt, n, divisor, as_stream(s)), "the convert kernel's launch", device);
+  const use on(device);
+  const auto r = launch_convert(src, st, dst, dt, n, divisor, as_stream(s));
+  if (r == cudaErrorNotSupported) // the dtypes were checked: the build has no kernels
+    throw cuda_error("cuda_stream::convert: this corodist was built without nvcc, so without its CUDA kernels");
+  check(r, "the convert kernel's launch", device);
 }
 
 void* allocate(int device, std::size_t bytes) {
@@ -121,7 +168,7 @@ void* allocate(int device, std::size_t bytes) {
     check(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocPortable), "cudaHostAlloc", device);
     return p;
   }
-  use(device);
+  const use on(device);
   check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc", device);
   return p;
 }
@@ -131,19 +178,19 @@ void release(int device, void* p) noexcept {
     cudaFreeHost(p);
     return;
   }
-  cudaSetDevice(device);
+  const use_quietly on(device);
   cudaFree(p);
 }
 
 void* allocate_async(int device, std::size_t bytes, void* s) {
-  use(device);
+  const use on(device);
   void* p = nullptr;
   check(cudaMallocAsync(&p, bytes == 0 ? 1 : bytes, as_stream(s)), "cudaMallocAsync", device);
   return p;
 }
 
 void release_async(int device, void* p, void* s) noexcept {
-  cudaSetDevice(device);
+  const use_quietly on(device);
   cudaFreeAsync(p, as_stream(s));
 }
 

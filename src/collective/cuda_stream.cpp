@@ -44,7 +44,7 @@ struct cuda_event_handle {
 namespace {
 
 void check_device(const detail::cuda_runtime& rt, int device) {
-  const int n = rt.device_count();
+  static const int n = rt.device_count(); // does not change while the process runs
   if (device < 0 || device >= n)
     throw usage_error(fmt::format("CUDA device {} does not exist ({} found)", device, n));
 }
@@ -177,6 +177,7 @@ device_buffer device_buffer::allocate(device where, std::size_t bytes) {
   if (dev >= 0)
     check_device(rt, dev);
   device_buffer b;
+  b.runtime_ = &rt;
   b.data_ = rt.allocate(dev, bytes);
   b.bytes_ = bytes;
   b.where_ = where;
@@ -186,6 +187,7 @@ device_buffer device_buffer::allocate(device where, std::size_t bytes) {
 device_buffer device_buffer::allocate_async(const cuda_stream& s, std::size_t bytes) {
   const auto& rt = detail::cuda_runtime_or_throw();
   device_buffer b;
+  b.runtime_ = &rt;
   b.data_ = rt.allocate_async(s.device(), bytes, s.native());
   b.bytes_ = bytes;
   b.where_ = device::cuda(s.device());
@@ -194,7 +196,7 @@ device_buffer device_buffer::allocate_async(const cuda_stream& s, std::size_t by
 }
 
 device_buffer::device_buffer(device_buffer&& o) noexcept
-    : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), where_(o.where_),
+    : runtime_(o.runtime_), data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), where_(o.where_),
       order_(std::move(o.order_)) {
   o.order_.reset();
 }
@@ -202,6 +204,7 @@ device_buffer::device_buffer(device_buffer&& o) noexcept
 device_buffer& device_buffer::operator=(device_buffer&& o) noexcept {
   if (this != &o) {
     release();
+    runtime_ = o.runtime_;
     data_ = std::exchange(o.data_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
     where_ = o.where_;
@@ -216,14 +219,18 @@ device_buffer::~device_buffer() { release(); }
 void device_buffer::release() noexcept {
   if (!data_)
     return;
-  // The table exists: this buffer was allocated through it.
-  const auto& rt = detail::cuda_runtime_or_throw();
   const int dev = where_.kind == device::kind_type::cuda ? where_.index : -1;
   if (order_)
-    rt.release_async(dev, data_, order_->native());
+    runtime_->release_async(dev, data_, order_->native());
   else
-    rt.release(dev, data_);
+    runtime_->release(dev, data_);
   data_ = nullptr;
+  order_.reset();
+}
+
+void device_buffer::leak() noexcept {
+  data_ = nullptr;
+  bytes_ = 0;
   order_.reset();
 }
 

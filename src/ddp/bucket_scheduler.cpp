@@ -129,27 +129,34 @@ void reducer::impl::copy_back(std::size_t b) {
   }
 }
 
-void reducer::impl::end_device_work() noexcept {
+void reducer::impl::order_producers() {
   for (auto& [dev, d] : devices) {
-    try {
-      d.stream.record(d.done);
-      d.producer.wait(d.done);
-    } catch (...) {
-      note_error(std::current_exception());
-    }
+    d.stream.record(d.done);
+    d.producer.wait(d.done);
   }
 }
 
-asio::awaitable<void> reducer::impl::control_collective(std::vector<cc::tensor_view> host,
-                                                        std::function<cc::work(std::vector<cc::tensor_view>)> issue,
-                                                        cc::call_options c) {
+void reducer::impl::end_device_work() noexcept {
+  try {
+    order_producers();
+  } catch (...) {
+    note_error(std::current_exception());
+  }
+}
+
+asio::awaitable<void> reducer::impl::control_collective(
+    std::vector<cc::tensor_view> host, std::function<cc::work(std::vector<cc::tensor_view>, cc::call_options)> issue,
+    cc::call_options c) {
   const auto where = pg->control_device();
   if (where.kind != cc::device::kind_type::cuda) {
-    co_await issue(std::move(host));
+    co_await issue(std::move(host), c);
     co_return;
   }
-  // Through device memory: copied there and back on the legacy default stream, in its order.
-  const auto s = cc::cuda_stream::borrow(where.index, nullptr);
+  // Through device memory, on a stream of the reducer's that waits for no one
+  // else's work: copied there, the collective after the copies, copied back.
+  if (!control_stream || control_stream->device() != where.index)
+    control_stream = cc::cuda_stream::create(where.index);
+  const auto s = *control_stream;
   std::vector<cc::device_buffer> mem;
   std::vector<cc::tensor_view> dev;
   for (const auto& t : host) {
@@ -157,7 +164,18 @@ asio::awaitable<void> reducer::impl::control_collective(std::vector<cc::tensor_v
     s.copy(mem.back().data(), t.data(), t.bytes());
     dev.emplace_back(mem.back().data(), t.count(), t.type(), where);
   }
-  co_await issue(dev);
+  c.stream = s.native();
+  std::exception_ptr failed;
+  try {
+    co_await issue(dev, c);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  if (failed) {
+    for (auto& m : mem) // a collective that failed may still write them: never handed out again
+      m.leak();
+    std::rethrow_exception(failed);
+  }
   for (std::size_t k = 0; k < host.size(); ++k)
     s.copy(host[k].data(), dev[k].data(), host[k].bytes());
   co_await s.record().wait(c.timeout.count() > 0 ? c.timeout : pg->timeout());
@@ -220,8 +238,8 @@ asio::awaitable<void> reducer::impl::run_iteration() {
         // Every rank learns which parameters some rank used (DDP's local_used_map allreduce).
         try {
           std::vector<cc::tensor_view> flags{cc::tensor_view(used_map.data(), n, cc::dtype::int32)};
-          auto allreduce_max = [this](std::vector<cc::tensor_view> t) {
-            return pg->allreduce(t[0], cc::reduce_op::max, call);
+          auto allreduce_max = [this](std::vector<cc::tensor_view> t, cc::call_options c) {
+            return pg->allreduce(t[0], cc::reduce_op::max, c);
           };
           track(control_collective(std::move(flags), allreduce_max, call),
                 [this](std::exception_ptr e) {

@@ -53,7 +53,16 @@ comm_hook fp16_compress() {
       auto half = cc::device_buffer::allocate_async(s, buf.count() * sizeof(cc::float16));
       const cc::tensor_view h(half.data(), buf.count(), cc::dtype::float16, buf.where());
       s.convert(buf, h, b.group().size());
-      co_await b.group().allreduce(h, cc::reduce_op::sum, b.call());
+      std::exception_ptr failed;
+      try {
+        co_await b.group().allreduce(h, cc::reduce_op::sum, b.call());
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      if (failed) {
+        half.leak(); // a collective that failed may still write it: never handed out again
+        std::rethrow_exception(failed);
+      }
       s.convert(h, buf, 1); // the allreduce has completed: queued after it
       co_return;
     }

@@ -55,6 +55,7 @@ void reducer::impl::validate_locally() const {
     throw usage_error("ddp::reducer: too many parameters");
   if (opts.bucket_cap_bytes == 0 || opts.first_bucket_bytes == 0)
     throw usage_error("ddp::reducer: bucket_cap_bytes and first_bucket_bytes must be positive");
+  int first_cuda = -1;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& p = params[i];
     if (p.count == 0)
@@ -71,6 +72,15 @@ void reducer::impl::validate_locally() const {
     if (p.where.kind == cc::device::kind_type::cuda)
       if (auto why = cc::cuda_stream::unavailable_reason(); !why.empty())
         throw usage_error("ddp::reducer: " + param_name(p, i) + " lives on " + p.where.to_string() + ": " + why);
+    if (p.where.kind == cc::device::kind_type::cuda) {
+      if (first_cuda < 0)
+        first_cuda = p.where.index;
+      else if (opts.stream && p.where.index != first_cuda)
+        throw usage_error(fmt::format("ddp::reducer: reducer_options::stream is one device's stream, but the CUDA "
+                                      "parameters live on cuda:{} and {} (leave it null: each device's legacy "
+                                      "default stream)",
+                                      first_cuda, p.where.to_string()));
+    }
   }
   for (const auto& b : opts.buffers)
     if (b.data() == nullptr && b.count() > 0)
@@ -101,12 +111,15 @@ asio::awaitable<void> reducer::impl::setup() {
   for (auto& [where, views] : state)
     co_await pg->broadcast_coalesced(std::move(views), 0, setup_call);
   apply_layout(bucket_layout::compute(params, {}, opts.first_bucket_bytes, opts.bucket_cap_bytes), false);
+  order_producers(); // the first backward writes into zeroed buckets (bucket views)
 }
 
 asio::awaitable<void> reducer::impl::verify_across_ranks() {
   std::int64_t count = static_cast<std::int64_t>(n);
   std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
-  const auto allgather = [this](std::vector<cc::tensor_view> t) { return pg->allgather(t[0], t[1], setup_call); };
+  const auto allgather = [this](std::vector<cc::tensor_view> t, cc::call_options c) {
+    return pg->allgather(t[0], t[1], c);
+  };
   {
     std::vector<cc::tensor_view> io{cc::tensor_view(&count, 1, cc::dtype::int64),
                                     cc::tensor_view(counts.data(), counts.size(), cc::dtype::int64)};
@@ -201,7 +214,10 @@ asio::awaitable<void> reducer::impl::rebuild() {
   const auto began = clock_type::now();
   {
     std::vector<cc::tensor_view> io{cc::tensor_view(order.data(), n, cc::dtype::int64)};
-    co_await control_collective(std::move(io), [this](std::vector<cc::tensor_view> t) { return pg->broadcast(t[0], 0, call); }, call);
+    const auto broadcast = [this](std::vector<cc::tensor_view> t, cc::call_options c) {
+      return pg->broadcast(t[0], 0, c);
+    };
+    co_await control_collective(std::move(io), broadcast, call);
   }
   comm.push_back({began, clock_type::now()});
   std::vector<std::size_t> o(n);

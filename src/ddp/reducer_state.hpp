@@ -86,6 +86,7 @@ struct reducer::impl {
   // CUDA parameters: per device, and each one's event recorded on the producer at its mark.
   std::map<int, detail::cuda_device_state> devices;
   std::vector<collective::cuda_event> produced;
+  std::optional<collective::cuda_stream> control_stream; // control_collective's, on an nccl_group
 
   // Marks: written by any thread, read by the loop.
   std::unique_ptr<std::atomic<std::uint8_t>[]> marks;
@@ -174,9 +175,10 @@ struct reducer::impl {
   /// in the group's control device's memory when that is a CUDA device (an
   /// nccl_group), the results copied back; the counts, flags and orders the
   /// reducer exchanges. Bounded by `c`'s deadline (the group's when zero).
-  asio::awaitable<void> control_collective(std::vector<collective::tensor_view> host,
-                                           std::function<collective::work(std::vector<collective::tensor_view>)> issue,
-                                           collective::call_options c);
+  asio::awaitable<void> control_collective(
+      std::vector<collective::tensor_view> host,
+      std::function<collective::work(std::vector<collective::tensor_view>, collective::call_options)> issue,
+      collective::call_options c);
 
   // ---- the iteration on the loop (bucket_scheduler.cpp) -----------------------------
 
@@ -196,7 +198,10 @@ struct reducer::impl {
   /// The averaged values of bucket b back into the registered gradients (copy
   /// mode), except those of globally unused parameters.
   void copy_back(std::size_t b);
-  /// The end of an iteration's device work: the callers' streams wait for it.
+  /// Orders the work queued on the callers' streams from now on after the
+  /// work queued on the reducer's streams so far (throws cuda_error).
+  void order_producers();
+  /// The end of an iteration's device work: order_producers(), its failure noted.
   void end_device_work() noexcept;
   /// True when the next mark in mark order has been written (inline: the loop
   /// asks once per gradient).

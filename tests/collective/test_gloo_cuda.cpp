@@ -79,8 +79,10 @@ BOOST_AUTO_TEST_CASE(collectives_on_one_gpu, *utf::precondition(gloo_and_cuda) *
       const auto v = ct::view_of(buf, type, n);
       pg->allreduce(v).get();
       ct::require_equal(ct::from_device(v), ct::small_sums(size, n), "allreduce sum " + t);
-      pg->allreduce(v, cc::reduce_op::avg).get();
-      ct::require_equal(ct::from_device(v), ct::divided(ct::small_sums(size, n), size), "allreduce avg " + t);
+      buf = ct::to_device(0, type, ct::small_values(r, n)); // afresh: the mean of the ranks' values
+      const auto fresh = ct::view_of(buf, type, n);
+      pg->allreduce(fresh, cc::reduce_op::avg).get();
+      ct::require_equal(ct::from_device(fresh), ct::divided(ct::small_sums(size, n), size), "allreduce avg " + t);
     }
     // broadcast from rank 1.
     auto b = ct::to_device(0, cc::dtype::float32, ct::small_values(r, n));

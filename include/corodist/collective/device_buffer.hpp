@@ -13,6 +13,10 @@
 
 namespace corodist::collective {
 
+namespace detail {
+struct cuda_runtime;
+} // namespace detail
+
 /// `bytes()` of memory in `where()`: device memory (`device::cuda(i)`,
 /// `cudaMalloc`, or `cudaMallocAsync` on a stream) or page-locked host memory
 /// (`device::cpu()`, `cudaHostAlloc`, for copies that run asynchronously).
@@ -47,9 +51,15 @@ public:
   /// Where it lives.
   device where() const noexcept { return where_; }
 
+  /// Gives the memory up without freeing it (`data()` becomes null): for
+  /// memory that failed device work may still touch (a collective that timed
+  /// out), where freeing it could hand it to someone else while it is written.
+  void leak() noexcept;
+
 private:
   void release() noexcept;
 
+  const detail::cuda_runtime* runtime_ = nullptr;
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   device where_{};
