@@ -34,6 +34,7 @@
 
 #include "harness.hpp"
 #include "peers.hpp"
+#include "support/on_threads.hpp"
 
 #include <corodist/collective/cuda_stream.hpp>
 #include <corodist/collective/device_buffer.hpp>
@@ -75,24 +76,6 @@ double us_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
 }
 
-/// Runs `body(rank)` on `n` threads at once; throws the first rank's error.
-void run_ranks(int n, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (int r = 0; r < n; ++r)
-    if (!errors[static_cast<std::size_t>(r)].empty())
-      throw std::runtime_error(fmt::format("gpu suite: rank {}: {}", r, errors[static_cast<std::size_t>(r)]));
-}
 
 /// Polling settings for timing: completion is seen within 50 us (the
 /// default backs off to 1 ms, which would blur the small sizes).
@@ -120,7 +103,7 @@ std::vector<allreduce_point> measure_allreduce(int n, const std::vector<std::siz
   store_loop.start();
   auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
   std::vector<allreduce_point> out(sizes.size());
-  run_ranks(n, [&](int r) {
+  corodist::test::run_on_threads_or_throw(n, [&](int r) {
     event_loop loop;
     loop.start();
     auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, r, n, bench_nccl_options(r, "bench/gpu/allreduce"));
@@ -210,7 +193,7 @@ step_figures measure_reducer(const std::string& backend, int n, int iters, int w
   store_loop.start();
   auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
   step_figures out;
-  run_ranks(n, [&](int r) {
+  corodist::test::run_on_threads_or_throw(n, [&](int r) {
     event_loop loop;
     loop.start();
     std::shared_ptr<cc::process_group> pg;

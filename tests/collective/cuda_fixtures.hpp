@@ -12,6 +12,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "collective/gloo_fixtures.hpp"
+
 #if CORODIST_TEST_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -43,6 +45,22 @@ inline boost::test_tools::assertion_result cuda_unusable(boost::unit_test::test_
   if (!r)
     r.message() << "skipped: a CUDA device is usable here; this case checks the errors of a machine without one";
   return r;
+}
+
+/// Precondition: Gloo built and CUDA usable (the staged gloo_group's cases).
+inline boost::test_tools::assertion_result gloo_and_cuda(boost::unit_test::test_unit_id id) {
+  auto r = gloo_built(id);
+  if (!r)
+    return r;
+  return cuda_usable(id);
+}
+
+/// Precondition: Gloo built and CUDA not usable.
+inline boost::test_tools::assertion_result gloo_without_cuda(boost::unit_test::test_unit_id id) {
+  auto r = gloo_built(id);
+  if (!r)
+    return r;
+  return cuda_unusable(id);
 }
 
 /// `values` in `type` (float32, float64, float16 or bfloat16; rounded to nearest even), as bytes.

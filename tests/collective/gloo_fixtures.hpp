@@ -9,6 +9,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "support/on_threads.hpp"
+
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -102,21 +104,7 @@ struct thread_ranks {
 
   /// Runs `body(rank)` on `n` threads at once; returns each rank's error
   /// ("" when it returned normally).
-  std::vector<std::string> run(int n, const std::function<void(int)>& body) {
-    std::vector<std::string> errors(static_cast<std::size_t>(n));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          body(r);
-        } catch (const std::exception& e) {
-          errors[static_cast<std::size_t>(r)] = std::string("rank ") + std::to_string(r) + ": " + e.what();
-        }
-      });
-    for (auto& t : threads)
-      t.join();
-    return errors;
-  }
+  std::vector<std::string> run(int n, const std::function<void(int)>& body) { return run_on_threads(n, body); }
 
   /// Creates rank `r` of `n` of a group with `opts`.
   std::shared_ptr<collective::gloo_group> group(int r, int n, collective::gloo_options opts = gloo_test_options()) {

@@ -21,31 +21,11 @@ namespace utf = boost::unit_test;
 namespace cc = corodist::collective;
 namespace ct = corodist::test;
 
-namespace {
-
-// Gloo built and CUDA usable.
-boost::test_tools::assertion_result gloo_and_cuda(utf::test_unit_id id) {
-  auto r = ct::gloo_built(id);
-  if (!r)
-    return r;
-  return ct::cuda_usable(id);
-}
-
-// Gloo built and CUDA not usable.
-boost::test_tools::assertion_result gloo_without_cuda(utf::test_unit_id id) {
-  auto r = ct::gloo_built(id);
-  if (!r)
-    return r;
-  return ct::cuda_unusable(id);
-}
-
-} // namespace
-
 BOOST_AUTO_TEST_SUITE(gloo_cuda)
 
 // Without a GPU, a CUDA buffer is refused at the call with cuda_error saying
 // why; nothing is issued (the sequence number stays).
-BOOST_AUTO_TEST_CASE(cuda_buffer_without_cuda_says_why, *utf::precondition(gloo_without_cuda) * utf::timeout(30)) {
+BOOST_AUTO_TEST_CASE(cuda_buffer_without_cuda_says_why, *utf::precondition(ct::gloo_without_cuda) * utf::timeout(30)) {
   ct::thread_ranks job;
   auto pg = job.group(0, 1, ct::gloo_test_options("gloo_cuda/none"));
   const auto reason = cc::cuda_stream::unavailable_reason();
@@ -66,7 +46,7 @@ BOOST_AUTO_TEST_CASE(cuda_buffer_without_cuda_says_why, *utf::precondition(gloo_
 // allgather, reduce_scatter and allreduce_coalesced on device buffers of
 // one GPU, two ranks: exact values; results in device memory once the work
 // completes (read back on a stream of the test's own).
-BOOST_AUTO_TEST_CASE(collectives_on_one_gpu, *utf::precondition(gloo_and_cuda) * utf::timeout(120)) {
+BOOST_AUTO_TEST_CASE(collectives_on_one_gpu, *utf::precondition(ct::gloo_and_cuda) * utf::timeout(120)) {
   constexpr int size = 2;
   const std::size_t n = 4099;
   ct::thread_ranks job;
@@ -125,7 +105,7 @@ BOOST_AUTO_TEST_CASE(collectives_on_one_gpu, *utf::precondition(gloo_and_cuda) *
 // call_options::stream: the staged collective starts after the work queued
 // on the caller's stream. The values are copied into the buffer on a held
 // stream; the allreduce issued after that copy must see them.
-BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition(gloo_and_cuda) * utf::timeout(120)) {
+BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition(ct::gloo_and_cuda) * utf::timeout(120)) {
   constexpr int size = 2;
   const std::size_t n = 1 << 16;
   ct::thread_ranks job;
@@ -158,7 +138,7 @@ BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition
 // The buffers of one call are on one device: host and CUDA buffers together
 // are refused at the call.
 BOOST_AUTO_TEST_CASE(host_and_cuda_buffers_in_one_call_are_refused,
-                     *utf::precondition(gloo_and_cuda) * utf::timeout(60)) {
+                     *utf::precondition(ct::gloo_and_cuda) * utf::timeout(60)) {
   ct::thread_ranks job;
   auto pg = job.group(0, 1, ct::gloo_test_options("gloo_cuda/mixed"));
   auto dev = ct::to_device(0, cc::dtype::float32, std::vector<float>(8, 1.0f));

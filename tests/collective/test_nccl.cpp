@@ -37,6 +37,15 @@ boost::test_tools::assertion_result gpu_present(utf::test_unit_id) {
   return r;
 }
 
+// A group of one rank on this process's first GPU, over an in-memory store.
+std::shared_ptr<cc::nccl_group> one_rank_group(corodist::event_loop& loop, const std::string& prefix) {
+  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
+  cc::nccl_options o;
+  o.prefix = prefix;
+  o.timeout = 30s;
+  return cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+}
+
 // Two CUDA devices or more (NCCL puts each rank of a communicator on a GPU of its own).
 boost::test_tools::assertion_result two_gpus(utf::test_unit_id id) {
   auto r = gpu_present(id);
@@ -172,11 +181,7 @@ BOOST_AUTO_TEST_CASE(collectives_at_every_world_size, *utf::precondition(gpu_pre
 BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition(gpu_present) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
-  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
-  cc::nccl_options o;
-  o.prefix = "stream";
-  o.timeout = 30s;
-  auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+  auto pg = one_rank_group(loop, "stream");
   const int dev = pg->cuda_device();
   const std::size_t n = 1 << 16;
   const auto user = cc::cuda_stream::create(dev);
@@ -204,11 +209,7 @@ BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition
 BOOST_AUTO_TEST_CASE(abort_fails_pending_and_later_collectives, *utf::precondition(gpu_present) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
-  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
-  cc::nccl_options o;
-  o.prefix = "abort";
-  o.timeout = 30s;
-  auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+  auto pg = one_rank_group(loop, "abort");
   const int dev = pg->cuda_device();
   auto buf = ct::to_device(dev, cc::dtype::float32, std::vector<float>(256, 1.0f));
   const auto v = ct::view_of(buf, cc::dtype::float32, 256);
@@ -240,11 +241,7 @@ BOOST_AUTO_TEST_CASE(abort_fails_pending_and_later_collectives, *utf::preconditi
 BOOST_AUTO_TEST_CASE(deadline_of_a_collective_held_back, *utf::precondition(gpu_present) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
-  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
-  cc::nccl_options o;
-  o.prefix = "deadline/1";
-  o.timeout = 30s;
-  auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+  auto pg = one_rank_group(loop, "deadline/1");
   const int dev = pg->cuda_device();
   auto buf = ct::to_device(dev, cc::dtype::float32, std::vector<float>(256, 1.0f));
   const auto v = ct::view_of(buf, cc::dtype::float32, 256);
@@ -306,11 +303,7 @@ BOOST_AUTO_TEST_CASE(deadline_when_a_rank_never_joins, *utf::precondition(two_gp
 BOOST_AUTO_TEST_CASE(shrink_rejects_bad_ranks, *utf::precondition(gpu_present) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
-  auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
-  cc::nccl_options o;
-  o.prefix = "shrink/usage";
-  o.timeout = 30s;
-  auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, 0, 1, o);
+  auto pg = one_rank_group(loop, "shrink/usage");
   const auto ex = loop.get_executor();
   auto shrink = [&](std::vector<int> lost) { return corodist::run_blocking(ex, pg->shrink(std::move(lost)), "shrink"); };
   auto rejected = [&](std::vector<int> lost, const std::string& words) {

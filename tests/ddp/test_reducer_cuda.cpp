@@ -38,20 +38,6 @@ using corodist::test::reducer_fixtures::mean_grad;
 
 namespace {
 
-boost::test_tools::assertion_result gloo_and_cuda(utf::test_unit_id id) {
-  auto r = ct::gloo_built(id);
-  if (!r)
-    return r;
-  return ct::cuda_usable(id);
-}
-
-boost::test_tools::assertion_result gloo_without_cuda(utf::test_unit_id id) {
-  auto r = ct::gloo_built(id);
-  if (!r)
-    return r;
-  return ct::cuda_unusable(id);
-}
-
 boost::test_tools::assertion_result nccl_usable(utf::test_unit_id) {
   const auto why = cc::nccl_group::unavailable_reason();
   boost::test_tools::assertion_result r(why.empty());
@@ -173,7 +159,7 @@ BOOST_AUTO_TEST_SUITE(reducer_cuda)
 
 // Without a GPU: a parameter on cuda:0 is refused at construction with
 // usage_error naming it and saying why CUDA cannot be used.
-BOOST_AUTO_TEST_CASE(cuda_parameter_without_cuda_is_refused, *utf::precondition(gloo_without_cuda) *
+BOOST_AUTO_TEST_CASE(cuda_parameter_without_cuda_is_refused, *utf::precondition(ct::gloo_without_cuda) *
                                                                utf::timeout(60)) {
   std::string why = cc::cuda_stream::unavailable_reason();
   const std::string prefix = "CUDA cannot be used: ";
@@ -201,7 +187,7 @@ BOOST_AUTO_TEST_CASE(cuda_parameter_without_cuda_is_refused, *utf::precondition(
 // gradient_as_bucket_view, three iterations with random ready orders and a
 // bucket rebuild: values broadcast from rank 0; the buckets on cuda:0; the
 // averaged gradients bit for bit those of the host reducer on the same data.
-BOOST_AUTO_TEST_CASE(staged_gloo_averages_like_the_host_reducer, *utf::precondition(gloo_and_cuda) *
+BOOST_AUTO_TEST_CASE(staged_gloo_averages_like_the_host_reducer, *utf::precondition(ct::gloo_and_cuda) *
                                                                    utf::timeout(240)) {
   ct::thread_ranks job;
   auto errors = job.run(2, [&](int r) {
@@ -249,7 +235,7 @@ BOOST_AUTO_TEST_CASE(staged_gloo_averages_like_the_host_reducer, *utf::precondit
 // is globally unused and its device gradient untouched, 3 averaged with
 // rank 1's zero), then no_sync: two local iterations accumulate and the
 // third reduces the sum; exact values (multiples of 1/8).
-BOOST_AUTO_TEST_CASE(staged_gloo_unused_parameters_and_no_sync, *utf::precondition(gloo_and_cuda) *
+BOOST_AUTO_TEST_CASE(staged_gloo_unused_parameters_and_no_sync, *utf::precondition(ct::gloo_and_cuda) *
                                                                   utf::timeout(240)) {
   ct::thread_ranks job;
   auto errors = job.run(2, [&](int r) {
@@ -325,7 +311,7 @@ BOOST_AUTO_TEST_CASE(staged_gloo_unused_parameters_and_no_sync, *utf::preconditi
 // The fp16 compression hook on device (the convert kernel, a float16
 // allreduce): bit for bit the host reducer's fp16 results, within float16
 // precision of the mean, and really compressed.
-BOOST_AUTO_TEST_CASE(staged_gloo_fp16_hook_equals_the_host, *utf::precondition(gloo_and_cuda) * utf::timeout(240)) {
+BOOST_AUTO_TEST_CASE(staged_gloo_fp16_hook_equals_the_host, *utf::precondition(ct::gloo_and_cuda) * utf::timeout(240)) {
   ct::thread_ranks job;
   auto errors = job.run(2, [&](int r) {
     auto pg = job.group(r, 2, ct::gloo_test_options("reducer_cuda/fp16"));
@@ -358,7 +344,7 @@ BOOST_AUTO_TEST_CASE(staged_gloo_fp16_hook_equals_the_host, *utf::precondition(g
 // One model with host and CUDA parameters: one bucket set per device (every
 // bucket's parameters live where the bucket does, and both kinds exist);
 // every gradient averaged exactly.
-BOOST_AUTO_TEST_CASE(mixed_cpu_and_cuda_parameters, *utf::precondition(gloo_and_cuda) * utf::timeout(240)) {
+BOOST_AUTO_TEST_CASE(mixed_cpu_and_cuda_parameters, *utf::precondition(ct::gloo_and_cuda) * utf::timeout(240)) {
   ct::thread_ranks job;
   auto errors = job.run(2, [&](int r) {
     auto pg = job.group(r, 2, ct::gloo_test_options("reducer_cuda/mixed"));
@@ -399,7 +385,7 @@ BOOST_AUTO_TEST_CASE(mixed_cpu_and_cuda_parameters, *utf::precondition(gloo_and_
 // (held by a gate until every gradient was marked): the bucket copies wait
 // for that stream, and the results are ordered before the work queued on it
 // after finalize (read back there).
-BOOST_AUTO_TEST_CASE(reducer_stream_orders_the_copies, *utf::precondition(gloo_and_cuda) * utf::timeout(240)) {
+BOOST_AUTO_TEST_CASE(reducer_stream_orders_the_copies, *utf::precondition(ct::gloo_and_cuda) * utf::timeout(240)) {
   ct::thread_ranks job;
   auto errors = job.run(2, [&](int r) {
     auto pg = job.group(r, 2, ct::gloo_test_options("reducer_cuda/stream"));

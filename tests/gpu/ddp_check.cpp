@@ -32,6 +32,8 @@
 #include <corodist/ddp/reducer.hpp>
 #include <corodist/store/hash_store.hpp>
 
+#include "support/on_threads.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -147,24 +149,6 @@ model replay(const dataset& d, int world, int steps) {
   return m;
 }
 
-/// Runs `body(rank)` on `n` threads; throws the first rank's error.
-void run_ranks(int n, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(static_cast<std::size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads)
-    t.join();
-  for (int r = 0; r < n; ++r)
-    if (!errors[static_cast<std::size_t>(r)].empty())
-      throw std::runtime_error("rank " + std::to_string(r) + ": " + errors[static_cast<std::size_t>(r)]);
-}
 
 /// Trains with the reducer on CUDA buffers of GPU 0: `world` ranks (threads)
 /// on `backend`; returns rank 0's final model.
@@ -173,7 +157,7 @@ model train(const std::string& backend, int world, const dataset& d, int steps) 
   store_loop.start();
   auto store = std::make_shared<corodist::store::hash_store>(store_loop.get_executor());
   model result;
-  run_ranks(world, [&](int r) {
+  corodist::test::run_on_threads_or_throw(world, [&](int r) {
     corodist::event_loop loop;
     loop.start();
     std::shared_ptr<cc::process_group> pg;
