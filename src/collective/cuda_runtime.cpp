@@ -29,9 +29,10 @@ void check(cudaError_t e, const char* call, int device) {
 
 // Makes `device` current for one call and restores the caller's device after
 // it (mark_grad_ready runs on the caller's thread, whose device is its own).
+// A failure to switch throws, unless `quietly` (the calls that cannot fail).
 class use {
 public:
-  explicit use(int device) {
+  explicit use(int device, bool quietly = false) {
     if (device < 0)
       return;
     int current = -1;
@@ -41,7 +42,12 @@ public:
     }
     if (current == device)
       return;
-    check(cudaSetDevice(device), "cudaSetDevice", device);
+    if (const auto e = cudaSetDevice(device); e != cudaSuccess) {
+      if (!quietly)
+        check(e, "cudaSetDevice", device);
+      (void)cudaGetLastError();
+      return;
+    }
     previous_ = current;
   }
   ~use() {
@@ -50,29 +56,6 @@ public:
   }
   use(const use&) = delete;
   use& operator=(const use&) = delete;
-
-private:
-  int previous_ = -1;
-};
-
-// As `use`, for the calls that cannot fail.
-class use_quietly {
-public:
-  explicit use_quietly(int device) noexcept {
-    if (device < 0)
-      return;
-    int current = -1;
-    if (cudaGetDevice(&current) != cudaSuccess)
-      current = -1;
-    if (current != device && cudaSetDevice(device) == cudaSuccess)
-      previous_ = current;
-  }
-  ~use_quietly() {
-    if (previous_ >= 0)
-      cudaSetDevice(previous_);
-  }
-  use_quietly(const use_quietly&) = delete;
-  use_quietly& operator=(const use_quietly&) = delete;
 
 private:
   int previous_ = -1;
@@ -98,7 +81,7 @@ void* stream_create(int device) {
 }
 
 void stream_destroy(int device, void* s) noexcept {
-  const use_quietly on(device);
+  const use on(device, true);
   cudaStreamDestroy(as_stream(s));
 }
 
@@ -120,7 +103,7 @@ void* event_create(int device) {
 }
 
 void event_destroy(int device, void* e) noexcept {
-  const use_quietly on(device);
+  const use on(device, true);
   cudaEventDestroy(as_event(e));
 }
 
@@ -178,7 +161,7 @@ void release(int device, void* p) noexcept {
     cudaFreeHost(p);
     return;
   }
-  const use_quietly on(device);
+  const use on(device, true);
   cudaFree(p);
 }
 
@@ -190,7 +173,7 @@ void* allocate_async(int device, std::size_t bytes, void* s) {
 }
 
 void release_async(int device, void* p, void* s) noexcept {
-  const use_quietly on(device);
+  const use on(device, true);
   cudaFreeAsync(p, as_stream(s));
 }
 
