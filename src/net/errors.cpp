@@ -27,6 +27,9 @@ public:
     case errc::frame_stalled: return "the peer stopped sending in the middle of a frame (frame_timeout)";
     case errc::auth_not_offered:
       return "the server does not authenticate, but an auth token is configured here: refusing to talk to it";
+    case errc::closed_before_hello:
+      return "the peer closed the connection before its hello (as a server at its connection limit, or swamped "
+             "by connects, does)";
     case errc::peer_timed_out:
       return "the peer sent nothing within peer_timeout (it hangs, died without a reset, or the network between is down)";
     }
@@ -53,7 +56,7 @@ void throw_net_error(std::error_code ec, const std::string& context) {
     throw protocol_error(what);
   if (ec == errc::remote_failure || ec == errc::too_many_pending)
     throw error(what);
-  // connection_closed, peer_timed_out, output_overflow, and every OS/Asio socket error.
+  // connection_closed, peer_timed_out, closed_before_hello, output_overflow, and every OS/Asio socket error.
   throw connection_error(what);
 }
 

@@ -9,7 +9,12 @@
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <algorithm>
+#include <fstream>
+#include <limits>
+
 #include <sys/resource.h>
+#include <sys/socket.h>
 
 namespace corodist::net {
 
@@ -35,6 +40,20 @@ std::size_t connection_limit(std::size_t requested) noexcept {
                                                               : static_cast<std::size_t>(r.rlim_cur) / 2;
 }
 
+// The value read once, not -1: Linux clamps -1 (as any larger backlog) to
+// somaxconn as well, but a read value can be logged and tested, and it stays
+// right on systems that do not clamp a negative backlog.
+int listen_backlog() noexcept {
+  static const int backlog = [] {
+    long v = 0;
+    std::ifstream in("/proc/sys/net/core/somaxconn");
+    if (in >> v && v > 0)
+      return static_cast<int>(std::min<long>(v, std::numeric_limits<int>::max()));
+    return SOMAXCONN;
+  }();
+  return backlog;
+}
+
 std::pair<std::error_code, std::shared_ptr<listener>>
 listener::listen(asio::any_io_executor ex, const asio::ip::tcp::endpoint& ep, connection_options opts,
                  accept_handler on_accept) {
@@ -46,7 +65,9 @@ listener::listen(asio::any_io_executor ex, const asio::ip::tcp::endpoint& ep, co
     return {ec, nullptr};
   if (a.bind(ep, ec); ec)
     return {ec, nullptr};
-  if (a.listen(asio::socket_base::max_listen_connections, ec); ec)
+  // Not asio's max_listen_connections: that is the compile-time SOMAXCONN
+  // (4096), which caps the queue below a raised net.core.somaxconn.
+  if (a.listen(listen_backlog(), ec); ec)
     return {ec, nullptr};
   return {{}, std::make_shared<listener>(std::move(a), opts, std::move(on_accept))};
 }

@@ -12,6 +12,10 @@
 
 #include <algorithm>
 #include <random>
+#include <vector>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 namespace corodist::store::detail {
 
@@ -21,6 +25,9 @@ using ms = std::chrono::milliseconds;
 constexpr ms first_backoff{10};
 constexpr ms max_backoff{1000};
 
+// A malformed answer, a wrong version or token: retrying cannot help. Not
+// closed_before_hello (EOF before any byte of the server's hello): a server may
+// close connections it cannot take yet, and the next attempt may be served.
 bool permanent(std::error_code ec) {
   return ec == net::errc::bad_magic || ec == net::errc::unsupported_version || ec == net::errc::auth_required ||
          ec == net::errc::auth_failed || ec == net::errc::auth_not_offered || ec == net::errc::bad_hello;
@@ -30,6 +37,36 @@ ms since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration_cast<ms>(std::chrono::steady_clock::now() - t);
 }
 } // namespace
+
+std::error_code open_from(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
+                          const std::optional<asio::ip::address>& local) {
+  std::error_code ec;
+  if (local && local->is_v4() != ep.address().is_v4())
+    return asio::error::address_family_not_supported;
+  if (s.open(ep.protocol(), ec); ec || !local)
+    return ec;
+#ifdef IP_BIND_ADDRESS_NO_PORT
+  const int on = 1; // best effort: without it bind picks the port, per source address only
+  (void)::setsockopt(s.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
+#endif
+  s.bind({*local, 0}, ec);
+  return ec;
+}
+
+std::optional<asio::ip::address> source_address(asio::any_io_executor ex, const tcp_store_options& opts) {
+  if (opts.source_address.empty())
+    return std::nullopt;
+  std::error_code ec;
+  auto addr = asio::ip::make_address(opts.source_address, ec);
+  if (ec)
+    throw usage_error("store: source_address \"" + opts.source_address +
+                      "\" is not an IP address (give an IPv4 or IPv6 literal of this host, e.g. 127.0.0.2)");
+  asio::ip::tcp::socket probe(ex);
+  if (ec = open_from(probe, {addr, 0}, addr); ec)
+    throw usage_error("store: cannot connect from source_address " + opts.source_address + ": " + ec.message() +
+                      " (it must be an address of this host)");
+  return addr;
+}
 
 std::string where(const tcp_store_options& opts) {
   const bool v6 = opts.host.find(':') != std::string::npos;
@@ -46,18 +83,39 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
   auto backoff = first_backoff;
   std::error_code last;
   asio::ip::tcp::resolver resolver(ex);
-  CORODIST_LOG_DEBUG("store: connecting to the {} at {} (gives up after {})", what, where(opts),
-                     duration_text(opts.timeout));
+  const auto& source = opts.connection.local_address;
+  // An address literal needs no resolver (a thread hop and a getaddrinfo per attempt).
+  std::error_code literal_ec;
+  const auto literal = asio::ip::make_address(opts.host, literal_ec);
+  CORODIST_LOG_DEBUG("store: connecting to the {} at {}{} (gives up after {})", what, where(opts),
+                     source ? " from " + source->to_string() : std::string(), duration_text(opts.timeout));
+  std::vector<asio::ip::tcp::endpoint> endpoints;
   for (int attempt = 1;; ++attempt) {
     bool refused = false; // every address refused: nothing listens there
-    auto [rec, results] = co_await resolver.async_resolve(opts.host, std::to_string(opts.port), use_tuple);
+    endpoints.clear();
+    std::error_code rec;
+    if (!literal_ec) {
+      endpoints.emplace_back(literal, opts.port);
+    } else {
+      auto [ec, results] = co_await resolver.async_resolve(opts.host, std::to_string(opts.port), use_tuple);
+      rec = ec;
+      for (const auto& entry : results)
+        endpoints.push_back(entry.endpoint());
+    }
+    if (source && !rec) {
+      const bool v4 = source->is_v4();
+      std::erase_if(endpoints, [v4](const asio::ip::tcp::endpoint& ep) { return ep.address().is_v4() != v4; });
+      if (endpoints.empty())
+        throw usage_error("store: " + where(opts) + " has no " + (v4 ? "IPv4" : "IPv6") +
+                          " address to connect to from source_address " + source->to_string());
+    }
     if (rec) {
       last = rec;
     } else {
       refused = true;
-      for (const auto& entry : results) {
+      for (const auto& ep : endpoints) {
         auto left = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
-        auto ec = co_await attempt_fn(entry.endpoint(), std::max(ms(1), left));
+        auto ec = co_await attempt_fn(ep, std::max(ms(1), left));
         if (!ec) {
           if (attempt > 1)
             CORODIST_LOG_INFO("store: connected to the {} at {} after {} attempts ({})", what, where(opts), attempt,

@@ -231,6 +231,8 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
                       "torch_store::connect (or connect_store, which picks the client from opts.protocol)");
   opts.connection.auth_token = resolve_auth_token(opts.auth_token);
   opts.connection.request_timeout = std::chrono::milliseconds(0); // deadlines are set per call
+  if (auto source = detail::source_address(ex, opts))
+    opts.connection.local_address = source;
   std::shared_ptr<tcp_store> made;
   // Named, not a temporary in the co_await expression (GCC 12 destroys those twice).
   detail::connect_attempt attempt = [&](asio::ip::tcp::endpoint ep,

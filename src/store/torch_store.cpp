@@ -421,10 +421,14 @@ asio::awaitable<std::shared_ptr<torch_store>> torch_store::connect(asio::any_io_
     throw usage_error("torch_store::connect speaks the PyTorch TCPStore protocols: use tcp_store::connect for a "
                       "corodist store_server (or connect_store, which picks the client from opts.protocol)");
   const auto v = opts.protocol == wire_protocol::pytorch_1_13 ? version::v1 : version::v2;
+  if (auto source = detail::source_address(ex, opts))
+    opts.connection.local_address = source;
   std::shared_ptr<torch_store> made;
   // Named, not a temporary in the co_await expression (GCC 12 destroys those twice).
   detail::connect_attempt attempt = [&](asio::ip::tcp::endpoint ep, ms left) -> asio::awaitable<std::error_code> {
     asio::ip::tcp::socket s(ex);
+    if (auto ec = detail::open_from(s, ep, opts.connection.local_address))
+      co_return ec;
     if (auto ec = co_await open_socket(s, ep, v, left))
       co_return ec;
     made.reset(new torch_store(std::make_shared<impl>(ex, opts, ep, std::move(s), v)));

@@ -26,11 +26,16 @@
 #include <cstring>
 #include <dirent.h>
 #include <poll.h>
+#include <cerrno>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <future>
 #include <alloca.h>
 #include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/ioctl.h>
 #include <sys/time.h>
 #include <sys/wait.h>
@@ -423,6 +428,43 @@ BOOST_AUTO_TEST_CASE(handshake_timeout_and_refused, *utf::timeout(60)) {
   BOOST_CHECK_THROW(net::throw_net_error(net::errc::hello_timeout, "connect"), corodist::timeout_error);
   BOOST_CHECK_THROW(net::throw_net_error(ec, "connect"), corodist::connection_error);
   BOOST_CHECK_THROW(net::throw_net_error(net::errc::bad_magic, "connect"), corodist::protocol_error);
+}
+
+// A server that closes a connection before sending a byte (a server at its
+// connection limit, or swamped by a connect storm) is told apart from one
+// whose hello is cut short: the first is closed_before_hello (a connection
+// error that store clients retry), the second bad_hello (a protocol error).
+BOOST_AUTO_TEST_CASE(closed_before_hello_is_not_a_malformed_hello, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  for (const std::size_t sent : {std::size_t{0}, std::size_t{5}}) {
+    std::thread server([&] {
+      tcp::socket s(ctx);
+      acc.accept(s);
+      // The client's hello is read first: a close with unread input would reset, not end, the connection.
+      std::array<std::byte, net::hello_size> hello;
+      asio::read(s, asio::buffer(hello));
+      const std::array<std::uint8_t, 5> partial{'C', 'D', 'S', 'T', 3};
+      asio::write(s, asio::buffer(partial.data(), sent));
+      s.close();
+    });
+    asio::io_context cctx;
+    auto ec = run_coro(cctx, [&]() -> asio::awaitable<std::error_code> {
+      auto [ec, c] = co_await net::connection::connect(cctx.get_executor(), acc.local_endpoint());
+      co_return ec;
+    }());
+    server.join();
+    BOOST_TEST_CONTEXT("server sent " << sent << " bytes, then closed: " << ec.message()) {
+      if (sent == 0)
+        BOOST_TEST((ec == net::errc::closed_before_hello));
+      else
+        BOOST_TEST((ec == net::errc::bad_hello));
+    }
+  }
+  BOOST_CHECK_THROW(net::throw_net_error(net::errc::closed_before_hello, "connect"), corodist::connection_error);
+  BOOST_CHECK_THROW(net::throw_net_error(net::errc::bad_hello, "connect"), corodist::protocol_error);
+  BOOST_TEST(net::make_error_code(net::errc::closed_before_hello).message().find("before its hello") !=
+             std::string::npos);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -836,6 +878,80 @@ BOOST_AUTO_TEST_CASE(run_for_interrupted_by_signals_leaves_operations_alone, *ut
   BOOST_TEST(read_done);
   BOOST_TEST(!read_ec);
   BOOST_TEST(std::string(got.data(), got.size()) == "hello");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(connect_path)
+
+// Listeners listen with the system's somaxconn, not the compile-time SOMAXCONN
+// (4096) that caps a raised sysctl; TCP_INFO of a listening socket reports its
+// backlog limit (in tcpi_sacked), read here from the listener's own socket.
+BOOST_AUTO_TEST_CASE(listeners_use_the_systems_somaxconn, *utf::timeout(30)) {
+  long expected = 0;
+  std::ifstream in("/proc/sys/net/core/somaxconn");
+  if (!(in >> expected) || expected <= 0)
+    expected = SOMAXCONN;
+  BOOST_TEST(net::listen_backlog() == expected);
+  test_server server;
+  int listening = -1; // the listener's socket, found by its address among this process's descriptors
+  DIR* fds = ::opendir("/proc/self/fd");
+  BOOST_REQUIRE(fds != nullptr);
+  while (const dirent* e = ::readdir(fds)) {
+    const int fd = std::atoi(e->d_name);
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    int accepting = 0;
+    socklen_t alen = sizeof accepting;
+    if (e->d_name[0] == '.' || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0 ||
+        a.sin_family != AF_INET || ntohs(a.sin_port) != server.endpoint.port() ||
+        ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &alen) != 0 || !accepting)
+      continue;
+    listening = fd;
+  }
+  ::closedir(fds);
+  BOOST_REQUIRE(listening >= 0);
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  BOOST_REQUIRE(::getsockopt(listening, IPPROTO_TCP, TCP_INFO, &info, &len) == 0);
+  BOOST_TEST(info.tcpi_sacked == static_cast<std::uint32_t>(expected));
+}
+
+// connection_options::local_address: the client connects from it (the server
+// sees it as the peer's address); an address not of this host, or of the other
+// family, fails the connect with the bind's error.
+BOOST_AUTO_TEST_CASE(connects_from_the_local_address_given, *utf::timeout(60)) {
+  std::promise<asio::ip::address> seen;
+  test_server server({}, [&](const std::shared_ptr<net::connection>& c) { seen.set_value(c->remote_endpoint().address()); });
+  const auto source = asio::ip::make_address("127.0.0.2");
+  asio::io_context cctx;
+  auto connect_from = [&](std::optional<asio::ip::address> from) {
+    net::connection_options opts;
+    opts.local_address = from;
+    return run_coro(cctx, [&]() -> asio::awaitable<std::pair<std::error_code, tcp::endpoint>> {
+      auto [ec, c] = co_await net::connection::connect(cctx.get_executor(), server.endpoint, opts);
+      tcp::endpoint local;
+      if (c) {
+        sockaddr_in a{};
+        socklen_t len = sizeof a;
+        BOOST_REQUIRE(::getsockname(c->native_handle(), reinterpret_cast<sockaddr*>(&a), &len) == 0);
+        local = tcp::endpoint(asio::ip::address_v4(ntohl(a.sin_addr.s_addr)), ntohs(a.sin_port));
+        c->close();
+      }
+      co_return std::pair{ec, local};
+    }());
+  };
+  auto [ec, local] = connect_from(source);
+  BOOST_REQUIRE_MESSAGE(!ec, "connect from 127.0.0.2: " << ec.message());
+  BOOST_TEST(local.address() == source);
+  BOOST_TEST(local.port() != 0);
+  auto peer = seen.get_future();
+  BOOST_REQUIRE((peer.wait_for(10s) == std::future_status::ready));
+  BOOST_TEST(peer.get() == source);
+  // 192.0.2.1 (TEST-NET-1) is no address of this host.
+  const auto foreign = connect_from(asio::ip::make_address("192.0.2.1")).first;
+  BOOST_TEST(foreign.value() == EADDRNOTAVAIL, foreign.message());
+  BOOST_TEST((connect_from(asio::ip::make_address("::1")).first == asio::error::address_family_not_supported));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

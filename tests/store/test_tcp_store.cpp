@@ -5,6 +5,7 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/net/frame.hpp>
+#include <corodist/store/connect_store.hpp>
 #include <corodist/store/sync_store.hpp>
 
 #include "store/log_capture.hpp"
@@ -125,6 +126,117 @@ BOOST_AUTO_TEST_CASE(connect_retries_until_the_server_appears, *utf::timeout(60)
   auto s = connecting.get();
   cs::sync_store(s).set("k", "v");
   BOOST_TEST(cs::sync_store(s).get("k") == "v");
+}
+
+// A server swamped by a connect storm may close connections before its hello:
+// the client retries them like refused connects. A gate closes the client's
+// first attempt after reading its hello (the client reads EOF: closed_before_hello)
+// and its second at once; the third attempt, arriving, shows the client went
+// on, and it then connects to the real server on the gate's port.
+BOOST_AUTO_TEST_CASE(connect_retries_connections_closed_before_the_hello, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor gate(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  const auto port = gate.local_endpoint().port();
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  auto o = client_opts(port);
+  auto connecting = asio::co_spawn(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), o), asio::use_future);
+  for (int i = 0; i < 2; ++i) {
+    BOOST_REQUIRE_MESSAGE(connection_arrives(gate, 10s), "attempt " << i + 1 << " arrives");
+    tcp::socket s(ctx);
+    gate.accept(s);
+    if (i == 0) { // read the hello first: the close then ends the connection (EOF), not resets it
+      std::array<std::byte, net::hello_size> hello;
+      receive_all(s, hello.data(), hello.size());
+    }
+    s.close();
+  }
+  BOOST_REQUIRE_MESSAGE(connection_arrives(gate, 10s), "a third attempt arrives");
+  BOOST_TEST((connecting.wait_for(0s) == std::future_status::timeout), "the client is still trying");
+  gate.close();
+  auto server = start_server(server_loop, std::string(), port);
+  auto c = connecting.get();
+  cs::sync_store(c).set("k", "v");
+  BOOST_TEST(cs::sync_store(c).get("k") == "v");
+}
+
+// A server that answers the hello with something else is no store server:
+// the client fails at once with protocol_error, no retries until its timeout.
+BOOST_AUTO_TEST_CASE(connect_to_a_server_that_sends_garbage_fails_at_once, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor gate(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  event_loop loop;
+  loop.start();
+  auto o = client_opts(gate.local_endpoint().port());
+  o.timeout = 30s; // a retry would run into the test's limit, not fail at once
+  auto connecting = asio::co_spawn(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), o), asio::use_future);
+  BOOST_REQUIRE(connection_arrives(gate, 10s));
+  tcp::socket s(ctx);
+  gate.accept(s);
+  send_all(s, "HTTP/1.1 400 Bad Request\r\n\r\n");
+  BOOST_REQUIRE((connecting.wait_for(20s) == std::future_status::ready));
+  try {
+    connecting.get();
+    BOOST_FAIL("connected to a server that sends garbage");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("magic") != std::string::npos, e.what());
+  }
+}
+
+// tcp_store_options::source_address: both clients connect from it (a gate
+// sees it as the address of their first attempt, which it closes), then reach
+// the real server started on the gate's port.
+BOOST_AUTO_TEST_CASE(clients_connect_from_their_source_address, *utf::timeout(60)) {
+  for (auto protocol : {cs::wire_protocol::native, cs::wire_protocol::pytorch_2}) {
+    BOOST_TEST_CONTEXT("protocol " << static_cast<int>(protocol)) {
+      asio::io_context ctx;
+      tcp::acceptor gate(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+      const auto port = gate.local_endpoint().port();
+      event_loop server_loop, loop;
+      server_loop.start();
+      loop.start();
+      auto o = client_opts(port);
+      o.protocol = protocol;
+      o.source_address = "127.0.0.2";
+      auto connecting =
+          asio::co_spawn(loop.get_executor(), cs::connect_store(loop.get_executor(), o), asio::use_future);
+      BOOST_REQUIRE(connection_arrives(gate, 10s));
+      tcp::socket s(ctx);
+      gate.accept(s);
+      BOOST_TEST(s.remote_endpoint().address() == asio::ip::make_address("127.0.0.2"));
+      s.close();
+      gate.close();
+      auto server = start_server(server_loop, std::string(), port);
+      cs::sync_store c(connecting.get());
+      c.set("k", "v");
+      BOOST_TEST(c.get("k") == "v");
+    }
+  }
+}
+
+// A source_address that is no IP address, no address of this host, or of
+// the other family than the server's is a usage_error, at once.
+BOOST_AUTO_TEST_CASE(a_bad_source_address_is_a_usage_error, *utf::timeout(60)) {
+  event_loop loop;
+  loop.start();
+  auto server = start_server(loop);
+  for (auto protocol : {cs::wire_protocol::native, cs::wire_protocol::pytorch_2}) {
+    for (const char* source : {"not-an-address", "192.0.2.1", "::1"}) {
+      BOOST_TEST_CONTEXT("source_address " << source << ", protocol " << static_cast<int>(protocol)) {
+        auto o = client_opts(server->local_endpoint().port());
+        o.protocol = protocol;
+        o.source_address = source;
+        o.timeout = 30s;
+        try {
+          cs::connect_store_sync(loop.get_executor(), o);
+          BOOST_FAIL("connected from " << source);
+        } catch (const corodist::usage_error& e) {
+          BOOST_TEST(std::string(e.what()).find("source_address") != std::string::npos, e.what());
+        }
+      }
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(ipv6_loopback, *utf::timeout(60)) {

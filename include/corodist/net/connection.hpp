@@ -83,6 +83,14 @@ struct connection_options {
   /// Shared secret. Server: if set, clients must prove they hold it
   /// (challenge-response, HMAC-SHA-256); client: the token to prove with.
   std::string auth_token;
+  /// Client (connect): the local address to connect from, e.g. 127.0.0.2, so
+  /// that many connections to one server do not exhaust the ephemeral ports
+  /// of one source address (each source address has its own). The socket is
+  /// bound to {address, 0} with IP_BIND_ADDRESS_NO_PORT, so the port is still
+  /// picked at connect, per destination. It must be an address of this host,
+  /// of the destination's family (else connect fails with the bind's error,
+  /// or address_family_not_supported). nullopt: the kernel picks. Unused by accept.
+  std::optional<asio::ip::address> local_address;
 };
 
 /// A received frame.

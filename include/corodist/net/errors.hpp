@@ -28,6 +28,7 @@ enum class errc {
   frame_stalled,        ///< no byte of an incomplete frame arrived within frame_timeout
   auth_not_offered,     ///< this side holds a token but the server does not authenticate
   peer_timed_out,       ///< nothing at all was received from the peer for peer_timeout
+  closed_before_hello,  ///< the peer closed the connection before sending any byte of its hello
 };
 
 /// The category of `errc` ("corodist.net").
@@ -37,8 +38,8 @@ const std::error_category& net_category() noexcept;
 inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), net_category()}; }
 
 /// Throws the corodist exception matching `ec` (timeout_error, connection_error
-/// -- also for peer_timed_out: the connection is lost --, protocol_error or
-/// error), prefixed with `context`. No-op for a zero `ec`.
+/// -- also for peer_timed_out and closed_before_hello: the connection is lost --,
+/// protocol_error or error), prefixed with `context`. No-op for a zero `ec`.
 void throw_net_error(std::error_code ec, const std::string& context);
 
 } // namespace corodist::net

@@ -38,6 +38,12 @@ struct foreign_protocol {
 /// servers built on listener.
 std::size_t connection_limit(std::size_t requested) noexcept;
 
+/// The accept backlog of every listener: the system's limit,
+/// net.core.somaxconn, read once from /proc/sys/net/core/somaxconn (the
+/// compile-time SOMAXCONN when it cannot be read), so that a raised sysctl
+/// serves connect storms of many thousand clients. Any thread.
+int listen_backlog() noexcept;
+
 /// Accepts connections on an endpoint (port 0: the kernel picks; read it back
 /// with `local_endpoint()`), runs the server side of the hello on each, and
 /// hands every good connection, unstarted, to the accept handler. A bad or
@@ -47,7 +53,8 @@ public:
   /// Receives each connection after a successful hello; it must call start().
   using accept_handler = std::function<void(std::shared_ptr<connection>)>;
 
-  /// Binds and listens (backlog SOMAXCONN, SO_REUSEADDR) on `ep`. On failure
+  /// Binds and listens (backlog listen_backlog(): net.core.somaxconn;
+  /// SO_REUSEADDR) on `ep`. On failure
   /// returns the error and a null pointer.
   static std::pair<std::error_code, std::shared_ptr<listener>>
   listen(asio::any_io_executor ex, const asio::ip::tcp::endpoint& ep, connection_options opts,

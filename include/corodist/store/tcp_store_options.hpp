@@ -37,6 +37,15 @@ struct tcp_store_options {
   /// Token to authenticate with. nullopt: CORODIST_AUTH_TOKEN if set; "": none.
   /// (The PyTorch protocols have no authentication.)
   std::optional<std::string> auth_token;
+  /// The local address to connect from, e.g. "127.0.0.2" (an IPv4 or IPv6
+  /// literal of this host, of the server's family): each source address has
+  /// its own ephemeral ports, so ranks spread over 127.0.0.2, 127.0.0.3, ...
+  /// can open many more than one address's ~28K loopback connections to one
+  /// server. The port is still picked at connect (IP_BIND_ADDRESS_NO_PORT).
+  /// "": none (the kernel picks the address). Overrides
+  /// connection.local_address when set; not an address, or not one of this
+  /// host: connect throws usage_error at once.
+  std::string source_address;
   /// Frame and buffer limits of the connection (native protocol); with the
   /// PyTorch protocols, max_frame_size bounds a value received.
   net::connection_options connection;
