@@ -88,11 +88,7 @@ std::string appended(const std::string& key, const std::string* current, std::st
 
 } // namespace rules
 
-engine::~engine() {
-  for (auto& [id, w] : waiters_)
-    if (w.timer)
-      w.timer->cancel();
-}
+engine::~engine() = default; // (the deadline timer goes with it; its handler holds a weak reference)
 
 const std::string* engine::find(const std::string& key) const {
   auto it = data_.find(key);
@@ -306,13 +302,8 @@ void engine::wait(std::vector<std::string> keys, std::chrono::milliseconds timeo
   o.wait_bytes += bytes;
   wait_bytes_ += bytes;
   if (timeout.count() > 0) {
-    w.timer = std::make_unique<asio::steady_timer>(ex_, timeout);
-    w.timer->async_wait([weak = weak_from_this(), id](std::error_code ec) {
-      if (ec)
-        return;
-      if (auto self = weak.lock())
-        self->finish(id, true);
-    });
+    deadline_insert(id, w, clock::now() + timeout);
+    arm_deadline_timer();
   }
   waits_changed();
 }
@@ -350,11 +341,16 @@ void engine::key_created(const std::string& key, bool wake_one) {
   }
   auto ids = std::move(it->second);
   waiting_on_.erase(it);
-  for (auto id : ids) {
+  bool any = false;
+  for (auto id : ids) { // each in O(its keys + log waits): a barrier's N waiters in O(N log N)
     auto w = waiters_.find(id);
-    if (w != waiters_.end() && --w->second.missing == 0)
-      finish(id, false);
+    if (w != waiters_.end() && --w->second.missing == 0) {
+      finish(id, false, false);
+      any = true;
+    }
   }
+  if (any)
+    waits_changed(); // once for the batch
 }
 
 void engine::forget(std::uint64_t id, waiter& w) {
@@ -372,8 +368,11 @@ void engine::forget(std::uint64_t id, waiter& w) {
     it->second.wait_bytes -= w.bytes;
     release_owner_entry(w.owner);
   }
-  if (w.timer)
-    w.timer->cancel();
+  if (w.deadline_slot != no_deadline) {
+    deadline_erase(w);
+    if (deadlines_.empty())
+      arm_deadline_timer(); // lets the timer go: nothing left to time out
+  }
 }
 
 void engine::release_owner_entry(owner_id owner) {
@@ -382,7 +381,7 @@ void engine::release_owner_entry(owner_id owner) {
     owners_.erase(it);
 }
 
-void engine::finish(std::uint64_t id, bool timed_out) {
+void engine::finish(std::uint64_t id, bool timed_out, bool notify) {
   auto it = waiters_.find(id);
   if (it == waiters_.end())
     return;
@@ -397,7 +396,110 @@ void engine::finish(std::uint64_t id, bool timed_out) {
   if (timed_out && missing.empty())
     missing.push_back("?"); // cannot happen: all keys present means it finished already
   w.done(std::move(w.keys), std::move(missing));
-  waits_changed();
+  if (notify)
+    waits_changed();
+}
+
+bool engine::deadline_before(std::size_t a, std::size_t b) const noexcept {
+  const auto& x = deadlines_[a];
+  const auto& y = deadlines_[b];
+  return x.at < y.at || (x.at == y.at && x.id < y.id); // equal deadlines: in the order the waits came
+}
+
+void engine::deadline_place(std::size_t slot) noexcept {
+  deadlines_[slot].w->deadline_slot = slot;
+}
+
+void engine::deadline_up(std::size_t slot) noexcept {
+  while (slot > 0) {
+    const auto parent = (slot - 1) / 2;
+    if (!deadline_before(slot, parent))
+      break;
+    std::swap(deadlines_[slot], deadlines_[parent]);
+    deadline_place(slot);
+    slot = parent;
+  }
+  deadline_place(slot);
+}
+
+void engine::deadline_down(std::size_t slot) noexcept {
+  const auto n = deadlines_.size();
+  for (;;) {
+    auto least = slot;
+    const auto l = 2 * slot + 1;
+    const auto r = l + 1;
+    if (l < n && deadline_before(l, least))
+      least = l;
+    if (r < n && deadline_before(r, least))
+      least = r;
+    if (least == slot)
+      break;
+    std::swap(deadlines_[slot], deadlines_[least]);
+    deadline_place(slot);
+    slot = least;
+  }
+  deadline_place(slot);
+}
+
+void engine::deadline_insert(std::uint64_t id, waiter& w, clock::time_point at) {
+  deadlines_.push_back({at, id, &w});
+  deadline_up(deadlines_.size() - 1);
+}
+
+void engine::deadline_erase(waiter& w) noexcept {
+  const auto slot = w.deadline_slot;
+  w.deadline_slot = no_deadline;
+  const auto last = deadlines_.size() - 1;
+  if (slot != last) {
+    deadlines_[slot] = deadlines_[last]; // (never reads the erased entry's waiter: it may be moved from)
+    deadlines_.pop_back();
+    if (slot > 0 && deadline_before(slot, (slot - 1) / 2))
+      deadline_up(slot);
+    else
+      deadline_down(slot);
+  } else {
+    deadlines_.pop_back();
+  }
+  if (deadlines_.empty() && deadlines_.capacity() > 4096)
+    deadlines_.shrink_to_fit(); // a departed barrier's index goes back too (a small one is kept for the next waits)
+}
+
+void engine::arm_deadline_timer() {
+  if (deadlines_.empty()) {
+    // Nothing to time out: no pending wake-up keeps the loop running (an
+    // embedded loop's run() returns), and no I/O object outlives the waits.
+    deadline_timer_.reset();
+    armed_at_ = clock::time_point::max();
+    return;
+  }
+  const auto at = deadlines_.front().at;
+  if (at >= armed_at_)
+    return; // it fires for this one or earlier
+  if (!deadline_timer_)
+    deadline_timer_.emplace(ex_);
+  deadline_timer_->expires_at(at);
+  armed_at_ = at;
+  deadline_timer_->async_wait([weak = weak_from_this()](std::error_code ec) {
+    if (ec)
+      return; // re-armed or let go
+    if (auto self = weak.lock())
+      self->expire_deadlines();
+  });
+}
+
+void engine::expire_deadlines() {
+  armed_at_ = clock::time_point::max();
+  const auto now = clock::now();
+  bool any = false;
+  // In deadline order; a completion may register or wake other waits (the
+  // index is read again each time).
+  while (!deadlines_.empty() && deadlines_.front().at <= now) {
+    finish(deadlines_.front().id, true, false); // (leaves the index)
+    any = true;
+  }
+  arm_deadline_timer();
+  if (any)
+    waits_changed();
 }
 
 std::uint64_t engine::watch(const std::string& key, owner_id owner, watch_fn fn) {

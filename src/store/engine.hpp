@@ -174,13 +174,23 @@ public:
   void observe_waits(std::function<void()> fn) { waits_changed_ = std::move(fn); }
 
 private:
+  using clock = std::chrono::steady_clock;
+  static constexpr std::size_t no_deadline = static_cast<std::size_t>(-1);
   struct waiter {
     std::vector<std::string> keys;
     std::size_t missing = 0;
     std::size_t bytes = 0;
     owner_id owner = 0;
     wait_done done;
-    std::unique_ptr<asio::steady_timer> timer;
+    std::size_t deadline_slot = no_deadline; // its place in deadlines_ (none: no timeout)
+  };
+  // One entry of the deadline index: a binary min-heap on (at, id), each
+  // waiter knowing its slot, so that a wait that completes or is dropped
+  // leaves in O(log waits) and the earliest is at the front.
+  struct deadline {
+    clock::time_point at;
+    std::uint64_t id = 0;
+    waiter* w = nullptr; // (the waiters' map is node-based: stable)
   };
   struct watcher {
     std::string key;
@@ -202,10 +212,23 @@ private:
   void disown(const std::string& key);
   void changed(watch_event::kind kind, const std::string& key, const std::string& value);
   void key_created(const std::string& key, bool wake_one = false);
-  void finish(std::uint64_t id, bool timed_out);
+  /// Completes waiter `id`; `notify`: tell the observer (a batch tells it once, after).
+  void finish(std::uint64_t id, bool timed_out, bool notify = true);
   /// Unlinks waiter `id` from the key index and its owner (O(keys · log waiters)).
   void forget(std::uint64_t id, waiter& w);
   void release_owner_entry(owner_id owner);
+  // The deadline index (deadlines_) and its one timer.
+  bool deadline_before(std::size_t a, std::size_t b) const noexcept;
+  void deadline_place(std::size_t slot) noexcept; // deadlines_[slot] moved: tell its waiter
+  void deadline_up(std::size_t slot) noexcept;
+  void deadline_down(std::size_t slot) noexcept;
+  void deadline_insert(std::uint64_t id, waiter& w, clock::time_point at);
+  void deadline_erase(waiter& w) noexcept;
+  /// Arms the timer for the earliest deadline if it is not armed for it or
+  /// earlier; with no deadline left, lets the timer go.
+  void arm_deadline_timer();
+  /// Times out every wait whose deadline has passed (the timer fired).
+  void expire_deadlines();
   void waits_changed() const {
     if (waits_changed_)
       waits_changed_();
@@ -216,6 +239,11 @@ private:
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::uint64_t, waiter> waiters_;
+  std::vector<deadline> deadlines_; // min-heap of the waits with a timeout
+  // The one timer of every wait's deadline, made while a deadline is pending
+  // (a store may outlive its event loop: no I/O object held when idle).
+  std::optional<asio::steady_timer> deadline_timer_;
+  clock::time_point armed_at_ = clock::time_point::max(); // max: not armed
   std::unordered_map<std::string, std::set<std::uint64_t>> waiting_on_; // key -> waiter ids, oldest first
   std::unordered_map<owner_id, owned> owners_;
   std::size_t wait_bytes_ = 0;

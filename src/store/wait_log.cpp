@@ -10,16 +10,20 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 namespace corodist::store::detail {
 
 /// The long waits of every store on one execution context, and the one timer
 /// that wakes for the next warning due. A service of the context: it goes
 /// (timer first, at shutdown) with the context, not with the stores. A mutex
-/// guards the list and the timer: stores on different strands of one
-/// multi-threaded context share them.
+/// guards the index and the timer: stores on different strands of one
+/// multi-threaded context share them. The index is a binary min-heap of the
+/// entries on their next warning's due time (each entry knows its slot): a
+/// wait comes and goes in O(log waits), and a tick costs the entries due.
 class wait_log::monitor : public asio::execution_context::service {
 public:
   static asio::execution_context::id id;
@@ -28,10 +32,7 @@ public:
 
   void add(entry& e, const asio::any_io_executor& ex) {
     std::lock_guard lock(mutex_);
-    e.next_ = head_;
-    if (head_)
-      head_->prev_ = &e;
-    head_ = &e;
+    push(e);
     if (shut_)
       return;
     if (!timer_)
@@ -42,16 +43,11 @@ public:
 
   void remove(entry& e) {
     std::lock_guard lock(mutex_);
-    if (e.prev_)
-      e.prev_->next_ = e.next_;
-    else
-      head_ = e.next_;
-    if (e.next_)
-      e.next_->prev_ = e.prev_;
+    erase(e);
     // Nothing left to warn about: drop the pending wake-up, so that a context
     // with no other work ends now (an embedded loop's run() returns), not when
     // the next warning would have been due.
-    if (!head_ && armed_ && timer_ && !shut_) {
+    if (due_.empty() && armed_ && timer_ && !shut_) {
       timer_->cancel();
       armed_ = false;
     }
@@ -62,6 +58,61 @@ private:
     std::lock_guard lock(mutex_);
     shut_ = true;
     timer_.reset();
+  }
+
+  // The index; call with mutex_ held.
+  void place(std::size_t slot) noexcept { due_[slot]->slot_ = slot; }
+
+  void up(std::size_t slot) noexcept {
+    while (slot > 0) {
+      const auto parent = (slot - 1) / 2;
+      if (!(due_[slot]->due_ < due_[parent]->due_))
+        break;
+      std::swap(due_[slot], due_[parent]);
+      place(slot);
+      slot = parent;
+    }
+    place(slot);
+  }
+
+  void down(std::size_t slot) noexcept {
+    const auto n = due_.size();
+    for (;;) {
+      auto least = slot;
+      const auto l = 2 * slot + 1;
+      if (l < n && due_[l]->due_ < due_[least]->due_)
+        least = l;
+      if (l + 1 < n && due_[l + 1]->due_ < due_[least]->due_)
+        least = l + 1;
+      if (least == slot)
+        break;
+      std::swap(due_[slot], due_[least]);
+      place(slot);
+      slot = least;
+    }
+    place(slot);
+  }
+
+  void push(entry& e) {
+    due_.push_back(&e);
+    up(due_.size() - 1);
+  }
+
+  void erase(entry& e) noexcept {
+    const auto slot = e.slot_;
+    const auto last = due_.size() - 1;
+    if (slot != last) {
+      due_[slot] = due_[last];
+      due_.pop_back();
+      if (slot > 0 && due_[slot]->due_ < due_[(slot - 1) / 2]->due_)
+        up(slot);
+      else
+        down(slot);
+    } else {
+      due_.pop_back();
+    }
+    if (due_.empty() && due_.capacity() > 4096)
+      due_.shrink_to_fit();
   }
 
   // Call with mutex_ held.
@@ -76,31 +127,75 @@ private:
     });
   }
 
+  // Whether two entries warn in one line: the same log, timeout and keys.
+  static bool same_line(const entry* a, const entry* b) {
+    return a->log_ == b->log_ && a->timeout_ == b->timeout_ && std::ranges::equal(a->keys_, b->keys_);
+  }
+  static bool line_before(const entry* a, const entry* b) {
+    if (a->log_ != b->log_)
+      return std::less<>{}(a->log_, b->log_);
+    if (a->timeout_ != b->timeout_)
+      return a->timeout_ < b->timeout_;
+    return std::ranges::lexicographical_compare(a->keys_, b->keys_);
+  }
+
   void tick() {
     std::lock_guard lock(mutex_);
     if (shut_)
       return;
     armed_ = false;
-    if (!head_)
+    if (due_.empty())
       return; // armed again by the next long wait
     const auto now = std::chrono::steady_clock::now();
-    auto next = std::chrono::steady_clock::time_point::max();
-    for (auto* e = head_; e; e = e->next_) {
-      if (e->due_ <= now) {
-        const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(now - e->since_);
-        CORODIST_LOG_WARN("store: still waiting for {} {} at {} after {} ({})", e->keys_.size() == 1 ? "key" : "keys",
-                          key_list(e->keys_), e->log_->where_, duration_text(waited),
-                          e->timeout_.count() > 0 ? "gives up after " + duration_text(e->timeout_) : "no deadline");
-        e->due_ += e->every_;
-      }
-      next = std::min(next, e->due_);
+    // The entries due, out of the index; their lines grouped by log, timeout and keys.
+    ready_.clear();
+    while (!due_.empty() && due_.front()->due_ <= now) {
+      ready_.push_back(due_.front());
+      erase(*due_.front());
     }
-    arm(next);
+    std::sort(ready_.begin(), ready_.end(), line_before);
+    for (std::size_t i = 0; i < ready_.size();) {
+      auto j = i + 1;
+      auto oldest = ready_[i]->since_;
+      auto newest = oldest;
+      for (; j < ready_.size() && same_line(ready_[i], ready_[j]); ++j) {
+        oldest = std::min(oldest, ready_[j]->since_);
+        newest = std::max(newest, ready_[j]->since_);
+      }
+      warn(*ready_[i], j - i, now - newest, now - oldest);
+      i = j;
+    }
+    for (auto* e : ready_) {
+      e->due_ += e->every_;
+      push(*e);
+    }
+    ready_.clear();
+    if (ready_.capacity() > 4096)
+      ready_.shrink_to_fit();
+    arm(due_.front()->due_);
+  }
+
+  // One line for `count` waits like `e`, which have waited from `least` to `most`.
+  static void warn(const entry& e, std::size_t count, std::chrono::steady_clock::duration least,
+                   std::chrono::steady_clock::duration most) {
+    using std::chrono::duration_cast;
+    using std::chrono::milliseconds;
+    const auto shortest = duration_text(duration_cast<milliseconds>(least));
+    const auto longest = duration_text(duration_cast<milliseconds>(most));
+    const auto deadline = e.timeout_.count() > 0 ? "gives up after " + duration_text(e.timeout_) : "no deadline";
+    const char* noun = e.keys_.size() == 1 ? "key" : "keys";
+    if (count == 1)
+      CORODIST_LOG_WARN("store: still waiting for {} {} at {} after {} ({})", noun, key_list(e.keys_),
+                        e.log_->where_, longest, deadline);
+    else
+      CORODIST_LOG_WARN("store: {} waits still waiting for {} {} at {} after {} ({})", count, noun, key_list(e.keys_),
+                        e.log_->where_, shortest == longest ? longest : shortest + " to " + longest, deadline);
   }
 
   std::mutex mutex_;
   std::optional<asio::steady_timer> timer_; // made on first use
-  entry* head_ = nullptr;
+  std::vector<entry*> due_;                 // min-heap on due_
+  std::vector<entry*> ready_;               // (a tick's entries due; kept for its capacity)
   bool armed_ = false;
   std::chrono::steady_clock::time_point armed_at_;
   bool shut_ = false;

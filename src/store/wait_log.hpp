@@ -44,9 +44,13 @@ public:
   /// One wait, logged from its construction to its destruction on the
   /// schedule `warnings()` gives then. A wait whose deadline comes before its
   /// first warning never warns and costs nothing; a longer one (or one
-  /// without deadline, `timeout` zero) costs a clock read and two list
-  /// links. `keys` and the log must outlive the entry. Not movable: keep it
-  /// in the waiting coroutine's frame.
+  /// without deadline, `timeout` zero) costs a clock read and a place in the
+  /// monitor's index of due times (O(log waits) in and out). The waits due
+  /// together that share their log, keys and timeout warn in one line that
+  /// counts them ("12288 waits still waiting for key rdzv/done at ..."); a
+  /// warning round costs the waits due, not the waits pending. `keys` and the
+  /// log must outlive the entry. Not movable: keep it in the waiting
+  /// coroutine's frame.
   class entry {
   public:
     entry(wait_log& log, std::span<const std::string> keys, std::chrono::milliseconds timeout);
@@ -58,8 +62,7 @@ public:
     friend class monitor;
     monitor* monitor_ = nullptr; // null: not logged
     const wait_log* log_ = nullptr;
-    entry* prev_ = nullptr;
-    entry* next_ = nullptr;
+    std::size_t slot_ = 0; // its place in the monitor's index
     std::span<const std::string> keys_;
     std::chrono::milliseconds timeout_{0};
     std::chrono::milliseconds every_{0};
