@@ -7,9 +7,13 @@
 #include <sys/resource.h>
 #include <sys/types.h>
 
+#include <unistd.h>
+
 #include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace corodist::bench {
 
@@ -26,6 +30,14 @@ inline rlim_t raise_fd_limit() {
     ::getrlimit(RLIMIT_NOFILE, &rl);
   }
   return rl.rlim_cur;
+}
+
+/// The hard open-file limit (RLIMIT_NOFILE): the most descriptors this
+/// process (and what it starts) can ever have; raising it needs
+/// CAP_SYS_RESOURCE. 0 if unknown.
+inline rlim_t fd_hard_limit() {
+  rlimit rl{};
+  return ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_max : 0;
 }
 
 /// The value of `field` ("VmRSS", "VmHWM", ...) in `/proc/<pid>/status`, in
@@ -46,6 +58,42 @@ inline long proc_status_bytes(const char* field, pid_t pid = 0) {
 
 /// Resident memory of process `pid` (0: this process) in bytes (VmRSS).
 inline long resident_bytes(pid_t pid = 0) { return proc_status_bytes("VmRSS", pid); }
+
+/// CPU time (user + system, utime + stime of `/proc/<pid>/stat`) process
+/// `pid` has used so far, in seconds. Throws std::runtime_error if unreadable.
+inline double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  const auto close = line.rfind(')'); // the command name may hold spaces and ')'
+  if (close == std::string::npos)
+    throw std::runtime_error("cannot read /proc/" + std::to_string(pid) + "/stat");
+  std::istringstream rest(line.substr(close + 1));
+  std::vector<std::string> fields; // fields[0] is field 3 (state)
+  for (std::string w; rest >> w;)
+    fields.push_back(w);
+  if (fields.size() < 13)
+    throw std::runtime_error("short /proc/" + std::to_string(pid) + "/stat");
+  const double ticks = static_cast<double>(std::stoull(fields[11]) + std::stoull(fields[12])); // utime, stime
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+/// A TcpExt counter of this network namespace (`/proc/net/netstat`, e.g.
+/// "ListenDrops", "ListenOverflows"); -1 if absent.
+inline long tcp_ext_counter(const std::string& name) {
+  std::ifstream f("/proc/net/netstat");
+  std::string names, values;
+  while (std::getline(f, names) && std::getline(f, values)) {
+    if (!names.starts_with("TcpExt:"))
+      continue;
+    std::istringstream n(names), v(values);
+    std::string key, value;
+    while (n >> key && v >> value)
+      if (key == name)
+        return std::stol(value);
+  }
+  return -1;
+}
 
 /// Resets this process's peak resident memory (VmHWM) to its current resident
 /// memory (`echo 5 > /proc/self/clear_refs`, Linux 4.0+). Returns false if

@@ -26,10 +26,16 @@
 
 #include <fmt/core.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <optional>
+#include <poll.h>
 #include <spawn.h>
+#include <thread>
 #include <stdexcept>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -164,54 +170,6 @@ void concurrent_clients(context& ctx, server_and_client& env, const peer_output&
   ctx.report(std::move(r));
 }
 
-void rendezvous_case(context& ctx, int ranks) {
-  server_and_client env; // a fresh server per run
-  auto ex = asio::any_io_executor(env.client_loop.get_executor());
-  constexpr int max_connecting = 512; // in-flight connects, under the listen backlog
-  const auto start = clock_type::now();
-  run_blocking(ex, [&]() -> asio::awaitable<void> {
-    std::vector<std::shared_ptr<cs::tcp_store>> stores(static_cast<std::size_t>(ranks));
-    int finished = 0, connecting = 0, next = 0;
-    std::exception_ptr failure;
-    asio::steady_timer done(ex, clock_type::time_point::max());
-    asio::steady_timer slot(ex, clock_type::time_point::max());
-    auto rank_body = [&](int r) -> asio::awaitable<void> {
-      try {
-        auto s = co_await cs::tcp_store::connect(ex, client_options(env.port));
-        --connecting;
-        slot.cancel_one();
-        auto n = co_await s->add("rdzv/arrived", 1);
-        if (n == ranks)
-          co_await s->set("rdzv/done", "1");
-        std::vector<std::string> keys{"rdzv/done"};
-        co_await s->wait(std::move(keys));
-        stores[static_cast<std::size_t>(r)] = s;
-      } catch (...) {
-        failure = std::current_exception();
-        done.cancel();
-      }
-      if (++finished == ranks)
-        done.cancel();
-    };
-    while (next < ranks) {
-      if (connecting >= max_connecting) {
-        co_await slot.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-        continue;
-      }
-      ++connecting;
-      asio::co_spawn(ex, rank_body(next++), asio::detached);
-    }
-    co_await done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-    if (failure)
-      std::rethrow_exception(failure);
-  }());
-  record r;
-  r.suite = "store";
-  r.name = fmt::format("rendezvous_{}_ranks", ranks);
-  r.extra = {{"rendezvous_s", seconds_since(start)}, {"ranks", double(ranks)}};
-  ctx.report(std::move(r));
-}
-
 std::string self_dir() {
   char buf[4096];
   auto n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -315,6 +273,399 @@ void memory_per_connection(context& ctx) {
              {"server_rss_before", double(before)},
              {"server_rss_after", double(after)}};
   ctx.report(std::move(r));
+}
+
+// ---- rendezvous: one `corodist-store serve`, ranks in forked client processes
+
+/// Ranks one client process serves at most: its descriptors stay well under a
+/// process's limit, and its connections under its source address's ports.
+constexpr int ranks_per_client_process = 12000;
+/// Connects one client process has in flight at once (the server's listen
+/// backlog, somaxconn, is shared by all of them).
+constexpr int connects_in_flight = 400;
+/// Each wait on the barrier key lasts at most this long and is renewed (as
+/// store::rendezvous does), so that the client's log of long waits stays quiet.
+constexpr auto barrier_wait_slice = std::chrono::seconds(4);
+/// How long a case may take, from its release to the last rank through.
+constexpr auto rendezvous_deadline = std::chrono::seconds(300);
+/// Descriptors the server keeps besides its connections (listener, event loop, logs).
+constexpr rlim_t server_fd_headroom = 64;
+
+/// The client processes of a `ranks`-rank case: one per 12,000 ranks, at least two from 4,096.
+int client_processes(int ranks) {
+  const int p = (ranks + ranks_per_client_process - 1) / ranks_per_client_process;
+  return std::max(p, ranks >= 4096 ? 2 : 1);
+}
+
+/// The ranks of one client process and their shared state (on its event loop).
+struct rank_group {
+  rank_group(asio::any_io_executor executor, cs::tcp_store_options o, int first_rank, int ranks, int world_size)
+      : ex(executor), opts(std::move(o)), first(first_rank), count(ranks), world(world_size),
+        done(executor, clock_type::time_point::max()), slot(executor, clock_type::time_point::max()),
+        give_up(clock_type::now() + rendezvous_deadline), stores(static_cast<std::size_t>(ranks)) {}
+
+  asio::any_io_executor ex;
+  cs::tcp_store_options opts;
+  int first, count, world;
+  int finished = 0, connecting = 0;
+  std::exception_ptr failure;
+  asio::steady_timer done; ///< cancelled when all ranks are through, or one failed
+  asio::steady_timer slot; ///< cancelled when a connect completes
+  clock_type::time_point give_up;
+  std::vector<std::shared_ptr<cs::tcp_store>> stores; ///< each rank's store, kept connected
+};
+
+/// What rank `g.first + i` does at init: connect, add itself to
+/// "rdzv/arrived", set "rdzv/rank/<r>"; the rank whose add returns the world
+/// size sets "rdzv/done"; all wait on "rdzv/done".
+asio::awaitable<void> rank_body(std::shared_ptr<rank_group> g, int i) {
+  const int r = g->first + i;
+  try {
+    auto s = co_await cs::tcp_store::connect(g->ex, g->opts);
+    --g->connecting;
+    g->slot.cancel_one();
+    const auto n = co_await s->add("rdzv/arrived", 1);
+    co_await s->set(fmt::format("rdzv/rank/{}", r), fmt::format("pid {}", ::getpid()));
+    if (n == g->world)
+      co_await s->set("rdzv/done", "1");
+    for (bool through = false; !through;) {
+      try {
+        std::vector<std::string> keys{"rdzv/done"};
+        co_await s->wait(std::move(keys), barrier_wait_slice);
+        through = true;
+      } catch (const timeout_error&) {
+        if (clock_type::now() >= g->give_up)
+          throw;
+      }
+    }
+    g->stores[static_cast<std::size_t>(i)] = std::move(s);
+  } catch (...) {
+    if (!g->failure)
+      g->failure = std::current_exception();
+    g->slot.cancel();
+    g->done.cancel();
+  }
+  if (++g->finished == g->count)
+    g->done.cancel();
+}
+
+/// Runs the ranks of `g` (at most `connects_in_flight` connecting at once)
+/// until all are through the barrier; throws the first rank's error.
+asio::awaitable<void> run_ranks(std::shared_ptr<rank_group> g) {
+  for (int next = 0; next < g->count && !g->failure;) {
+    if (g->connecting >= connects_in_flight) {
+      co_await g->slot.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+      continue;
+    }
+    ++g->connecting;
+    asio::co_spawn(g->ex, rank_body(g, next++), asio::detached);
+  }
+  while (g->finished < g->count && !g->failure)
+    co_await g->done.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+  if (g->failure)
+    std::rethrow_exception(g->failure);
+}
+
+/// Writes `line` to `fd` in one write (lines are shorter than PIPE_BUF).
+void say(int fd, const std::string& line) { (void)!::write(fd, line.data(), line.size()); }
+
+/// Ends this process at once, its event loop still running: its connections close with it.
+[[noreturn]] void leave_process(int rc) {
+  std::fflush(nullptr);
+  ::_exit(rc);
+}
+
+/// One client process of a rendezvous case, after the fork: says "ready",
+/// waits for the release (EOF on `go_fd`), runs ranks [first, first + count)
+/// from source address 127.0.0.(2 + index), says "ok <seconds>" (or "error
+/// <what>"), keeps its connections until EOF on `quit_fd`, and exits.
+[[noreturn]] void rendezvous_client(int index, int first, int count, int world, std::uint16_t port, int go_fd,
+                                    int quit_fd, int out_fd) {
+  auto failed = [out_fd, index](const std::exception& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    say(out_fd, fmt::format("error {} {}\n", index, what.substr(0, 1000)));
+    leave_process(1);
+  };
+  try {
+    raise_fd_limit();
+    event_loop loop;
+    loop.start();
+    auto ex = asio::any_io_executor(loop.get_executor());
+    auto opts = client_options(port);
+    opts.source_address = fmt::format("127.0.0.{}", 2 + index);
+    auto g = std::make_shared<rank_group>(ex, opts, first, count, world);
+    say(out_fd, fmt::format("ready {}\n", index));
+    char c = 0;
+    while (::read(go_fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    const auto t0 = clock_type::now();
+    try {
+      run_blocking(ex, run_ranks(g));
+    } catch (const std::exception& e) {
+      failed(e); // with the ranks' connections as they are
+    }
+    say(out_fd, fmt::format("ok {} {:.6f}\n", index, seconds_since(t0)));
+    while (::read(quit_fd, &c, 1) < 0 && errno == EINTR) {
+    }
+    leave_process(0);
+  } catch (const std::exception& e) {
+    failed(e);
+  }
+  leave_process(1);
+}
+
+/// Reads the lines the client processes write to one pipe.
+class line_reader {
+public:
+  explicit line_reader(int fd) : fd_(fd) {}
+
+  /// The next line (without its newline), or nullopt at EOF or once `deadline` has passed.
+  std::optional<std::string> next(clock_type::time_point deadline) {
+    for (;;) {
+      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
+        auto line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        return line;
+      }
+      const auto left = std::chrono::duration_cast<ms>(deadline - clock_type::now()).count();
+      if (left <= 0)
+        return std::nullopt;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(std::min<long>(left, 1000))) <= 0)
+        continue;
+      char chunk[4096];
+      const auto got = ::read(fd_, chunk, sizeof chunk);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0)
+        return std::nullopt;
+      buf_.append(chunk, static_cast<std::size_t>(got));
+    }
+  }
+
+private:
+  int fd_;
+  std::string buf_;
+};
+
+/// The 1,024-rank case's figures, which the larger cases' growth is relative to.
+struct rendezvous_reference {
+  double seconds_per_rank = not_applicable;
+  double rss_per_conn = not_applicable;
+  double cpu_per_rank = not_applicable;
+};
+
+/// One rendezvous case: a fresh `corodist-store serve`, `ranks` ranks in
+/// client_processes(ranks) forked processes released together; the server's
+/// resident memory, CPU time and the listen drops over the rendezvous.
+record rendezvous_case(context& ctx, int ranks, rendezvous_reference& ref) {
+  record r;
+  r.suite = "store";
+  r.name = fmt::format("rendezvous_{}_ranks", ranks);
+  r.extra = {{"ranks", double(ranks)}};
+  // The server holds one descriptor per rank: where the hard limit is lower, the case cannot run.
+  const rlim_t hard = fd_hard_limit();
+  const rlim_t needed = static_cast<rlim_t>(ranks) + server_fd_headroom;
+  if (hard != RLIM_INFINITY && needed > hard) {
+    r.text = {{"error", fmt::format("not runnable here: the server needs {} descriptors, RLIMIT_NOFILE hard limit is "
+                                    "{} (raising it needs CAP_SYS_RESOURCE)",
+                                    needed, hard)}};
+    r.extra.emplace_back("descriptors_needed", double(needed));
+    r.extra.emplace_back("rlimit_nofile_hard", double(hard));
+    return r;
+  }
+  if (ctx.status != nullptr)
+    ctx.status->note(fmt::format("rendezvous of {} ranks", ranks));
+  const int procs = client_processes(ranks);
+  store_daemon server; // inherits the raised descriptor limit: max_connections = that less 64
+  const pid_t spid = server.pid;
+  { // one client first, so the baseline includes the server's first-use allocations
+    event_loop loop;
+    loop.start();
+    auto ex = asio::any_io_executor(loop.get_executor());
+    auto s = run_blocking(ex, cs::tcp_store::connect(ex, client_options(server.port)));
+    run_blocking(ex, s->set("rdzv/warm", "1"));
+    s.reset();
+    loop.stop(); // no thread of ours runs while the clients are forked
+  }
+  int go[2], quit[2], out[2];
+  if (::pipe(go) != 0 || ::pipe(quit) != 0 || ::pipe(out) != 0)
+    throw std::runtime_error("rendezvous: pipe failed");
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int i = 0; i < procs; ++i) {
+    const int first = static_cast<int>(static_cast<long>(ranks) * i / procs);
+    const int last = static_cast<int>(static_cast<long>(ranks) * (i + 1) / procs);
+    const pid_t pid = ::fork();
+    if (pid < 0)
+      break; // reported below as a failure
+    if (pid == 0) {
+      ::close(go[1]);
+      ::close(quit[1]);
+      ::close(out[0]);
+      rendezvous_client(i, first, last - first, ranks, server.port, go[0], quit[0], out[1]);
+    }
+    pids.push_back(pid);
+  }
+  ::close(go[0]);
+  ::close(quit[0]);
+  ::close(out[1]);
+  line_reader lines(out[0]);
+  std::string failure = static_cast<int>(pids.size()) < procs ? "fork failed" : "";
+  // Every process has its event loop running before the release.
+  const auto ready_by = clock_type::now() + std::chrono::seconds(60);
+  for (int ready = 0; failure.empty() && ready < procs;) {
+    auto l = lines.next(ready_by);
+    if (!l)
+      failure = "the client processes did not all start";
+    else if (l->starts_with("ready "))
+      ++ready;
+    else if (l->starts_with("error "))
+      failure = *l;
+  }
+  long rss_before = 0, rss_after = 0, drops_before = 0, drops_after = 0, overflows_before = 0, overflows_after = 0;
+  double cpu_before = 0, cpu_after = 0, elapsed = 0, slowest_client = 0;
+  try {
+    std::this_thread::sleep_for(ms(200));
+    rss_before = resident_bytes(spid);
+    cpu_before = cpu_seconds(spid);
+    drops_before = tcp_ext_counter("ListenDrops");
+    overflows_before = tcp_ext_counter("ListenOverflows");
+    const auto start = clock_type::now();
+    ::close(go[1]); // EOF: all released together
+    go[1] = -1;
+    for (int through = 0; failure.empty() && through < procs;) {
+      auto l = lines.next(start + rendezvous_deadline + std::chrono::seconds(10));
+      if (!l) {
+        failure = fmt::format("{} of {} client processes through after {:.0f} s", through, procs, seconds_since(start));
+      } else if (l->starts_with("ok ")) {
+        ++through;
+        elapsed = seconds_since(start);
+        int idx = 0;
+        double s = 0;
+        if (std::sscanf(l->c_str(), "ok %d %lf", &idx, &s) == 2)
+          slowest_client = std::max(slowest_client, s);
+      } else if (l->starts_with("error ")) {
+        failure = *l;
+      }
+    }
+    // All connected and through the barrier: the server's figures now.
+    rss_after = resident_bytes(spid);
+    cpu_after = cpu_seconds(spid);
+    drops_after = tcp_ext_counter("ListenDrops");
+    overflows_after = tcp_ext_counter("ListenOverflows");
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (go[1] >= 0)
+    ::close(go[1]);
+  ::close(quit[1]); // EOF: the clients exit, their connections close
+  for (auto pid : pids) {
+    if (!failure.empty())
+      ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  ::close(out[0]);
+  server.stop(failure.empty() ? SIGTERM : SIGKILL);
+  r.extra.emplace_back("client_processes", double(procs));
+  if (!failure.empty()) {
+    r.text = {{"error", "failed: " + failure}};
+    return r;
+  }
+  const double rss_per_conn = double(rss_after - rss_before) / ranks;
+  const double cpu_s = cpu_after - cpu_before;
+  if (ranks == 1024)
+    ref = {elapsed / ranks, rss_per_conn, cpu_s / ranks};
+  auto growth = [](double ours, double base) { return base > 0 ? ours / base : not_applicable; };
+  r.ops_per_s = ranks / elapsed; // ranks through per second: compared with the peer's
+  r.extra.insert(r.extra.begin(), {"rendezvous_s", elapsed});
+  r.extra.insert(r.extra.end(),
+                 {{"slowest_client_s", slowest_client},
+                  {"server_rss_per_conn", rss_per_conn},
+                  {"server_rss_before", double(rss_before)},
+                  {"server_rss_after", double(rss_after)},
+                  {"server_cpu_s", cpu_s},
+                  {"cpu_us_per_rank", cpu_s * 1e6 / ranks},
+                  {"listen_drops", double(drops_after - drops_before)},
+                  {"listen_overflows", double(overflows_after - overflows_before)},
+                  {"time_per_rank_vs_1k", growth(elapsed / ranks, ref.seconds_per_rank)},
+                  {"rss_per_conn_vs_1k", growth(rss_per_conn, ref.rss_per_conn)},
+                  {"cpu_per_rank_vs_1k", growth(cpu_s / ranks, ref.cpu_per_rank)}});
+  return r;
+}
+
+/// PyTorch 1.13's TCPStore (legacy backend) through the same rendezvous of
+/// `ranks` ranks (bench/torch_store_peer.py --rendezvous): its master in the
+/// script, the ranks as threads of forked processes. ops_per_s: ranks through
+/// per second; a failure (as at sizes it cannot reach) is its status.
+/// How long the PyTorch rendezvous may take: beyond its 4K ranks' 11 s here
+/// it does not finish (16K ranks need more descriptors and ports than this
+/// machine has), and that outcome is recorded by this limit.
+constexpr auto peer_rendezvous_limit = std::chrono::seconds(60);
+
+peer_result torch_rendezvous_peer(context& ctx, int ranks) {
+  if (!ctx.peers)
+    return peer_result::missing("pytorch", "skipped");
+  if (auto why = torch_unavailable())
+    return peer_result::missing("pytorch", *why);
+  const auto script = bench_script("torch_store_peer.py");
+  if (script.empty())
+    return peer_result::missing("pytorch", "not installed");
+  const auto out = run_peer(ctx, fmt::format("PyTorch TCPStore rendezvous of {} ranks", ranks),
+                            {"/usr/bin/python3", script, "--json", "--rendezvous", std::to_string(ranks)},
+                            peer_rendezvous_limit);
+  const peer_line* l = out.find({{"op", fmt::format("rendezvous_{}", ranks)}});
+  if (l == nullptr)
+    return peer_result::missing("pytorch", out.failure.empty() ? "failed: no result" : out.failure);
+  if (auto why = l->string("failure"); !why.empty())
+    return peer_result::missing("pytorch", "failed: " + why.substr(0, 300));
+  peer_result p;
+  p.name = "pytorch";
+  p.ops_per_s = ranks / l->number("rendezvous_s");
+  return p;
+}
+
+/// The rendezvous cases (1K and 4K with --quick; up to 98K otherwise), then
+/// one line on how time, memory and CPU per rank grow from 1K ranks.
+void rendezvous_cases(context& ctx) {
+  std::vector<int> sizes{1024, 4096};
+  if (!ctx.quick)
+    sizes.insert(sizes.end(), {16384, 65536, 98304});
+  rendezvous_reference ref;
+  std::string growth;
+  for (int ranks : sizes) {
+    record r;
+    try {
+      r = rendezvous_case(ctx, ranks, ref);
+    } catch (const std::exception& e) {
+      r = record{};
+      r.suite = "store";
+      r.name = fmt::format("rendezvous_{}_ranks", ranks);
+      r.extra = {{"ranks", double(ranks)}};
+      r.text = {{"error", std::string("failed: ") + e.what()}};
+    }
+    if (ranks <= 16384) // the peer at 1K, 4K and 16K ranks (issue 23)
+      r.peers = {torch_rendezvous_peer(ctx, ranks)};
+    auto value = [&r](const char* key) {
+      for (const auto& [k, v] : r.extra)
+        if (k == key)
+          return v;
+      return not_applicable;
+    };
+    if (ranks != 1024 && !std::isnan(value("time_per_rank_vs_1k")))
+      growth += fmt::format("; {}: x{:.2f} time, x{:.2f} RSS, x{:.2f} CPU", ranks, value("time_per_rank_vs_1k"),
+                            value("rss_per_conn_vs_1k"), value("cpu_per_rank_vs_1k"));
+    ctx.report(std::move(r));
+  }
+  if (!growth.empty()) {
+    if (ctx.status != nullptr)
+      ctx.status->pause();
+    fmt::print(ctx.table_out, "# store rendezvous per rank against 1024 ranks (1 = linear, < 1 = better){}\n", growth);
+    std::fflush(ctx.table_out);
+  }
 }
 
 /// A record of how long a failure path took (p50/p99 of `rec`, in µs): an
@@ -443,13 +794,12 @@ void run_store_suite(context& ctx) {
     single_client(ctx, env, torch);
     concurrent_clients(ctx, env, torch);
   }
-  rendezvous_case(ctx, 1024);
-  rendezvous_case(ctx, 4096);
+  rendezvous_cases(ctx);
   memory_per_connection(ctx);
   deadlines(ctx);
 }
 
-const suite_registrar registrar("store", &run_store_suite, 30, 14);
+const suite_registrar registrar("store", &run_store_suite, 30, 17);
 
 } // namespace
 } // namespace corodist::bench

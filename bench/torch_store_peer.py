@@ -2,7 +2,15 @@
 PyTorch master and against a corodist store server: p50 of set / get / add
 from Python, and aggregate add/s with N client processes.
 
+With --rendezvous N: a rendezvous of N ranks through a PyTorch master in this
+process, the ranks as threads of forked client processes (one per 2,048 ranks),
+each doing what the store suite's ranks do: connect, add itself to
+rdzv/arrived, set rdzv/rank/<r>, the last to arrive sets rdzv/done, all wait
+on it. Prints rendezvous_s (release to the last process through), or how it
+failed ("failure"), and exits 0 either way.
+
 Usage: /usr/bin/python3 bench/torch_store_peer.py [--port P] [--clients N] [--samples S] [--adds A] [--json]
+       /usr/bin/python3 bench/torch_store_peer.py --rendezvous N [--json]
   --port P     a running corodist server (build/tools/corodist-store --port 0 serve);
                without it only the PyTorch master is measured
   --clients N  client processes for the aggregate (default 64)
@@ -13,8 +21,13 @@ Usage: /usr/bin/python3 bench/torch_store_peer.py [--port P] [--clients N] [--sa
 import argparse
 import datetime
 import json
+import math
 import multiprocessing as mp
+import os
+import select
+import signal
 import statistics
+import threading
 import time
 
 import torch.distributed as dist
@@ -75,6 +88,143 @@ def measure(master, port, a):
               f"{a.clients} clients {agg:9,.0f} add/s", flush=True)
 
 
+RDZV_RANKS_PER_PROCESS = 2048
+RDZV_CONNECTS_IN_FLIGHT = 400  # per process, as the store suite's clients
+RDZV_TIMEOUT = datetime.timedelta(seconds=40)  # each connect and wait
+RDZV_DEADLINE_S = 50  # the whole rendezvous (the benchmark gives it 60 s)
+
+
+def rdzv_client(index, first, count, world, go_r, out_w):
+    """One forked client process: `count` rank threads, released by the port on `go_r`."""
+    def say(line):
+        os.write(out_w, (line.replace("\n", " ")[:1000] + "\n").encode())
+
+    try:
+        threading.stack_size(256 * 1024)
+        released = threading.Event()
+        port = []
+        gate = threading.Semaphore(RDZV_CONNECTS_IN_FLIGHT)
+        errors, stores = [], []
+
+        def rank(r):
+            released.wait()
+            try:
+                with gate:
+                    s = dist.TCPStore(HOST, port[0], -1, False, RDZV_TIMEOUT, wait_for_workers=False)
+                n = s.add("rdzv/arrived", 1)
+                s.set(f"rdzv/rank/{r}", f"pid {os.getpid()}")
+                if n == world:
+                    s.set("rdzv/done", "1")
+                s.wait(["rdzv/done"])
+                stores.append(s)  # kept connected until the process ends
+            except Exception as e:  # noqa: BLE001 - reported to the parent
+                errors.append(f"rank {r}: {type(e).__name__}: {e}")
+
+        threads = [threading.Thread(target=rank, args=(first + i,), daemon=True) for i in range(count)]
+        for t in threads:
+            t.start()
+        say(f"ready {index}")
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = os.read(go_r, 64)
+            if not chunk:
+                raise RuntimeError("no port from the parent")
+            data += chunk
+        port.append(int(data))
+        t0 = time.perf_counter()
+        released.set()
+        for t in threads:
+            t.join()
+        say(f"error {index} {errors[0]} ({len(errors)} of {count} ranks failed)" if errors
+            else f"ok {index} {time.perf_counter() - t0:.6f}")
+        os.read(go_r, 1)  # EOF: the parent is done
+    except Exception as e:  # noqa: BLE001
+        say(f"error {index} {type(e).__name__}: {e}")
+    os._exit(0)
+
+
+def rendezvous(world, as_json):
+    procs = max(1, math.ceil(world / RDZV_RANKS_PER_PROCESS))
+    out_r, out_w = os.pipe()
+    children, gos = [], []
+    for i in range(procs):  # forked before the master's threads exist
+        go_r, go_w = os.pipe()
+        first, last = world * i // procs, world * (i + 1) // procs
+        pid = os.fork()
+        if pid == 0:
+            os.close(out_r)
+            os.close(go_w)
+            for g in gos:
+                os.close(g)
+            rdzv_client(i, first, last - first, world, go_r, out_w)
+        os.close(go_r)
+        children.append(pid)
+        gos.append(go_w)
+    os.close(out_w)
+    result = {"op": f"rendezvous_{world}", "ranks": world, "client_processes": procs}
+    buf = b""
+    deadline = time.monotonic() + RDZV_DEADLINE_S
+
+    def lines():
+        nonlocal buf
+        while True:
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                yield line.decode(errors="replace")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            if not select.select([out_r], [], [], min(left, 1.0))[0]:
+                continue
+            chunk = os.read(out_r, 65536)
+            if not chunk:
+                return
+            buf += chunk
+
+    reader = lines()
+    failure = None
+    try:
+        ready = 0
+        for line in reader:
+            if line.startswith("error "):
+                failure = line.split(" ", 2)[2]
+                break
+            ready += line.startswith("ready ")
+            if ready == procs:
+                break
+        if failure is None and ready < procs:
+            failure = "the client processes did not all start"
+        if failure is None:
+            master = dist.TCPStore(HOST, 0, -1, True, RDZV_TIMEOUT, wait_for_workers=False)
+            t0 = time.perf_counter()
+            for g in gos:
+                os.write(g, f"{master.port}\n".encode())
+            through = 0
+            for line in reader:
+                if line.startswith("error "):
+                    failure = line.split(" ", 2)[2]
+                    break
+                through += line.startswith("ok ")
+                if through == procs:
+                    result["rendezvous_s"] = time.perf_counter() - t0
+                    break
+            if failure is None and "rendezvous_s" not in result:
+                failure = f"{through} of {procs} client processes through after {time.perf_counter() - t0:.0f} s"
+    except Exception as e:  # noqa: BLE001 - e.g. the master cannot listen
+        failure = f"{type(e).__name__}: {e}"
+    if failure is not None:
+        result["failure"] = failure
+    for pid in children:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if as_json:
+        print(json.dumps(result), flush=True)
+    else:
+        print(f"rendezvous of {world} ranks: " + (f"{result['rendezvous_s']:.3f} s" if failure is None
+                                                 else f"failed: {failure}"), flush=True)
+    os._exit(0)  # the master's threads and thousands of connections: no orderly teardown
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int)
@@ -82,7 +232,10 @@ def main():
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--adds", type=int, default=2000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--rendezvous", type=int, metavar="N", help="time a rendezvous of N ranks instead")
     a = ap.parse_args()
+    if a.rendezvous:
+        rendezvous(a.rendezvous, a.json)
     master = dist.TCPStore(HOST, 0, -1, True, TIMEOUT, wait_for_workers=False)
     measure("pytorch", master.port, a)
     if a.port:
