@@ -100,6 +100,8 @@ asio::awaitable<void> channels::dial(int rank) {
   std::error_code ec;
   auto addr = asio::ip::make_address(w.host, ec);
   std::shared_ptr<net::connection> conn;
+  auto dial_ends = clock::time_point::max(); // when the dial's hello deadline passes
+  bool shortened_dial = false;               // ... before the usual handshake timeout (a call's deadline)
   if (!ec) {
     auto opts = options_;
     // The dial may take no longer than the nearest deadline of what waits for it.
@@ -107,6 +109,8 @@ asio::awaitable<void> channels::dial(int rank) {
       if (q.deadline != clock::time_point::max())
         opts.handshake_timeout = std::min(opts.handshake_timeout, left_until(q.deadline));
     opts.handshake_timeout = std::max(opts.handshake_timeout, std::chrono::milliseconds(1));
+    dial_ends = clock::now() + opts.handshake_timeout;
+    shortened_dial = opts.handshake_timeout < options_.handshake_timeout;
     CORODIST_LOG_DEBUG("rpc: dialling worker '{}' (rank {}) at {}:{}", w.name, rank, w.host, w.port);
     auto [cec, c] = co_await net::connection::connect(ex_, asio::ip::tcp::endpoint(addr, w.port), opts);
     ec = cec;
@@ -122,11 +126,33 @@ asio::awaitable<void> channels::dial(int rank) {
   }
   if (ec) {
     CORODIST_LOG_DEBUG("rpc: cannot connect to worker '{}' at {}:{}: {}", w.name, w.host, w.port, ec.message());
-    for (auto& q : queue)
-      if (q.done) {
-        const bool late = q.deadline != clock::time_point::max() && left_until(q.deadline).count() <= 0;
-        q.done(net::response{late ? std::error_code(net::errc::request_timeout) : ec, {}});
+    // A hello deadline shortened to a call's own (rounded down to the
+    // millisecond) fails that call by its deadline; calls queued meanwhile
+    // with later deadlines are not bound by it: they dial again.
+    const bool shortened = ec == net::errc::hello_timeout && shortened_dial;
+    std::deque<waiting> again;
+    for (auto& q : queue) {
+      if (!q.done)
+        continue;
+      const bool bounded = shortened && q.deadline < dial_ends + std::chrono::milliseconds(1);
+      const bool late =
+          q.deadline != clock::time_point::max() && (bounded || left_until(q.deadline).count() <= 0);
+      if (shortened && !late && !closed_ && !pr.lost) {
+        again.push_back(std::move(q));
+        continue;
       }
+      q.done(net::response{late ? std::error_code(net::errc::request_timeout) : ec, {}});
+    }
+    if (!again.empty()) {
+      auto& retry = peers_[rank];
+      for (auto& q : again)
+        retry.queue.push_back(std::move(q));
+      arm_queue_timer(rank);
+      if (!retry.dialing) {
+        retry.dialing = true;
+        asio::co_spawn(ex_, dial(rank), asio::detached);
+      }
+    }
     co_return;
   }
   // Who we are: the first frame on the connection.

@@ -90,12 +90,13 @@ struct local_server {
     asio::post(loop.get_executor(), [l = listener] { l->close(); });
     loop.stop();
   }
-  event_loop loop;
-  std::shared_ptr<net::listener> listener;
-  tcp::endpoint endpoint;
+  // Before the loop: the loop's destruction closes what is left, and the close handler records it here.
   std::shared_ptr<std::vector<std::uint16_t>> kinds = std::make_shared<std::vector<std::uint16_t>>();
   std::vector<std::error_code> closed;         // (loop thread)
   std::function<void(std::error_code)> on_closed; // (loop thread) set before connecting
+  event_loop loop;
+  std::shared_ptr<net::listener> listener;
+  tcp::endpoint endpoint;
 };
 
 // The body of a child process that serves echo and hold with a short
