@@ -7,6 +7,7 @@
 #include "core/log.hpp"
 #include "net/auth.hpp"
 #include "net/endpoint_text.hpp"
+#include "net/open_from.hpp"
 
 #include <asio/read.hpp>
 #include <asio/use_awaitable.hpp>
@@ -16,8 +17,6 @@
 #include <cstring>
 #include <optional>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 namespace corodist::net {
 
@@ -150,23 +149,6 @@ asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, cons
   co_return co_await write_all(s, asio::buffer(ok));
 }
 
-// Opens `s` for `ep` and, with a `local` address, binds it there, port 0 with
-// IP_BIND_ADDRESS_NO_PORT: the port is picked at connect, for the 4-tuple, so
-// one source address serves as many connections per destination as it has ports.
-std::error_code open_from(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
-                          const std::optional<asio::ip::address>& local) {
-  std::error_code ec;
-  if (local && local->is_v4() != ep.address().is_v4())
-    return asio::error::address_family_not_supported;
-  if (s.open(ep.protocol(), ec); ec || !local)
-    return ec;
-#ifdef IP_BIND_ADDRESS_NO_PORT
-  const int on = 1; // best effort: without it bind picks the port, per source address only
-  (void)::setsockopt(s.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
-#endif
-  s.bind({*local, 0}, ec);
-  return ec;
-}
 
 // Runs `op` (a hello exchange), giving up with hello_timeout after `timeout` (the op is cancelled).
 asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::error_code> op,
@@ -180,7 +162,7 @@ asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::
 asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts) {
   asio::ip::tcp::socket s(ex);
-  auto ec = open_from(s, ep, opts.local_address);
+  auto ec = detail::open_from(s, ep, opts.local_address);
   if (!ec)
     ec = co_await within_handshake_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
   if (ec) {

@@ -5,6 +5,7 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "net/open_from.hpp"
 #include "store/wait_log.hpp"
 
 #include <asio/error.hpp>
@@ -13,9 +14,6 @@
 #include <algorithm>
 #include <random>
 #include <vector>
-
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 namespace corodist::store::detail {
 
@@ -38,20 +36,6 @@ ms since(std::chrono::steady_clock::time_point t) {
 }
 } // namespace
 
-std::error_code open_from(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
-                          const std::optional<asio::ip::address>& local) {
-  std::error_code ec;
-  if (local && local->is_v4() != ep.address().is_v4())
-    return asio::error::address_family_not_supported;
-  if (s.open(ep.protocol(), ec); ec || !local)
-    return ec;
-#ifdef IP_BIND_ADDRESS_NO_PORT
-  const int on = 1; // best effort: without it bind picks the port, per source address only
-  (void)::setsockopt(s.native_handle(), IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &on, sizeof on);
-#endif
-  s.bind({*local, 0}, ec);
-  return ec;
-}
 
 std::optional<asio::ip::address> source_address(asio::any_io_executor ex, const tcp_store_options& opts) {
   if (opts.source_address.empty())
@@ -62,7 +46,7 @@ std::optional<asio::ip::address> source_address(asio::any_io_executor ex, const 
     throw usage_error("store: source_address \"" + opts.source_address +
                       "\" is not an IP address (give an IPv4 or IPv6 literal of this host, e.g. 127.0.0.2)");
   asio::ip::tcp::socket probe(ex);
-  if (ec = open_from(probe, {addr, 0}, addr); ec)
+  if (ec = net::detail::open_from(probe, {addr, 0}, addr); ec)
     throw usage_error("store: cannot connect from source_address " + opts.source_address + ": " + ec.message() +
                       " (it must be an address of this host)");
   return addr;

@@ -43,12 +43,6 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
 /// cannot connect from (naming the bind's error).
 std::optional<asio::ip::address> source_address(asio::any_io_executor ex, const tcp_store_options& opts);
 
-/// Opens `s` for `ep` and, with a `local` address, binds it to {local, 0} with
-/// IP_BIND_ADDRESS_NO_PORT (the port is picked at connect, per destination).
-/// Returns the error of open or bind; address_family_not_supported when
-/// `local` and `ep` are of different families.
-std::error_code open_from(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
-                          const std::optional<asio::ip::address>& local);
 
 /// "host:port" of `opts` (IPv6 addresses in brackets).
 std::string where(const tcp_store_options& opts);

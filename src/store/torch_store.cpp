@@ -10,6 +10,7 @@
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "net/open_from.hpp"
 #include "store/connect_retry.hpp"
 #include "store/engine.hpp"
 #include "store/torch/query.hpp"
@@ -427,7 +428,7 @@ asio::awaitable<std::shared_ptr<torch_store>> torch_store::connect(asio::any_io_
   // Named, not a temporary in the co_await expression (GCC 12 destroys those twice).
   detail::connect_attempt attempt = [&](asio::ip::tcp::endpoint ep, ms left) -> asio::awaitable<std::error_code> {
     asio::ip::tcp::socket s(ex);
-    if (auto ec = detail::open_from(s, ep, opts.connection.local_address))
+    if (auto ec = net::detail::open_from(s, ep, opts.connection.local_address))
       co_return ec;
     if (auto ec = co_await open_socket(s, ep, v, left))
       co_return ec;
