@@ -8,6 +8,7 @@
 #include <corodist/collective/cuda_stream.hpp>
 #include <corodist/collective/device_buffer.hpp>
 #include <corodist/collective/float16.hpp>
+#include <corodist/collective/nccl_group.hpp>
 #include <corodist/collective/tensor_view.hpp>
 
 #include <boost/test/unit_test.hpp>
@@ -44,6 +45,15 @@ inline boost::test_tools::assertion_result cuda_unusable(boost::unit_test::test_
   boost::test_tools::assertion_result r(!collective::cuda_stream::unavailable_reason().empty());
   if (!r)
     r.message() << "skipped: a CUDA device is usable here; this case checks the errors of a machine without one";
+  return r;
+}
+
+/// Precondition: NCCL can run here (built, the plugin loads, a GPU); else "skipped: NCCL cannot run here: <why>".
+inline boost::test_tools::assertion_result nccl_usable(boost::unit_test::test_unit_id) {
+  const auto why = collective::nccl_group::unavailable_reason();
+  boost::test_tools::assertion_result r(why.empty());
+  if (!why.empty())
+    r.message() << "skipped: NCCL cannot run here: " << why;
   return r;
 }
 

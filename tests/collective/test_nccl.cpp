@@ -29,14 +29,6 @@ namespace ct = corodist::test;
 namespace {
 
 #if CORODIST_TEST_CUDA
-boost::test_tools::assertion_result gpu_present(utf::test_unit_id) {
-  const auto why = cc::nccl_group::unavailable_reason();
-  boost::test_tools::assertion_result r(why.empty());
-  if (!why.empty())
-    r.message() << "skipped: NCCL cannot run here: " << why;
-  return r;
-}
-
 // A group of one rank on this process's first GPU, over an in-memory store.
 std::shared_ptr<cc::nccl_group> one_rank_group(corodist::event_loop& loop, const std::string& prefix) {
   auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
@@ -48,7 +40,7 @@ std::shared_ptr<cc::nccl_group> one_rank_group(corodist::event_loop& loop, const
 
 // Two CUDA devices or more (NCCL puts each rank of a communicator on a GPU of its own).
 boost::test_tools::assertion_result two_gpus(utf::test_unit_id id) {
-  auto r = gpu_present(id);
+  auto r = ct::nccl_usable(id);
   if (!r)
     return r;
   int n = 0;
@@ -115,7 +107,7 @@ BOOST_AUTO_TEST_CASE(creation_without_a_gpu_says_why, *utf::precondition(built_w
 // is a power of two, so that the quotients are exact), broadcast, allgather
 // and reduce_scatter in float32, float16 and bfloat16, and barrier, on
 // device buffers; every value checked exactly (small integers).
-BOOST_AUTO_TEST_CASE(collectives_at_every_world_size, *utf::precondition(gpu_present) * utf::timeout(300)) {
+BOOST_AUTO_TEST_CASE(collectives_at_every_world_size, *utf::precondition(ct::nccl_usable) * utf::timeout(300)) {
   const int devices = std::min(cc::cuda_stream::device_count(), 8);
   for (int n = 1; n <= devices; ++n) {
     BOOST_TEST_MESSAGE("world size " << n);
@@ -178,7 +170,7 @@ BOOST_AUTO_TEST_CASE(collectives_at_every_world_size, *utf::precondition(gpu_pre
 // call_options::stream: the collective is enqueued after the work queued on
 // the caller's stream. The values reach the buffer by a copy on a held
 // stream; the allreduce issued after that copy must reduce them, not the zeros before.
-BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition(gpu_present) * utf::timeout(60)) {
+BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition(ct::nccl_usable) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
   auto pg = one_rank_group(loop, "stream");
@@ -206,7 +198,7 @@ BOOST_AUTO_TEST_CASE(collective_waits_for_the_callers_stream, *utf::precondition
 // abort(): a collective pending behind a held stream fails with
 // collective_error naming the reason, and so does a later one; the group
 // says it is aborted. (The held stream is let go after.)
-BOOST_AUTO_TEST_CASE(abort_fails_pending_and_later_collectives, *utf::precondition(gpu_present) * utf::timeout(60)) {
+BOOST_AUTO_TEST_CASE(abort_fails_pending_and_later_collectives, *utf::precondition(ct::nccl_usable) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
   auto pg = one_rank_group(loop, "abort");
@@ -238,7 +230,7 @@ BOOST_AUTO_TEST_CASE(abort_fails_pending_and_later_collectives, *utf::preconditi
 // The deadline at world size 1: a collective behind a stream held past its
 // deadline fails with collective_timeout_error (the watchdog of the group's
 // poll) and aborts the group: a later collective fails with collective_error.
-BOOST_AUTO_TEST_CASE(deadline_of_a_collective_held_back, *utf::precondition(gpu_present) * utf::timeout(60)) {
+BOOST_AUTO_TEST_CASE(deadline_of_a_collective_held_back, *utf::precondition(ct::nccl_usable) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
   auto pg = one_rank_group(loop, "deadline/1");
@@ -300,7 +292,7 @@ BOOST_AUTO_TEST_CASE(deadline_when_a_rank_never_joins, *utf::precondition(two_gp
 // shrink's argument checks, on a group of one rank (which cannot shrink: any
 // rank given is out of range or itself); whether shrink can run follows the
 // NCCL version, before and after an abort.
-BOOST_AUTO_TEST_CASE(shrink_rejects_bad_ranks, *utf::precondition(gpu_present) * utf::timeout(60)) {
+BOOST_AUTO_TEST_CASE(shrink_rejects_bad_ranks, *utf::precondition(ct::nccl_usable) * utf::timeout(60)) {
   corodist::event_loop loop;
   loop.start();
   auto pg = one_rank_group(loop, "shrink/usage");

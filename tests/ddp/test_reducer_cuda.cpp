@@ -38,14 +38,6 @@ using corodist::test::reducer_fixtures::mean_grad;
 
 namespace {
 
-boost::test_tools::assertion_result nccl_usable(utf::test_unit_id) {
-  const auto why = cc::nccl_group::unavailable_reason();
-  boost::test_tools::assertion_result r(why.empty());
-  if (!why.empty())
-    r.message() << "skipped: NCCL cannot run here: " << why;
-  return r;
-}
-
 const std::vector<std::size_t> sizes = {300, 7, 1000, 64, 129, 5, 800, 33};
 
 // An inexact gradient value (rounding in the sum matters: bit equality with
@@ -433,7 +425,7 @@ BOOST_AUTO_TEST_CASE(reducer_stream_orders_the_copies, *utf::precondition(ct::gl
 // NCCL at world size 1: the averaged gradient is the gradient, bit for bit,
 // both ways of gradient_as_bucket_view; the buckets live on the group's
 // device; the fp16 hook gives each value rounded through float16.
-BOOST_AUTO_TEST_CASE(nccl_world_size_1, *utf::precondition(nccl_usable) * utf::timeout(120)) {
+BOOST_AUTO_TEST_CASE(nccl_world_size_1, *utf::precondition(ct::nccl_usable) * utf::timeout(120)) {
   corodist::event_loop loop;
   loop.start();
   auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());
