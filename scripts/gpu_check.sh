@@ -16,7 +16,11 @@
 #   3 ddp-torch    tests/gpu/ddp_equivalence.py: the reducer vs a replay and vs
 #                  PyTorch DDP on CUDA (skipped when PyTorch has no CUDA)
 #   4 bench        corodist-bench --suite gpu --json build-gpu/gpu_check/gpu.jsonl
-# Logs go to build-gpu/gpu_check/. Exit 0 when every check passed or was
+# Logs go to build-gpu/gpu_check/. GPU_CHECK_NO_BUILD=1 runs the checks on the
+# targets already in the build directory (built on another machine and copied
+# here, their libraries on LD_LIBRARY_PATH); GPU_CHECK_TIMEOUT bounds each check
+# (600 s unless set); GPU_CHECK_PYTHON names the Python with PyTorch for check 3.
+# Exit 0 when every check passed or was
 # skipped for a stated reason with at least one passing, 1 when any failed, 2
 # when no GPU is visible (nothing could be proven; the build still runs).
 set -uo pipefail
@@ -25,8 +29,9 @@ build=${GPU_CHECK_BUILD_DIR:-build-gpu} # another directory: for trying the scri
 logs=$build/gpu_check
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 export PATH="$cuda_home/bin:$PATH" CUDA_PATH="${CUDA_PATH:-$cuda_home}"
-py=/usr/bin/python3
+py=${GPU_CHECK_PYTHON:-/usr/bin/python3}
 [[ -x $py ]] || py=$(command -v python3 || echo python3)
+limit=${GPU_CHECK_TIMEOUT:-600}
 jobs=$(nproc 2>/dev/null || echo 4)
 start=$(date +%s)
 
@@ -81,7 +86,13 @@ else
   setup=(meson setup "$build" "${opts[@]}")
 fi
 built=1
-if ! "${setup[@]}" >"$logs/setup.log" 2>&1; then
+if [[ ${GPU_CHECK_NO_BUILD:-0} == 1 ]]; then
+  echo "not building (GPU_CHECK_NO_BUILD=1): using what $build holds"
+  tests_missing=""
+  for t in bench/corodist-bench src/libcorodist-cuda.so tests/test_collective tests/test_ddp; do
+    [[ -e $build/$t ]] || { echo "missing: $build/$t"; built=0; }
+  done
+elif ! "${setup[@]}" >"$logs/setup.log" 2>&1; then
   echo "meson setup failed (the end of $logs/setup.log):"
   tail -n 25 "$logs/setup.log"
   built=0
@@ -112,7 +123,7 @@ boost_run() {
   local name=$1
   shift
   local log=$logs/$name.log rc=0
-  timeout 600 "$@" --log_level=test_suite --report_level=short --color_output=no >"$log" 2>&1 || rc=$?
+  timeout "$limit" "$@" --log_level=test_suite --report_level=short --color_output=no >"$log" 2>&1 || rc=$?
   local ok skip
   ok=$(sed -n 's/^ *\([0-9]*\) test cases\? out of [0-9]* passed.*/\1/p' "$log" | head -n 1)
   skip=$(sed -n 's/^ *\([0-9]*\) test cases\? out of [0-9]* skipped.*/\1/p' "$log" | head -n 1)
@@ -130,7 +141,7 @@ boost_run() {
     sed 's/.*Test case "\([^"]*\)" is skipped because precondition failed: \(skipped: \)\{0,1\}/    skipped \1: /' |
     cut -c1-200 | head -n 12
   if [[ $rc -eq 124 ]]; then
-    bt_status=failed bt_why="$* timed out after 600 s, see $log"
+    bt_status=failed bt_why="$* timed out after $limit s, see $log"
   elif [[ $rc -ne 0 ]]; then
     grep -E 'error|fatal|failure' "$log" | head -n 15 | sed 's/^/    /'
     bt_status=failed bt_why="exit $rc, see $log"
@@ -185,7 +196,7 @@ elif [[ ! -x $prog ]]; then
   result 3 ddp-torch failed "$prog was not built (tests/meson.build lacks subdir('gpu'))"
 else
   rc=0
-  timeout 600 "$py" tests/gpu/ddp_equivalence.py "$prog" >"$logs/check3_ddp_torch.log" 2>&1 || rc=$?
+  timeout "$limit" "$py" tests/gpu/ddp_equivalence.py "$prog" >"$logs/check3_ddp_torch.log" 2>&1 || rc=$?
   sed 's/^/    /' "$logs/check3_ddp_torch.log"
   if [[ $rc -eq 0 ]]; then
     result 3 ddp-torch passed "nccl world 1 and staged gloo world 2 equal PyTorch DDP within 1e-6"
@@ -205,7 +216,7 @@ elif [[ -n $gpu_problem ]]; then
 else
   rc=0
   rm -f "$json"
-  timeout 600 "$build/bench/corodist-bench" --suite gpu --json "$json" >"$logs/check4_bench.txt" 2>"$logs/check4_bench.err" || rc=$?
+  timeout "$limit" "$build/bench/corodist-bench" --suite gpu --json "$json" >"$logs/check4_bench.txt" 2>"$logs/check4_bench.err" || rc=$?
   cat "$logs/check4_bench.txt"
   records=$(grep -c '"suite":"gpu"' "$json" 2>/dev/null || true)
   if [[ $rc -ne 0 ]]; then
