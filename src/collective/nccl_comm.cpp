@@ -25,6 +25,8 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <system_error>
+#include <thread>
 
 // ncclCommShrink (NCCL 2.27) and ncclCommRevoke (2.28) are bound weakly: the
 // plugin still loads where the libnccl found at run time is older than the
@@ -342,7 +344,11 @@ public:
   // Where NCCL can revoke a communicator (2.28), the communicator is revoked
   // (what is in flight stops) and kept, so that `shrink` can still re-form
   // the group from it (NCCL_SHRINK_ABORT); it is aborted when the backend
-  // goes. Elsewhere it is aborted at once.
+  // goes. Elsewhere it is aborted at once. Neither the caller nor the loop
+  // waits for NCCL: its revoke and abort can block until the work queued
+  // before them on the streams has run (NCCL 2.28.3 on an H200: a revoke
+  // waited as long as a collective was held behind the caller's stream), so
+  // a thread of its own settles the communicator, holding the backend.
   void abort_now(const std::string& why) {
     ncclComm_t comm = nullptr;
     {
@@ -352,24 +358,42 @@ public:
       aborted_ = true;
       abort_reason_ = why;
       comm = comm_;
+      settling_ = comm != nullptr;
     }
     CORODIST_LOG_WARN("{} (rank {} of {}) aborted: {}", label_, rank_, size_, why);
     if (!comm)
       return;
+    if (auto self = weak_from_this().lock()) {
+      try {
+        std::thread([self, comm] { self->settle_abort(comm); }).detach();
+        return;
+      } catch (const std::system_error& e) {
+        CORODIST_LOG_WARN("{}: no thread for the abort ({}); aborting on this one", label_, e.what());
+      }
+    }
+    settle_abort(comm);
+  }
+
+  // Revokes (NCCL 2.28) or aborts `comm` (comm_, marked aborted), then says so.
+  void settle_abort(ncclComm_t comm) noexcept {
+    cudaSetDevice(device_);
+    bool revoked = false;
 #if CORODIST_NCCL_REVOKE
     if (present(&ncclCommRevoke)) {
       const auto r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
-      if (r == ncclSuccess || r == ncclInProgress) {
-        std::lock_guard lk(mutex_);
-        revoked_ = true;
-        return;
-      }
-      CORODIST_LOG_WARN("{}: ncclCommRevoke failed ({}); aborting the communicator", label_, ncclGetErrorString(r));
+      revoked = r == ncclSuccess || r == ncclInProgress;
+      if (!revoked)
+        CORODIST_LOG_WARN("{}: ncclCommRevoke failed ({}); aborting the communicator", label_, ncclGetErrorString(r));
     }
 #endif
-    ncclCommAbort(comm);
+    if (!revoked)
+      ncclCommAbort(comm);
     std::lock_guard lk(mutex_);
-    comm_ = nullptr;
+    if (revoked)
+      revoked_ = true;
+    else
+      comm_ = nullptr;
+    settling_ = false;
   }
 
   std::uint64_t sequence_number() const noexcept override {
@@ -409,14 +433,17 @@ public:
                                                                 nccl_options opts) override;
 
   void group_destroyed() noexcept override {
-    std::lock_guard lk(mutex_);
-    if (!inflight_.empty() && !aborted_) {
-      // The poller fails them once it sees the abort; the communicator goes with the last reference.
-      aborted_ = true;
-      abort_reason_ = "the group was destroyed with collectives in flight";
-      if (comm_)
-        ncclCommAbort(comm_);
-      comm_ = nullptr;
+    bool in_flight = false;
+    {
+      std::lock_guard lk(mutex_);
+      in_flight = !inflight_.empty() && !aborted_;
+    }
+    // The poller fails them once it sees the abort; the communicator goes with the last reference.
+    if (in_flight) {
+      try {
+        abort_now("the group was destroyed with collectives in flight");
+      } catch (...) { // a log line or a string that could not be made: the destructor aborts the communicator
+      }
     }
   }
 
@@ -435,7 +462,8 @@ private:
   mutable std::mutex mutex_;
   std::uint64_t next_seq_ = 0;
   bool aborted_ = false;
-  bool revoked_ = false; // aborted by ncclCommRevoke: comm_ is kept for a shrink
+  bool revoked_ = false;  // aborted by ncclCommRevoke: comm_ is kept for a shrink
+  bool settling_ = false; // the revoke or abort of abort_now still runs on its thread
   std::string abort_reason_;
   bool polling_ = false;
   std::deque<std::shared_ptr<pending_op>> inflight_;
@@ -541,13 +569,30 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
   ncclComm_t parent = nullptr;
   bool failed = false;
   bool revoked = false;
+  bool settling = false;
   std::uint64_t seq = 0;
-  {
+  const auto deadline = clock::now() + opts.timeout;
+  auto look = [&] {
     std::lock_guard lk(mutex_);
     parent = comm_;
     failed = aborted_;
     revoked = revoked_;
+    settling = settling_;
     seq = next_seq_;
+  };
+  look();
+  if (settling) { // an abort's revoke still runs: the parent is used once it returned
+    asio::steady_timer timer(ex_);
+    auto interval = opts.poll_interval;
+    while (settling) {
+      if (clock::now() >= deadline)
+        throw timeout_error(fmt::format("{}: the abort of the communicator did not finish within {} ms", what,
+                                        opts.timeout.count()));
+      timer.expires_after(interval);
+      co_await timer.async_wait(asio::use_awaitable);
+      interval = std::min(interval * 2, opts.max_poll_interval);
+      look();
+    }
   }
   if (!parent)
     throw collective_error(what + ": " + shrink_unavailable_reason(), "shrink", rank_, seq);
@@ -555,7 +600,6 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
   auto st = std::make_shared<nccl_comm>(ex_, rank_ - static_cast<int>(below),
                                         size_ - static_cast<int>(excluded.size()), opts);
   st->device_ = device_;
-  const auto deadline = clock::now() + opts.timeout;
   ncclResult_t state = ncclSuccess;
   ncclCommGetAsyncError(parent, &state);
   if (revoked) {

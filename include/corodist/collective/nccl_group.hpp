@@ -58,7 +58,8 @@ struct nccl_options {
 /// the late one, `collective_error` for the others). Aborting revokes the
 /// communicator (`ncclCommRevoke`, NCCL 2.28: what is in flight stops) and
 /// keeps it for `shrink` until the group goes (then `ncclCommAbort`); with an
-/// older NCCL it calls `ncclCommAbort` at once.
+/// older NCCL it calls `ncclCommAbort` at once. That NCCL call runs on a
+/// thread of its own: `abort` returns at once, and the loop never waits on it.
 /// Calls are not compared between ranks (no header exchange).
 ///
 /// The CUDA and NCCL code lives in a plugin, `libcorodist-cuda.so`, built and
