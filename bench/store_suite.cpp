@@ -606,7 +606,9 @@ record rendezvous_case(context& ctx, int ranks, rendezvous_reference& ref) {
 /// machine has), and that outcome is recorded by this limit.
 constexpr auto peer_rendezvous_limit = std::chrono::seconds(60);
 
-peer_result torch_rendezvous_peer(context& ctx, int ranks) {
+/// Also gives the peer's rendezvous_s and its master's RSS per connection
+/// (`extra`, for the scaling plot) when it finished.
+peer_result torch_rendezvous_peer(context& ctx, int ranks, std::vector<std::pair<std::string, double>>& extra) {
   if (!ctx.peers)
     return peer_result::missing("pytorch", "skipped");
   if (auto why = torch_unavailable())
@@ -625,6 +627,8 @@ peer_result torch_rendezvous_peer(context& ctx, int ranks) {
   peer_result p;
   p.name = "pytorch";
   p.ops_per_s = ranks / l->number("rendezvous_s");
+  extra.emplace_back("peer_rendezvous_s", l->number("rendezvous_s"));
+  extra.emplace_back("peer_server_rss_per_conn", l->number("server_rss_per_conn"));
   return p;
 }
 
@@ -648,7 +652,7 @@ void rendezvous_cases(context& ctx) {
       r.text = {{"error", std::string("failed: ") + e.what()}};
     }
     if (ranks <= 16384) // the peer at 1K, 4K and 16K ranks (issue 23)
-      r.peers = {torch_rendezvous_peer(ctx, ranks)};
+      r.peers = {torch_rendezvous_peer(ctx, ranks, r.extra)};
     auto value = [&r](const char* key) {
       for (const auto& [k, v] : r.extra)
         if (k == key)

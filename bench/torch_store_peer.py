@@ -143,6 +143,15 @@ def rdzv_client(index, first, count, world, go_r, out_w):
     os._exit(0)
 
 
+def rss_bytes():
+    """This process's resident set (the master's threads and connections live here)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def rendezvous(world, as_json):
     procs = max(1, math.ceil(world / RDZV_RANKS_PER_PROCESS))
     out_r, out_w = os.pipe()
@@ -195,6 +204,7 @@ def rendezvous(world, as_json):
         if failure is None and ready < procs:
             failure = "the client processes did not all start"
         if failure is None:
+            rss_before = rss_bytes()
             master = dist.TCPStore(HOST, 0, -1, True, RDZV_TIMEOUT, wait_for_workers=False)
             t0 = time.perf_counter()
             for g in gos:
@@ -207,6 +217,8 @@ def rendezvous(world, as_json):
                 through += line.startswith("ok ")
                 if through == procs:
                     result["rendezvous_s"] = time.perf_counter() - t0
+                    # The master's growth with every rank connected (they stay until the end).
+                    result["server_rss_per_conn"] = (rss_bytes() - rss_before) / world
                     break
             if failure is None and "rendezvous_s" not in result:
                 failure = f"{through} of {procs} client processes through after {time.perf_counter() - t0:.0f} s"

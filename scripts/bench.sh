@@ -2,8 +2,9 @@
 # The main job: installs what it needs (with the peers: python3-torch, gRPC C++,
 # matplotlib), builds, runs corodist-bench, and writes the results into
 # build/bench-results/: bench-STAMP.txt (the table), bench-STAMP.jsonl (one
-# JSON object per case and peer) and bench-STAMP.png (the plot); latest.* link
-# to the newest run. Arguments go to corodist-bench (e.g. --quick,
+# JSON object per case and peer), bench-STAMP.png (the plot) and, when the run
+# measured several rank counts, bench-STAMP-scaling.png; latest.* and
+# latest-scaling.png link to the newest run. Arguments go to corodist-bench (e.g. --quick,
 # --suite store,rpc, --pin, --no-peers); --list and --help just ask it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,8 @@ for ext in txt jsonl; do ln -sfn "bench-$stamp.$ext" "$out/latest.$ext"; done
 if [[ -s "$out/bench-$stamp.jsonl" ]]; then
   /usr/bin/python3 scripts/bench_plot.py "$out/bench-$stamp.jsonl" -o "$out/bench-$stamp.png" && \
     ln -sfn "bench-$stamp.png" "$out/latest.png"
+  # The scaling plot, when the run had cases at several rank counts.
+  [[ -f $out/bench-$stamp-scaling.png ]] && ln -sfn "bench-$stamp-scaling.png" "$out/latest-scaling.png"
 fi
 echo "bench.sh: results in $out/bench-$stamp.{txt,jsonl,png}" >&2
 exit $rc

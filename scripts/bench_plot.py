@@ -5,12 +5,21 @@ for bulk transfers) with theirs. A peer figure that measures something else
 (a peer_note) is drawn hatched, with its note. A --quick run says so in the
 title. Needs matplotlib (Debian's python3-matplotlib, under /usr/bin/python3).
 
+When the run has cases at several rank counts (the store suite's
+rendezvous_N_ranks, the allreduce suite's gloo_rN_SIZE), a second PNG beside
+the first (RUN-scaling.png) draws how they grow, log-log, ours and the peer:
+rendezvous time and the store server's memory per connection against ranks
+(with Meta's published figure for PyTorch's libuv TCPStore, 96K ranks in
+about 100 s, as an anchor measured on another machine), and the allreduce
+p50 against ranks per size.
+
 Usage: /usr/bin/python3 scripts/bench_plot.py RUN.jsonl [-o RUN.png]
 """
 import argparse
 import collections
 import json
 import math
+import re
 import sys
 
 import matplotlib
@@ -101,6 +110,94 @@ def bars(ax, rows, value_key, peer_key, fmt, log):
     return y
 
 
+LIBUV_ANCHOR = (96 * 1024, 100.0)  # PyTorch's libuv TCPStore: ~100 s for 96K ranks (Meta's figure, another machine)
+IDLE_TARGET_BYTES = 4096  # issue 23: <= 4 KB of server memory per idle connection
+
+
+def scaling_rows(cases):
+    """(rendezvous records by ranks, allreduce records by size then ranks)."""
+    rdzv, allreduce = {}, collections.defaultdict(dict)
+    for (suite, name), c in cases.items():
+        r = c["rec"]
+        m = re.fullmatch(r"rendezvous_(\d+)_ranks", name)
+        if suite == "store" and m:
+            rdzv[int(m.group(1))] = r
+        m = re.fullmatch(r"gloo_r(\d+)_(\w+)", name)
+        if suite == "allreduce" and m and finite(r.get("p50_us")):
+            allreduce[m.group(2)][int(m.group(1))] = r
+    return rdzv, {k: v for k, v in allreduce.items() if len(v) > 1}
+
+
+def line(ax, xs, ys, **kw):
+    pts = [(x, y) for x, y in zip(xs, ys) if finite(y) and y > 0]
+    if pts:
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", **kw)
+    return pts
+
+
+def draw_scaling(cases, out, title):
+    rdzv, allreduce = scaling_rows(cases)
+    panels = (["time", "memory"] if len(rdzv) > 1 else []) + (["allreduce"] if allreduce else [])
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
+    for ax, k in zip(axes[0], panels):
+        ranks = sorted(rdzv)
+        if k == "time":
+            line(ax, ranks, [rdzv[n].get("rendezvous_s") for n in ranks], color=OURS, label="corodist")
+            line(ax, ranks, [rdzv[n].get("peer_rendezvous_s") for n in ranks], color=PEER_COLORS["pytorch"],
+                 label="PyTorch 1.13 TCPStore (legacy)")
+            top = max([v for n in ranks for v in (rdzv[n].get("rendezvous_s"), rdzv[n].get("peer_rendezvous_s"))
+                       if finite(v)] + [LIBUV_ANCHOR[1]])
+            for n in ranks:  # sizes without a figure: say why at the top
+                r = rdzv[n]
+                if not finite(r.get("rendezvous_s")):
+                    ax.annotate("corodist: not run here" if "not runnable" in r.get("error", "") else "corodist: failed",
+                                (n, top), fontsize=7, rotation=90, va="top", ha="center", color=OURS)
+                p = next((p for p in cases[("store", f"rendezvous_{n}_ranks")]["peers"]), None)
+                if p and p.get("peer_status") and not finite(r.get("peer_rendezvous_s")):
+                    ax.plot([n], [top], marker="x", color=PEER_COLORS["pytorch"])
+                    ax.annotate("PyTorch: " + p["peer_status"][:40], (n, top), fontsize=7, rotation=90, va="top",
+                                ha="right", color=PEER_COLORS["pytorch"])
+            ax.plot([LIBUV_ANCHOR[0]], [LIBUV_ANCHOR[1]], marker="*", markersize=12, color="#7f7f7f", linestyle="",
+                    label="PyTorch libuv TCPStore, published (other machine)")
+            ax.set_title("store rendezvous: time against ranks", fontsize=10, loc="left")
+            ax.set_ylabel("s (lower is better)")
+        elif k == "memory":
+            line(ax, ranks, [rdzv[n].get("server_rss_per_conn") for n in ranks], color=OURS,
+                 label="corodist server (a wait pending)")
+            line(ax, ranks, [rdzv[n].get("peer_server_rss_per_conn") for n in ranks], color=PEER_COLORS["pytorch"],
+                 label="PyTorch 1.13 master")
+            ax.axhline(IDLE_TARGET_BYTES, color="#c0392b", linestyle="--", linewidth=1,
+                       label="4 KB per idle connection (target)")
+            ax.set_title("store server memory per connection against ranks", fontsize=10, loc="left")
+            ax.set_ylabel("bytes of RSS per connection (lower is better)")
+        else:
+            sizes = sorted(allreduce, key=lambda s: size_of(next(iter(allreduce[s].values()))))
+            if len(sizes) > 4:  # the smallest, the largest and two between
+                sizes = [sizes[round(i * (len(sizes) - 1) / 3)] for i in range(4)]
+            cmap = plt.get_cmap("viridis")
+            for i, size in enumerate(sizes):
+                by = allreduce[size]
+                n = sorted(by)
+                color = cmap(i / max(1, len(sizes) - 1))
+                line(ax, n, [by[x].get("p50_us") for x in n], color=color, label=f"{size} corodist")
+                peers = [next((p.get("peer_p50_us") for p in cases[("allreduce", f"gloo_r{x}_{size}")]["peers"]),
+                              None) for x in n]
+                line(ax, n, peers, color=color, linestyle="--", alpha=0.7, label=f"{size} PyTorch gloo")
+            ax.set_title("Gloo allreduce p50 against ranks (dashed: PyTorch)", fontsize=10, loc="left")
+            ax.set_ylabel("µs (lower is better)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("ranks")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0, -0.14), ncol=2, borderaxespad=0)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("json")
@@ -175,6 +272,9 @@ def main():
     out = a.output or a.json.rsplit(".", 1)[0] + ".png"
     fig.savefig(out, dpi=110, bbox_inches="tight")
     print(f"bench_plot: wrote {out}")
+    scaled = draw_scaling(cases, out.rsplit(".", 1)[0] + "-scaling.png", "scaling — " + title)
+    if scaled:
+        print(f"bench_plot: wrote {scaled}")
 
 
 if __name__ == "__main__":
