@@ -141,7 +141,7 @@ void context::report(record r) {
   std::string notes;
   for (const auto& [key, value] : r.extra)
     if (key == "rendezvous_s" || key == "bytes_per_conn" || key == "raw_fanin_ops_per_s" || key == "of_raw_fanin" ||
-        key == "busbw_gbps" || key == "check_pct" || key == "overhead_pct")
+        key == "busbw_gbps" || key == "check_pct" || key == "overhead_pct" || key == "server_idle_cpu_pct")
       notes += key.ends_with("ops_per_s") ? fmt::format("  {}={:.0f}", key, value)
                                           : fmt::format("  {}={:.4g}", key, value);
   for (const auto& [key, value] : r.text)

@@ -12,6 +12,7 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/run_blocking.hpp>
+#include <corodist/net/connection.hpp>
 #include <corodist/store/file_store.hpp>
 #include <corodist/store/hash_store.hpp>
 #include <corodist/store/store_server.hpp>
@@ -237,6 +238,8 @@ void memory_per_connection(context& ctx) {
   auto opts = client_options(server.port);
   std::vector<std::shared_ptr<cs::tcp_store>> stores;
   long before = 0, after = 0;
+  double idle_cpu_pct = not_applicable;
+  const auto idle_window = ctx.quick ? std::chrono::seconds(3) : std::chrono::seconds(10);
   try {
     // One warm client first, so the baseline includes the server's first-use allocations.
     stores.push_back(run_blocking(ex, cs::tcp_store::connect(ex, opts)));
@@ -258,6 +261,12 @@ void memory_per_connection(context& ctx) {
     }
     std::this_thread::sleep_for(ms(500));
     after = resident_bytes(pid);
+    // The heartbeat load: the server's CPU while every connection is idle
+    // (each side sends a heartbeat after a quarter of peer_timeout without output).
+    const double cpu0 = cpu_seconds(pid);
+    const auto t0 = clock_type::now();
+    std::this_thread::sleep_for(idle_window);
+    idle_cpu_pct = (cpu_seconds(pid) - cpu0) / std::chrono::duration<double>(clock_type::now() - t0).count() * 100.0;
   } catch (...) {
     server.stop(SIGKILL);
     throw;
@@ -271,7 +280,10 @@ void memory_per_connection(context& ctx) {
   r.extra = {{"bytes_per_conn", double(after - before) / conns},
              {"connections", double(conns)},
              {"server_rss_before", double(before)},
-             {"server_rss_after", double(after)}};
+             {"server_rss_after", double(after)},
+             {"server_idle_cpu_pct", idle_cpu_pct},
+             {"idle_window_s", std::chrono::duration<double>(idle_window).count()},
+             {"peer_timeout_ms", double(corodist::net::configured_peer_timeout().count())}};
   ctx.report(std::move(r));
 }
 
