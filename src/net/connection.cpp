@@ -1,15 +1,13 @@
-// A connection's life: construction, start (which spawns the read loop) and
-// close (which fails the pending requests and tells the close handler); the
-// hello, the output, the pending requests and the reads are in handshake.cpp,
-// writer.cpp, pending_requests.cpp, reader.cpp, stall_watch.cpp,
-// large_frame_reader.cpp and heartbeat.cpp.
+// A connection's life: construction, start (which posts the first read and
+// puts the connection on its loop's heartbeat wheel) and close (which fails
+// the pending requests and tells the close handler); the hello, the output,
+// the pending requests and the reads are in handshake.cpp, writer.cpp,
+// pending_requests.cpp, reader.cpp, stall_watch.cpp, large_frame_reader.cpp
+// and heartbeat.cpp (with heartbeat_wheel.hpp).
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
-
-#include <asio/co_spawn.hpp>
-#include <asio/detached.hpp>
 
 namespace corodist::net {
 
@@ -19,7 +17,6 @@ connection::connection(asio::ip::tcp::socket socket, connection_options opts)
         if (final) { // destroyed while the timer service is alive
           timer_.reset();
           stall_timer_.reset();
-          heartbeat_timer_.reset();
         }
       }) {
   std::error_code ec;
@@ -28,8 +25,9 @@ connection::connection(asio::ip::tcp::socket socket, connection_options opts)
 }
 
 // The socket's own destructor closes it (after a context shutdown it is already
-// closed, and nothing here touches Asio's services).
-connection::~connection() = default;
+// closed, and nothing here touches Asio's services). A connection leaves its
+// heartbeat wheel at close; one never closed leaves it here.
+connection::~connection() { stop_heartbeat(); }
 
 void connection::start(request_handler on_request, close_handler on_close) {
   if (started_)
@@ -38,8 +36,8 @@ void connection::start(request_handler on_request, close_handler on_close) {
   on_request_ = std::move(on_request);
   on_close_ = std::move(on_close);
   received_at_ = sent_at_ = std::chrono::steady_clock::now();
-  asio::co_spawn(socket_.get_executor(), read_loop(), asio::detached);
-  arm_heartbeat();
+  post_read();
+  start_heartbeat();
 }
 
 void connection::close(std::error_code reason) {
@@ -54,8 +52,7 @@ void connection::close(std::error_code reason) {
     timer_->cancel();
   if (stall_timer_)
     stall_timer_->cancel();
-  if (heartbeat_timer_)
-    heartbeat_timer_->cancel();
+  stop_heartbeat();
   timer_deadline_.reset();
   auto pending = std::move(pending_);
   pending_.clear();

@@ -1,15 +1,18 @@
-// The input side of a connection: the read loop, which parses frames out of
-// what arrives and hands each to dispatch(), keeping only an incomplete
-// frame's bytes.
+// The input side of a connection: the posted read, whose completion parses
+// frames out of what arrived and hands each to dispatch(), keeping only an
+// incomplete frame's bytes for a coroutine that completes it.
 #include <corodist/net/connection.hpp>
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
 
+#include <asio/bind_allocator.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <atomic>
 #include <cstring>
 #include <sys/socket.h>
 
@@ -63,53 +66,123 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
   close(errc::connection_closed);
 }
 
-// Idle connections hold only a 512-byte read buffer (head_): a read into it
-// stays posted; what follows is drained into a per-thread scratch buffer, and
-// frames are parsed straight from there.
-// Only the bytes of an incomplete frame are kept, in carry_; a frame too large
-// for the scratch buffer is read directly into its own payload buffer.
-asio::awaitable<void> connection::read_loop() {
-  auto self = shared_from_this();
+// The posted read's operation is made in the connection's read_memory_ (one
+// read is posted at a time); a larger one (another build of Asio) falls back
+// to the heap. Without it the operation came from Asio's per-thread recycling
+// cache, which hands out any cached block large enough: an idle connection's
+// read then kept whatever the last write or coroutine had freed (1.6 KB for a
+// gathered write's operation).
+template <typename T>
+class connection::read_op_allocator {
+public:
+  using value_type = T;
+  explicit read_op_allocator(read_op_memory& m) noexcept : memory_(&m) {}
+  template <typename U>
+  read_op_allocator(const read_op_allocator<U>& other) noexcept : memory_(other.memory_) {}
+
+  T* allocate(std::size_t n) {
+    const std::size_t size = sizeof(T) * n;
+    if (!memory_->in_use && size <= read_op_memory::size && alignof(T) <= alignof(std::max_align_t)) {
+      memory_->in_use = true;
+      return reinterpret_cast<T*>(memory_->storage);
+    }
+    if (!memory_->in_use) {
+      static std::atomic<bool> told{false};
+      if (!told.exchange(true))
+        CORODIST_LOG_DEBUG("net: a read operation of {} bytes does not fit the connection's {} (heap instead)", size,
+                           read_op_memory::size);
+    }
+    return static_cast<T*>(::operator new(size));
+  }
+  void deallocate(T* p, std::size_t) noexcept {
+    if (reinterpret_cast<std::byte*>(p) == memory_->storage)
+      memory_->in_use = false;
+    else
+      ::operator delete(p);
+  }
+  template <typename U>
+  bool operator==(const read_op_allocator<U>& other) const noexcept {
+    return memory_ == other.memory_;
+  }
+  template <typename U>
+  bool operator!=(const read_op_allocator<U>& other) const noexcept {
+    return memory_ != other.memory_;
+  }
+
+private:
+  template <typename U>
+  friend class read_op_allocator;
+  read_op_memory* memory_;
+};
+
+// An idle connection holds a 512-byte read buffer (head_) and its posted read:
+// the operation, in read_memory_, and nothing else (no coroutine frame).
+// What follows a full head_ is drained into a per-thread scratch buffer, and
+// frames are parsed straight from there. Only the bytes of an incomplete
+// frame are kept, in carry_, and completed by a coroutine (read_incomplete)
+// that posts the idle read again when done; a frame too large for the scratch
+// buffer is read directly into its own payload buffer.
+//
+// The fd stays in blocking mode: with it, Asio's io_uring backend hands whole
+// recvmsg/sendmsg operations to the kernel; a readiness wait + non-blocking
+// recv instead was measured 2x slower for 1 MiB frames. The drain uses MSG_DONTWAIT.
+void connection::post_read() {
+  // Keep a read posted so the kernel completes it the moment data arrives:
+  // into the 512-byte head_ while traffic is light, into a 64 KiB buffer of
+  // the connection's own while reads keep filling the small one.
+  const bool big = !big_.empty();
+  socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_),
+                          asio::bind_allocator(read_op_allocator<void>(read_memory_),
+                                               [self = shared_from_this(), big](std::error_code ec, std::size_t got) {
+                                                 self->on_read(ec, got, big);
+                                               }));
+}
+
+void connection::on_read(std::error_code rec, std::size_t got, bool big) {
   thread_local bytes scratch(read_buffer_size);
-  // The fd stays in blocking mode: with it, Asio's io_uring backend hands whole
-  // recvmsg/sendmsg operations to the kernel; a readiness wait + non-blocking
-  // recv instead was measured 2x slower for 1 MiB frames. The drain uses MSG_DONTWAIT.
+  if (rec) {
+    on_read_error(rec, 0);
+    return;
+  }
+  if (!open_)
+    return; // closed meanwhile (a loop draining at its destruction): touch no buffer
   try {
-    while (open_) {
-      if (carry_.empty()) {
-        // Keep a read posted so the kernel completes it the moment data arrives:
-        // into the 512-byte head_ while traffic is light, into a 64 KiB buffer of
-        // the connection's own while reads keep filling the small one.
-        const bool big = !big_.empty();
-        auto [rec, got] = co_await socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), use_tuple);
-        if (rec) {
-          on_read_error(rec, 0);
-          co_return;
-        }
-        if (!open_)
-          co_return; // closed meanwhile (a loop draining at its destruction): touch no buffer
-        received_at_ = std::chrono::steady_clock::now(); // the peer is alive (peer_timeout)
-        std::byte* data = big_.data();
-        std::size_t n = got;
-        if (!big) {
-          data = scratch.data();
-          std::memcpy(data, head_.data(), got);
-          if (got == head_.size()) { // more is probably waiting: drain it without waiting
-            const ssize_t more = ::recv(socket_.native_handle(), data + n, scratch.size() - n, MSG_DONTWAIT);
-            if (more > 0)
-              n += static_cast<std::size_t>(more); // errors and EOF surface on the next read
-            big_.resize(read_buffer_size);
-          }
-        } else if (got <= head_.size()) {
-          scratch_hold_.swap(big_); // light traffic again: release the big buffer once parsed
-        }
-        std::size_t used = parse(data, n);
-        if (open_ && used < n)
-          carry_.assign(data + used, data + n);
-        scratch_hold_ = bytes();
-        continue;
+    received_at_ = std::chrono::steady_clock::now(); // the peer is alive (peer_timeout)
+    std::byte* data = big_.data();
+    std::size_t n = got;
+    if (!big) {
+      data = scratch.data();
+      std::memcpy(data, head_.data(), got);
+      if (got == head_.size()) { // more is probably waiting: drain it without waiting
+        const ssize_t more = ::recv(socket_.native_handle(), data + n, scratch.size() - n, MSG_DONTWAIT);
+        if (more > 0)
+          n += static_cast<std::size_t>(more); // errors and EOF surface on the next read
+        big_.resize(read_buffer_size);
       }
-      // An incomplete frame is buffered: complete it.
+    } else if (got <= head_.size()) {
+      scratch_hold_.swap(big_); // light traffic again: release the big buffer once parsed
+    }
+    std::size_t used = parse(data, n);
+    if (open_ && used < n)
+      carry_.assign(data + used, data + n);
+    scratch_hold_ = bytes();
+  } catch (const std::exception& e) {
+    CORODIST_LOG_ERROR("connection from {}: read failed: {}", detail::peer_text(socket_), e.what());
+    close(errc::connection_closed);
+    return;
+  }
+  if (!open_)
+    return;
+  if (carry_.empty())
+    post_read();
+  else
+    asio::co_spawn(socket_.get_executor(), read_incomplete(), asio::detached);
+}
+
+asio::awaitable<void> connection::read_incomplete() {
+  auto self = shared_from_this();
+  try {
+    while (open_ && !carry_.empty()) {
       std::size_t want = read_buffer_size;
       if (carry_.size() >= header_size) {
         auto h = decode_header(carry_.data());
@@ -138,7 +211,10 @@ asio::awaitable<void> connection::read_loop() {
   } catch (const std::exception& e) {
     CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", detail::peer_text(socket_), e.what());
     close(errc::connection_closed);
+    co_return;
   }
+  if (open_)
+    post_read();
 }
 
 } // namespace corodist::net

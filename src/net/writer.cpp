@@ -140,8 +140,25 @@ void connection::start_write() {
   if (opts_.shared_output)
     opts_.shared_output->remove(queued_bytes_); // handed to the socket
   queued_bytes_ = 0;
-  iov_.clear();
+  auto done = [self = shared_from_this()](std::error_code ec, std::size_t) {
+    self->writing_ = false;
+    self->writing_batch_.clear();
+    if (ec) {
+      if (self->open_)
+        CORODIST_LOG_DEBUG("write to {} failed: {}", detail::peer_text(self->socket_), ec.message());
+      self->close(errc::connection_closed);
+      return;
+    }
+    self->start_write();
+  };
   const auto& b = writing_batch_;
+  if (b.large.empty()) {
+    // Small frames only: one buffer, and an operation sized for one (the
+    // gathered write's operation holds room for 64 iovecs, 1.6 KB).
+    asio::async_write(socket_, asio::buffer(b.stage), transfer_all_uncapped{}, std::move(done));
+    return;
+  }
+  iov_.clear();
   std::size_t pos = 0;
   for (auto& f : b.large) {
     iov_.push_back(asio::buffer(b.stage.data() + pos, f.stage_offset - pos));
@@ -154,18 +171,7 @@ void connection::start_write() {
   }
   if (pos < b.stage.size())
     iov_.push_back(asio::buffer(b.stage.data() + pos, b.stage.size() - pos));
-  asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{},
-                    [self = shared_from_this()](std::error_code ec, std::size_t) {
-                      self->writing_ = false;
-                      self->writing_batch_.clear();
-                      if (ec) {
-                        if (self->open_)
-                          CORODIST_LOG_DEBUG("write to {} failed: {}", detail::peer_text(self->socket_), ec.message());
-                        self->close(errc::connection_closed);
-                        return;
-                      }
-                      self->start_write();
-                    });
+  asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, std::move(done));
 }
 
 asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload, std::vector<segment> segments,

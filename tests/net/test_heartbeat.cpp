@@ -1,7 +1,9 @@
 // Failure detection on net::connection (peer_timeout): heartbeats keep an
 // idle connection open and never reach a handler; a peer that hangs
 // (SIGSTOP) or goes silent is detected (errc::peer_timed_out), a killed one
-// at once. Peers are real processes where the fault is a process's.
+// at once; the connections of a loop share its heartbeat wheel, which
+// survives connections leaving in the middle of its turn and stops when the
+// last one has gone. Peers are real processes where the fault is a process's.
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/core/error.hpp>
@@ -22,6 +24,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
+#include <array>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -131,6 +134,38 @@ asio::awaitable<std::shared_ptr<net::connection>> connect_to(tcp::endpoint ep, n
   c->start({}, std::move(on_close));
   co_return c;
 }
+
+// A server on the test's own context that answers the hello and then says
+// nothing, ever (no heartbeat, no reply); its sockets stay open until it goes.
+struct silent_server {
+  explicit silent_server(asio::io_context& ctx) : acceptor(ctx, {asio::ip::make_address("127.0.0.1"), 0}) {
+    asio::co_spawn(ctx, accept_loop(), asio::detached);
+  }
+  asio::awaitable<void> accept_loop() {
+    constexpr auto tuple = asio::experimental::as_tuple(asio::use_awaitable);
+    for (;;) {
+      auto [ec, s] = co_await acceptor.async_accept(tuple);
+      if (ec)
+        co_return;
+      std::array<std::byte, net::hello_size> theirs;
+      if (auto [rec, n] = co_await asio::async_read(s, asio::buffer(theirs), tuple); rec)
+        continue;
+      const auto mine = net::encode(net::hello{});
+      if (auto [wec, n] = co_await asio::async_write(s, asio::buffer(mine), tuple); wec)
+        continue;
+      sockets.push_back(std::move(s));
+    }
+  }
+  void close() {
+    std::error_code ignored;
+    acceptor.close(ignored);
+    sockets.clear();
+  }
+  tcp::endpoint endpoint() const { return acceptor.local_endpoint(); }
+
+  tcp::acceptor acceptor;
+  std::vector<tcp::socket> sockets;
+};
 
 } // namespace
 
@@ -262,6 +297,100 @@ BOOST_AUTO_TEST_CASE(stopped_and_killed_peer_processes_are_detected, *utf::timeo
       }(),
       60s);
   ::kill(stopped.pid(), SIGCONT);
+}
+
+// The connections of one loop share its heartbeat wheels (one per
+// peer_timeout): with two timeouts in use and every third connection closed
+// at once (holes in the wheels), each connection left stays open through three
+// peer_timeouts of silence and answers; no heartbeat reaches a handler; and
+// once every connection has closed the loop has no work left (no timer is
+// kept armed for nobody).
+BOOST_AUTO_TEST_CASE(connections_of_a_loop_share_its_heartbeats, *utf::timeout(60)) {
+  auto longer = short_options();
+  longer.peer_timeout = 2 * short_timeout;
+  local_server srv(short_options()), srv_longer(longer);
+  constexpr std::size_t count = 30;
+  asio::io_context ctx;
+  run_coro(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        std::vector<std::shared_ptr<net::connection>> conns;
+        for (std::size_t i = 0; i < count; ++i) {
+          // (Named first: GCC 12 miscompiles temporaries and ?: inside a co_await expression.)
+          const bool to_longer = i % 4 == 0;
+          const tcp::endpoint ep = to_longer ? srv_longer.endpoint : srv.endpoint;
+          const net::connection_options opts = to_longer ? longer : short_options();
+          auto c = co_await connect_to(ep, opts);
+          conns.push_back(std::move(c));
+        }
+        for (std::size_t i = 0; i < count; i += 3)
+          conns[i]->close();
+        asio::steady_timer t(ctx, 3 * longer.peer_timeout);
+        co_await t.async_wait(asio::use_awaitable);
+        const net::bytes p{std::byte{7}};
+        for (std::size_t i = 0; i < count; ++i) {
+          if (i % 3 == 0)
+            continue;
+          BOOST_TEST_REQUIRE(conns[i]->is_open(), "connection " << i << " closed");
+          auto r = co_await conns[i]->request(kind_echo, p, {}, 10s);
+          BOOST_TEST(!r.ec, r.ec.message());
+        }
+        for (auto& c : conns)
+          c->close();
+      }(),
+      60s);
+  ctx.restart();
+  ctx.run_for(10s); // returns at once when nothing is left to run
+  BOOST_TEST(ctx.stopped(), "work was left on the loop after every connection had closed");
+  auto kinds = corodist::test::on_loop(srv.loop, [&] { return *srv.kinds; });
+  auto kinds_longer = corodist::test::on_loop(srv_longer.loop, [&] { return *srv_longer.kinds; });
+  kinds.insert(kinds.end(), kinds_longer.begin(), kinds_longer.end());
+  BOOST_TEST(kinds == std::vector<std::uint16_t>(count - count / 3, kind_echo),
+             "the handlers saw " << kinds.size() << " frames");
+}
+
+// Connections whose peer goes silent are closed by the heartbeat wheel's
+// turn (peer_timed_out), and each one's close handler closes a partner
+// connection on the same wheel, in the middle of that turn: every connection
+// ends with its own reason, and the loop is left with no work.
+BOOST_AUTO_TEST_CASE(connections_closed_during_a_heartbeat_turn, *utf::timeout(60)) {
+  local_server srv(short_options());
+  asio::io_context ctx;
+  silent_server quiet(ctx);
+  constexpr std::size_t pairs = 12;
+  std::vector<std::error_code> silent_closed(pairs), partner_closed(pairs);
+  run_coro(
+      ctx,
+      [&]() -> asio::awaitable<void> {
+        std::vector<std::shared_ptr<net::connection>> partners(pairs), silent(pairs);
+        std::size_t closed = 0;
+        asio::steady_timer all_closed(ctx, std::chrono::steady_clock::time_point::max());
+        const auto opts = short_options();
+        const auto quiet_endpoint = quiet.endpoint();
+        for (std::size_t i = 0; i < pairs; ++i) {
+          partners[i] = co_await connect_to(srv.endpoint, opts, [&, i](std::error_code ec) { partner_closed[i] = ec; });
+          silent[i] = co_await connect_to(quiet_endpoint, opts, [&, i](std::error_code ec) {
+            silent_closed[i] = ec;
+            partners[i]->close();
+            if (++closed == pairs)
+              all_closed.cancel();
+          });
+        }
+        co_await all_closed.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+        for (std::size_t i = 0; i < pairs; ++i) {
+          BOOST_TEST(!partners[i]->is_open());
+          BOOST_TEST(!silent[i]->is_open());
+        }
+      }(),
+      30s);
+  for (std::size_t i = 0; i < pairs; ++i) {
+    BOOST_TEST((silent_closed[i] == net::errc::peer_timed_out), i << ": " << silent_closed[i].message());
+    BOOST_TEST((partner_closed[i] == net::errc::connection_closed), i << ": " << partner_closed[i].message());
+  }
+  quiet.close();
+  ctx.restart();
+  ctx.run_for(10s); // returns at once when nothing is left to run
+  BOOST_TEST(ctx.stopped(), "work was left on the loop after every connection had closed");
 }
 
 // peer_timeout's default comes from CORODIST_PEER_TIMEOUT_MS when it is set.

@@ -17,6 +17,7 @@
 #include <asio/ip/tcp.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -31,6 +32,10 @@
 namespace corodist::net {
 
 using namespace std::chrono_literals;
+
+namespace detail {
+class heartbeat_wheel;
+} // namespace detail
 
 
 /// A payload segment that lives elsewhere and is written with scatter/gather,
@@ -190,9 +195,27 @@ public:
   int native_handle() noexcept { return socket_.native_handle(); }
 
 private:
+  friend class detail::heartbeat_wheel;
+
   struct pending_request {
     corodist::detail::unique_function<void(response)> complete;
     std::chrono::steady_clock::time_point deadline;
+  };
+  // What a connection keeps of its options once made: the limits and
+  // deadlines that apply while it runs (the hello's token, source address and
+  // deadline are used by connect()/accept() and not kept).
+  struct limits {
+    explicit limits(const connection_options& o)
+        : max_frame_size(o.max_frame_size), max_pending_requests(o.max_pending_requests),
+          max_buffered_output(o.max_buffered_output), request_timeout(o.request_timeout),
+          frame_timeout(o.frame_timeout), peer_timeout(o.peer_timeout), shared_output(o.shared_output) {}
+    std::size_t max_frame_size;
+    std::size_t max_pending_requests;
+    std::size_t max_buffered_output;
+    std::chrono::milliseconds request_timeout;
+    std::chrono::milliseconds frame_timeout;
+    std::chrono::milliseconds peer_timeout;
+    std::shared_ptr<output_budget> shared_output;
   };
   // A frame whose body is written in place; its header sits in the stage
   // buffer at `stage_offset`.
@@ -207,12 +230,27 @@ private:
     std::vector<large_frame> large;
     void clear() noexcept;
   };
+  // Memory for the read that stays posted while the connection is idle (one
+  // at a time), so that it costs no heap block of its own and never inherits
+  // a larger recycled one (reader.cpp). Asio 1.22's io_uring receive
+  // operation with this handler is 328 bytes; a larger one goes to the heap.
+  struct read_op_memory {
+    static constexpr std::size_t size = 336;
+    alignas(std::max_align_t) std::byte storage[size];
+    bool in_use = false;
+  };
+  template <typename T>
+  class read_op_allocator;
 
   std::error_code enqueue(frame_header h, bytes&& body, std::vector<segment>&& segments);
   void schedule_write();
   void start_write();
   void send_queued_now();
-  asio::awaitable<void> read_loop();
+  /// Posts the read of an idle connection (no incomplete frame buffered).
+  void post_read();
+  void on_read(std::error_code ec, std::size_t got, bool big);
+  /// Completes the incomplete frame in carry_ (and any that follow), then posts the idle read again.
+  asio::awaitable<void> read_incomplete();
   std::size_t parse(const std::byte* data, std::size_t n);
   /// Reads part (all = false: what is there) or all of `b` of an incomplete frame, under the stall watch.
   asio::awaitable<std::pair<std::error_code, std::size_t>> read_frame_bytes(asio::mutable_buffer b, bool all);
@@ -224,21 +262,28 @@ private:
   void complete(std::uint64_t id, response r);
   void arm_timer(std::chrono::steady_clock::time_point deadline);
   void on_timer();
-  void arm_heartbeat();
+  void start_heartbeat();
+  void stop_heartbeat() noexcept;
   void on_heartbeat(bool confirming);
 
   asio::ip::tcp::socket socket_;
-  connection_options opts_;
+  limits opts_;
   asio::ip::tcp::endpoint remote_;
   std::unique_ptr<asio::steady_timer> timer_; // request deadlines; made on first use
   std::unique_ptr<asio::steady_timer> stall_timer_; // frame_timeout watchdog; made on first use
   std::chrono::steady_clock::time_point progress_at_; // last byte of an incomplete frame
-  std::unique_ptr<asio::steady_timer> heartbeat_timer_; // peer_timeout: heartbeats and silence; made at start
-  std::chrono::steady_clock::time_point received_at_;   // last read completion
-  std::chrono::steady_clock::time_point sent_at_;       // last write handed to the socket
+  std::chrono::steady_clock::time_point received_at_; // last read completion
+  std::chrono::steady_clock::time_point sent_at_;     // last write handed to the socket
+  detail::heartbeat_wheel* wheel_ = nullptr; // peer_timeout: the loop's wheel this is on, from start to close
+  std::uint32_t wheel_slot_ = 0;             // its place on the wheel
+  std::uint32_t wheel_index_ = 0;
   bool in_frame_ = false;           // a read of an incomplete frame is pending
   bool stall_watch_armed_ = false;
   bool stalled_ = false;
+  bool open_ = true;
+  bool started_ = false;
+  bool writing_ = false;
+  bool write_scheduled_ = false;
   std::optional<std::chrono::steady_clock::time_point> timer_deadline_;
   request_handler on_request_;
   close_handler on_close_;
@@ -246,17 +291,14 @@ private:
   std::uint64_t next_id_ = 1;
   batch queued_;  // frames waiting for the next write
   batch writing_batch_; // frames of the write in flight
-  std::vector<asio::const_buffer> iov_;
+  std::vector<asio::const_buffer> iov_; // a write's buffers when it has more than one
   std::size_t queued_bytes_ = 0; // bytes in queued_ (also counted in opts_.shared_output)
   std::size_t queued_frames_ = 0; // frames queued since the last send
   bytes carry_;                  // the start of an incomplete incoming frame
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light
   bytes big_;                       // 64 KiB read target while reads keep filling head_
   bytes scratch_hold_;              // keeps a released big_ alive until parsed
-  bool open_ = true;
-  bool started_ = false;
-  bool writing_ = false;
-  bool write_scheduled_ = false;
+  read_op_memory read_memory_;      // the posted read's operation
   corodist::detail::io_registration registration_; // closes us at context shutdown; last: goes first
 };
 
