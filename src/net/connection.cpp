@@ -36,6 +36,8 @@ void connection::start(request_handler on_request, close_handler on_close) {
   on_request_ = std::move(on_request);
   on_close_ = std::move(on_close);
   received_at_ = sent_at_ = std::chrono::steady_clock::now();
+  if (opts_.io == transport::uring && open_)
+    adopt_into_uring();
   post_read();
   start_heartbeat();
 }
@@ -46,6 +48,8 @@ void connection::close(std::error_code reason) {
   open_ = false;
   CORODIST_LOG_DEBUG("net: connection with {} closed: {}", detail::endpoint_text(remote_), reason.message());
   std::error_code ignored;
+  if (uring_ != nullptr) // the kernel closes the socket once the cancelled operations let go of it
+    close_on_uring();
   socket_.shutdown(asio::socket_base::shutdown_both, ignored);
   socket_.close(ignored);
   if (timer_)

@@ -12,6 +12,10 @@
 #include <asio/detached.hpp>
 #include <asio/use_awaitable.hpp>
 
+#if CORODIST_IO_URING
+#include "net/uring_service.hpp"
+#endif
+
 #include <atomic>
 #include <cstring>
 #include <sys/socket.h>
@@ -33,7 +37,7 @@ std::size_t connection::parse(const std::byte* data, std::size_t n) {
     auto h = decode_header(data + used);
     if (h.payload_len > opts_.max_frame_size) {
       CORODIST_LOG_WARN("closing connection from {}: frame of {} bytes exceeds max_frame_size {}",
-                        detail::peer_text(socket_), h.payload_len, opts_.max_frame_size);
+                        detail::endpoint_text(remote_), h.payload_len, opts_.max_frame_size);
       close(errc::frame_too_large);
       return used;
     }
@@ -51,18 +55,18 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
     return;
   if (ec == errc::frame_stalled) {
     CORODIST_LOG_INFO("closing connection from {}: no byte of an incomplete frame for {} ms ({} bytes of it received)",
-                      detail::peer_text(socket_), opts_.frame_timeout.count(), frame_bytes);
+                      detail::endpoint_text(remote_), opts_.frame_timeout.count(), frame_bytes);
     close(errc::frame_stalled);
     return;
   }
   if (frame_bytes > 0) {
     CORODIST_LOG_WARN("connection from {} closed in the middle of a frame ({} bytes buffered): {}",
-                      detail::peer_text(socket_), frame_bytes, ec.message());
+                      detail::endpoint_text(remote_), frame_bytes, ec.message());
     close(errc::truncated_frame);
     return;
   }
   if (ec != asio::error::eof)
-    CORODIST_LOG_DEBUG("connection from {} lost: {}", detail::peer_text(socket_), ec.message());
+    CORODIST_LOG_DEBUG("connection from {} lost: {}", detail::endpoint_text(remote_), ec.message());
   close(errc::connection_closed);
 }
 
@@ -131,11 +135,18 @@ void connection::post_read() {
   // into the 512-byte head_ while traffic is light, into a 64 KiB buffer of
   // the connection's own while reads keep filling the small one.
   const bool big = !big_.empty();
-  socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_),
-                          asio::bind_allocator(read_op_allocator<void>(read_memory_),
-                                               [self = shared_from_this(), big](std::error_code ec, std::size_t got) {
-                                                 self->on_read(ec, got, big);
-                                               }));
+  auto done = asio::bind_allocator(read_op_allocator<void>(read_memory_),
+                                   [self = shared_from_this(), big](std::error_code ec, std::size_t got) {
+                                     self->on_read(ec, got, big);
+                                   });
+#if CORODIST_IO_URING
+  if (uring_ != nullptr) {
+    uring_->async_recv(detail::uring_file{ufile_.ring, ufile_.slot}, big ? asio::buffer(big_) : asio::buffer(head_),
+                       std::move(done));
+    return;
+  }
+#endif
+  socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), std::move(done));
 }
 
 void connection::on_read(std::error_code rec, std::size_t got, bool big) {
@@ -154,9 +165,11 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
       data = scratch.data();
       std::memcpy(data, head_.data(), got);
       if (got == head_.size()) { // more is probably waiting: drain it without waiting
-        const ssize_t more = ::recv(socket_.native_handle(), data + n, scratch.size() - n, MSG_DONTWAIT);
-        if (more > 0)
-          n += static_cast<std::size_t>(more); // errors and EOF surface on the next read
+        if (uring_ == nullptr) { // (on the ring there is no descriptor: the next read takes it)
+          const ssize_t more = ::recv(socket_.native_handle(), data + n, scratch.size() - n, MSG_DONTWAIT);
+          if (more > 0)
+            n += static_cast<std::size_t>(more); // errors and EOF surface on the next read
+        }
         big_.resize(read_buffer_size);
       }
     } else if (got <= head_.size()) {
@@ -167,7 +180,7 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
       carry_.assign(data + used, data + n);
     scratch_hold_ = bytes();
   } catch (const std::exception& e) {
-    CORODIST_LOG_ERROR("connection from {}: read failed: {}", detail::peer_text(socket_), e.what());
+    CORODIST_LOG_ERROR("connection from {}: read failed: {}", detail::endpoint_text(remote_), e.what());
     close(errc::connection_closed);
     return;
   }
@@ -209,7 +222,7 @@ asio::awaitable<void> connection::read_incomplete() {
         carry_.erase(carry_.begin(), carry_.begin() + static_cast<std::ptrdiff_t>(used));
     }
   } catch (const std::exception& e) {
-    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", detail::peer_text(socket_), e.what());
+    CORODIST_LOG_ERROR("connection from {}: read loop failed: {}", detail::endpoint_text(remote_), e.what());
     close(errc::connection_closed);
     co_return;
   }

@@ -8,6 +8,10 @@
 #include <asio/read.hpp>
 #include <asio/use_awaitable.hpp>
 
+#if CORODIST_IO_URING
+#include "net/uring_service.hpp"
+#endif
+
 #include <limits>
 #include <tuple>
 
@@ -60,7 +64,10 @@ void connection::on_stall_watch() {
   if (clock::now() - progress_at_ >= opts_.frame_timeout) {
     stalled_ = true;
     std::error_code ignored;
-    socket_.cancel(ignored);
+    if (uring_ != nullptr)
+      cancel_on_uring();
+    else
+      socket_.cancel(ignored);
     return;
   }
   arm_stall_watch(); // from the last progress
@@ -73,6 +80,21 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_
   arm_stall_watch();
   std::error_code ec;
   std::size_t n = 0;
+#if CORODIST_IO_URING
+  if (uring_ != nullptr) {
+    const detail::uring_file f{ufile_.ring, ufile_.slot};
+    auto* ring = uring_;
+    do { // until `b` is full (all) or once, noting each step of progress
+      auto [e, k] = co_await ring->async_recv(f, b + n, use_tuple);
+      n += k;
+      if (k > 0)
+        progress_at_ = clock::now();
+      ec = e;
+    } while (all && !ec && n < b.size() && uring_ != nullptr);
+    if (!all)
+      progress_at_ = clock::now();
+  } else
+#endif
   if (all) {
     std::tie(ec, n) = co_await asio::async_read(socket_, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
   } else {

@@ -471,8 +471,11 @@ void uring_service::submit_all() {
       do
         rc = io_uring_submit(&r->uring);
       while (rc == -EINTR);
-      if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
-        throw std::system_error(sys_error(rc), "io_uring_submit (uring_service; not the ring's thread?)");
+      // -EEXIST: not the ring's thread (SINGLE_ISSUER), as when an event loop
+      // drains its context on the thread destroying it: what is queued stays
+      // until the ring's own thread submits it, or the ring goes at shutdown.
+      if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EEXIST)
+        throw std::system_error(sys_error(rc), "io_uring_submit (uring_service)");
       if (rc < 0) // short of resources: left queued, tried again on the next pass
         more = true;
     }
@@ -537,8 +540,10 @@ void uring_service::run_pass() {
         do
           rc = io_uring_submit_and_get_events(&r.uring);
         while (rc == -EINTR);
+        if (rc == -EEXIST) // not the ring's thread (see submit_all): nothing to reap from here
+          continue;
         if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
-          throw std::system_error(sys_error(rc), "io_uring_submit_and_get_events (uring_service; not the ring's thread?)");
+          throw std::system_error(sys_error(rc), "io_uring_submit_and_get_events (uring_service)");
       }
       if (reap(r))
         any = true;

@@ -83,7 +83,7 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
   // A frame alone in the queue is always accepted, whatever its size.
   if (queued_bytes_ > opts_.max_buffered_output && queued_bytes_ > header_size + len) {
     CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued, cap {})",
-                      detail::peer_text(socket_), queued_bytes_, opts_.max_buffered_output);
+                      detail::endpoint_text(remote_), queued_bytes_, opts_.max_buffered_output);
     close(errc::output_overflow);
     return errc::output_overflow;
   }
@@ -91,7 +91,7 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
       queued_bytes_ >= opts_.shared_output->limit() / 4 && queued_bytes_ > header_size + len) {
     CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued for it; its "
                       "group of connections holds {}, cap {})",
-                      detail::peer_text(socket_), queued_bytes_, shared, opts_.shared_output->limit());
+                      detail::endpoint_text(remote_), queued_bytes_, shared, opts_.shared_output->limit());
     close(errc::output_overflow);
     return errc::output_overflow;
   }
@@ -103,6 +103,8 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
 
 void connection::send_queued_now() {
   queued_frames_ = 0;
+  if (uring_ != nullptr)
+    return; // no descriptor to send on at once: the write takes all of it
   auto& st = queued_.stage;
   // No write is in flight and every queued frame is in `stage`: a plain
   // non-blocking send keeps the byte order. What the socket does not take now
@@ -145,13 +147,18 @@ void connection::start_write() {
     self->writing_batch_.clear();
     if (ec) {
       if (self->open_)
-        CORODIST_LOG_DEBUG("write to {} failed: {}", detail::peer_text(self->socket_), ec.message());
+        CORODIST_LOG_DEBUG("write to {} failed: {}", detail::endpoint_text(self->remote_), ec.message());
       self->close(errc::connection_closed);
       return;
     }
     self->start_write();
   };
   const auto& b = writing_batch_;
+  if (uring_ != nullptr && b.large.empty()) {
+    iov_.assign(1, asio::buffer(b.stage));
+    uring_write(std::move(done));
+    return;
+  }
   if (b.large.empty()) {
     // Small frames only: one buffer, and an operation sized for one (the
     // gathered write's operation holds room for 64 iovecs, 1.6 KB).
@@ -171,6 +178,10 @@ void connection::start_write() {
   }
   if (pos < b.stage.size())
     iov_.push_back(asio::buffer(b.stage.data() + pos, b.stage.size() - pos));
+  if (uring_ != nullptr) {
+    uring_write(std::move(done));
+    return;
+  }
   asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, std::move(done));
 }
 

@@ -9,6 +9,9 @@
 #include "support/coro_test.hpp"
 #include "support/loop_helpers.hpp"
 #include "net/buffer_cache.hpp"
+#if CORODIST_IO_URING
+#include "net/uring_service.hpp"
+#endif
 
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
@@ -37,6 +40,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <thread>
@@ -185,7 +189,15 @@ BOOST_AUTO_TEST_CASE(request_response_sizes, *utf::timeout(60)) {
   }());
 }
 
-BOOST_AUTO_TEST_CASE(frames_split_across_reads, *utf::timeout(60)) {
+// The Asio transport's own behaviour (the server's socket is read through its descriptor here).
+boost::test_tools::assertion_result on_asio(utf::test_unit_id) {
+  boost::test_tools::assertion_result r(net::configured_transport() == net::transport::asio);
+  r.message() << "skipped: connections run on the uring transport here (CORODIST_NET_TRANSPORT=uring); this case "
+                 "checks the Asio transport";
+  return r;
+}
+
+BOOST_AUTO_TEST_CASE(frames_split_across_reads, *utf::precondition(on_asio) * utf::timeout(60)) {
   std::promise<int> accepted; // the server's end of the connection
   test_server srv({}, [&](const std::shared_ptr<net::connection>& c) { accepted.set_value(c->native_handle()); });
   asio::io_context ctx;
@@ -242,7 +254,8 @@ BOOST_AUTO_TEST_CASE(many_frames_in_one_read, *utf::timeout(60)) {
 // A turn of the loop that queues many frames sends the first ones while it
 // goes on (the peer can start on them), not only when it ends; every frame
 // arrives once, in order, a large one among them included.
-BOOST_AUTO_TEST_CASE(frames_of_a_long_turn_leave_before_it_ends, *utf::timeout(60)) {
+// (On the uring transport a turn's frames go out in the one submission at its end.)
+BOOST_AUTO_TEST_CASE(frames_of_a_long_turn_leave_before_it_ends, *utf::precondition(on_asio) * utf::timeout(60)) {
   asio::io_context ctx;
   tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
   tcp::socket peer(ctx);
@@ -995,3 +1008,74 @@ BOOST_AUTO_TEST_CASE(buffer_cache_limit_is_settable, *utf::timeout(10)) {
   BOOST_TEST(net::detail::cached_bytes() == 0u);
   net::set_buffer_cache_limit(before);
 }
+
+#if CORODIST_IO_URING
+BOOST_AUTO_TEST_SUITE(uring_transport)
+
+namespace {
+
+boost::test_tools::assertion_result uring_usable(utf::test_unit_id) {
+  std::string why;
+  boost::test_tools::assertion_result r(net::detail::uring_service::available(&why));
+  r.message() << "skipped: io_uring cannot run the uring transport here: " << why;
+  return r;
+}
+
+// Open descriptors of this process.
+int open_descriptors() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/fd");
+  while (auto* e = ::readdir(d))
+    n += e->d_name[0] != '.';
+  ::closedir(d);
+  return n;
+}
+
+} // namespace
+
+// Connections with io = transport::uring move their sockets into the loop's
+// ring once started: they hold no descriptor, so one process keeps more of
+// them (both ends here) than its RLIMIT_NOFILE allows, and each still carries
+// requests both ways, small and large.
+BOOST_AUTO_TEST_CASE(more_connections_than_descriptors, *utf::precondition(uring_usable) * utf::timeout(120)) {
+  net::connection_options opts;
+  opts.io = net::transport::uring;
+  std::atomic<int> on_ring{0};
+  test_server srv(opts, [&](const std::shared_ptr<net::connection>& c) {
+    // (start() adopts the socket right after this observer)
+    asio::post(c->get_executor(), [c, &on_ring] { on_ring += c->on_uring(); });
+  });
+  rlimit saved{};
+  BOOST_REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  constexpr int conns = 200; // 400 sockets under a limit of 128
+  int descriptors = 0;
+  rlimit lower = saved;
+  lower.rlim_cur = 128;
+  BOOST_REQUIRE(::setrlimit(RLIMIT_NOFILE, &lower) == 0);
+  struct restore {
+    rlimit r;
+    ~restore() { ::setrlimit(RLIMIT_NOFILE, &r); }
+  } restored{saved};
+  asio::io_context ctx; // the clients' loop: this thread
+  const bool ok = run_coro(ctx, [&]() -> asio::awaitable<bool> {
+    std::vector<std::shared_ptr<net::connection>> made;
+    bool good = true;
+    for (int i = 0; i < conns && good; ++i) {
+      auto c = co_await connect_to(srv.endpoint, opts);
+      good = c->on_uring() && c->native_handle() == -1;
+      made.push_back(c);
+    }
+    for (int i = 0; i < conns && good; ++i)
+      good = co_await echo_ok(made[i], i % 2 ? 100 : 300'000, static_cast<unsigned>(i));
+    descriptors = open_descriptors();
+    for (auto& c : made)
+      c->close();
+    co_return good;
+  }(), 60s);
+  BOOST_TEST(ok);
+  BOOST_TEST(descriptors < 128);
+  BOOST_TEST(on_ring.load() == conns);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+#endif

@@ -35,6 +35,12 @@ using namespace std::chrono_literals;
 
 namespace detail {
 class heartbeat_wheel;
+class uring_service;
+/// A socket's place in a uring_service (src/net/uring_service.hpp: uring_file).
+struct uring_file_slot {
+  std::uint32_t ring = ~std::uint32_t{0};
+  std::uint32_t slot = ~std::uint32_t{0};
+};
 } // namespace detail
 
 
@@ -50,6 +56,17 @@ struct segment {
 /// off), else `connection_options::default_peer_timeout` (10 s); an invalid
 /// value is logged once and ignored. Read at each call; any thread.
 std::chrono::milliseconds configured_peer_timeout() noexcept;
+
+/// How a connection moves its bytes once started (after the hello).
+enum class transport : std::uint8_t {
+  asio,  ///< Asio's socket (its io_uring or epoll backend): the default
+  uring, ///< corodist's own liburing service: the socket adopted into a ring's registered-file table
+};
+
+/// The default of `connection_options::io`: `CORODIST_NET_TRANSPORT` from the
+/// environment ("asio" or "uring"), else transport::asio; another value is
+/// logged once and ignored. Read at each call; any thread.
+transport configured_transport() noexcept;
 
 /// Limits and deadlines of a connection. The defaults are the named constants.
 struct connection_options {
@@ -85,6 +102,13 @@ struct connection_options {
   /// A cap shared with other connections on their queued output together (see
   /// output_budget); null: none.
   std::shared_ptr<output_budget> shared_output;
+  /// Experimental (docs/net.md, "The liburing transport"): transport::uring
+  /// moves the socket, once the connection starts, into the loop's liburing
+  /// service (io_uring builds; SINGLE_ISSUER|DEFER_TASKRUN rings, registered
+  /// files, batched submissions); it then no longer uses a file descriptor of
+  /// the process. Where that service cannot run, the connection stays on Asio
+  /// (logged once). Default: configured_transport().
+  transport io = configured_transport();
   /// Shared secret. Server: if set, clients must prove they hold it
   /// (challenge-response, HMAC-SHA-256); client: the token to prove with.
   std::string auth_token;
@@ -192,7 +216,11 @@ public:
   asio::any_io_executor get_executor() noexcept { return socket_.get_executor(); }
 
   /// Native socket handle (for tests and diagnostics).
-  int native_handle() noexcept { return socket_.native_handle(); }
+  int native_handle() noexcept { return uring_ ? -1 : socket_.native_handle(); }
+
+  /// Whether the bytes go through the liburing service (options' io was
+  /// transport::uring and the service took the socket at start()).
+  [[nodiscard]] bool on_uring() const noexcept { return uring_ != nullptr; }
 
 private:
   friend class detail::heartbeat_wheel;
@@ -208,7 +236,7 @@ private:
     explicit limits(const connection_options& o)
         : max_frame_size(o.max_frame_size), max_pending_requests(o.max_pending_requests),
           max_buffered_output(o.max_buffered_output), request_timeout(o.request_timeout),
-          frame_timeout(o.frame_timeout), peer_timeout(o.peer_timeout), shared_output(o.shared_output) {}
+          frame_timeout(o.frame_timeout), peer_timeout(o.peer_timeout), shared_output(o.shared_output), io(o.io) {}
     std::size_t max_frame_size;
     std::size_t max_pending_requests;
     std::size_t max_buffered_output;
@@ -216,6 +244,7 @@ private:
     std::chrono::milliseconds frame_timeout;
     std::chrono::milliseconds peer_timeout;
     std::shared_ptr<output_budget> shared_output;
+    transport io;
   };
   // A frame whose body is written in place; its header sits in the stage
   // buffer at `stage_offset`.
@@ -262,6 +291,14 @@ private:
   void complete(std::uint64_t id, response r);
   void arm_timer(std::chrono::steady_clock::time_point deadline);
   void on_timer();
+  /// Moves the socket into the loop's uring_service (options' io = uring).
+  void adopt_into_uring();
+  /// Cancels the socket's pending operations on the ring (they end with operation_aborted).
+  void cancel_on_uring() noexcept;
+  /// Frees the socket's slot on the ring (closing it) and leaves the ring.
+  void close_on_uring() noexcept;
+  /// Sends iov_ through the ring, again after a short count, then calls `done`.
+  void uring_write(corodist::detail::unique_function<void(std::error_code, std::size_t)> done);
   void start_heartbeat();
   void stop_heartbeat() noexcept;
   void on_heartbeat(bool confirming);
@@ -274,6 +311,8 @@ private:
   std::chrono::steady_clock::time_point progress_at_; // last byte of an incomplete frame
   std::chrono::steady_clock::time_point received_at_; // last read completion
   std::chrono::steady_clock::time_point sent_at_;     // last write handed to the socket
+  detail::uring_service* uring_ = nullptr; // the socket's ring service when on uring (socket_ is then empty)
+  detail::uring_file_slot ufile_;           // its place there
   detail::heartbeat_wheel* wheel_ = nullptr; // peer_timeout: the loop's wheel this is on, from start to close
   std::uint32_t wheel_slot_ = 0;             // its place on the wheel
   std::uint32_t wheel_index_ = 0;
