@@ -3,6 +3,9 @@
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#if CORODIST_IO_URING
+#include "net/uring_service.hpp"
+#endif
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -29,15 +32,22 @@ constexpr auto max_accept_backoff = std::chrono::milliseconds(1000);
 using detail::endpoint_text;
 } // namespace
 
-std::size_t connection_limit(std::size_t requested) noexcept {
+std::size_t connection_limit(std::size_t requested, transport io) noexcept {
   if (requested != 0)
     return requested;
   constexpr std::size_t headroom = 64;
   rlimit r{};
   if (::getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY)
     return 65536;
-  return static_cast<std::size_t>(r.rlim_cur) > 2 * headroom ? static_cast<std::size_t>(r.rlim_cur) - headroom
-                                                              : static_cast<std::size_t>(r.rlim_cur) / 2;
+  const auto soft = static_cast<std::size_t>(r.rlim_cur);
+#if CORODIST_IO_URING
+  if (io == transport::uring && detail::uring_service::available()) // the rings' tables (uring_service.hpp)
+    return detail::uring_service::max_rings *
+           std::min<std::size_t>(soft, detail::uring_service::max_slots_per_ring);
+#else
+  (void)io;
+#endif
+  return soft > 2 * headroom ? soft - headroom : soft / 2;
 }
 
 // The value read once, not -1: Linux clamps -1 (as any larger backlog) to

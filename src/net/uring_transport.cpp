@@ -49,6 +49,14 @@ void stay_on_asio(const std::string& why) {
 
 #if CORODIST_IO_URING
 
+std::string uring_unavailable_reason() {
+  static const std::string why = [] {
+    std::string w;
+    return detail::uring_service::available(&w) ? std::string() : (w.empty() ? std::string("unknown") : w);
+  }();
+  return why;
+}
+
 namespace {
 
 detail::uring_file as_file(const detail::uring_file_slot& s) noexcept { return {s.ring, s.slot}; }
@@ -56,10 +64,7 @@ detail::uring_file as_file(const detail::uring_file_slot& s) noexcept { return {
 } // namespace
 
 void connection::adopt_into_uring() {
-  static const std::string unusable = [] {
-    std::string why;
-    return detail::uring_service::available(&why) ? std::string() : why;
-  }();
+  static const std::string unusable = uring_unavailable_reason();
   if (!unusable.empty()) {
     stay_on_asio(unusable);
     return;
@@ -125,6 +130,8 @@ void connection::uring_write(corodist::detail::unique_function<void(std::error_c
 }
 
 #else
+
+std::string uring_unavailable_reason() { return "this corodist was built on epoll (-Dio_uring=disabled)"; }
 
 void connection::cancel_on_uring() noexcept {}
 void connection::close_on_uring() noexcept {}

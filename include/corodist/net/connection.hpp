@@ -68,6 +68,11 @@ enum class transport : std::uint8_t {
 /// logged once and ignored. Read at each call; any thread.
 transport configured_transport() noexcept;
 
+/// Why transport::uring cannot run here ("" when it can: an io_uring build on
+/// a kernel that takes the rings, registered files and opcodes it needs).
+/// Checked once; any thread.
+std::string uring_unavailable_reason();
+
 /// Limits and deadlines of a connection. The defaults are the named constants.
 struct connection_options {
   static constexpr std::size_t default_max_frame_size = std::size_t{1} << 30;          // 1 GiB

@@ -35,8 +35,11 @@ struct foreign_protocol {
 
 /// `requested`, or when it is 0, the process's open-file limit (RLIMIT_NOFILE,
 /// soft) less 64 descriptors of headroom: the default connection limit of the
-/// servers built on listener.
-std::size_t connection_limit(std::size_t requested) noexcept;
+/// servers built on listener. With `io` = transport::uring (where the ring
+/// service can run), connections hold no descriptor once started, and the
+/// default is what the rings hold: 16 tables of that open-file limit (each at
+/// most 65,536).
+std::size_t connection_limit(std::size_t requested, transport io = configured_transport()) noexcept;
 
 /// The accept backlog of every listener: the system's limit,
 /// net.core.somaxconn, read once from /proc/sys/net/core/somaxconn (the
