@@ -183,8 +183,25 @@ std::string self_dir() {
 /// A standalone `corodist-store serve` process (no token, a port of its own),
 /// killed and reaped when this goes.
 struct store_daemon {
-  store_daemon() {
+  /// `overrides`: "NAME=VALUE" entries of the daemon's environment in place
+  /// of this process's.
+  explicit store_daemon(const std::vector<std::string>& overrides = {}) {
     const std::string daemon = self_dir() + "/../tools/corodist-store";
+    std::vector<std::string> env_text;
+    auto overridden = [&](std::string_view e) {
+      for (const auto& o : overrides)
+        if (e.starts_with(o.substr(0, o.find('=') + 1)))
+          return true;
+      return false;
+    };
+    for (char** e = environ; *e != nullptr; ++e)
+      if (!overridden(*e))
+        env_text.emplace_back(*e);
+    env_text.insert(env_text.end(), overrides.begin(), overrides.end());
+    std::vector<char*> envp;
+    for (auto& e : env_text)
+      envp.push_back(e.data());
+    envp.push_back(nullptr);
     int out[2];
     if (::pipe(out) != 0)
       throw std::runtime_error("pipe failed");
@@ -193,7 +210,7 @@ struct store_daemon {
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_addclose(&fa, out[0]);
     const char* argv[] = {daemon.c_str(), "--port", "0", "--auth-token", "", "serve", nullptr};
-    if (posix_spawn(&pid, daemon.c_str(), &fa, nullptr, const_cast<char**>(argv), environ) != 0)
+    if (posix_spawn(&pid, daemon.c_str(), &fa, nullptr, const_cast<char**>(argv), envp.data()) != 0)
       throw std::runtime_error("cannot start " + daemon);
     posix_spawn_file_actions_destroy(&fa);
     ::close(out[1]);
@@ -391,6 +408,15 @@ void say(int fd, const std::string& line) { (void)!::write(fd, line.data(), line
 /// waits for the release (EOF on `go_fd`), runs ranks [first, first + count)
 /// from source address 127.0.0.(2 + index), says "ok <seconds>" (or "error
 /// <what>"), keeps its connections until EOF on `quit_fd`, and exits.
+/// The heartbeat deadline of the rendezvous (server and ranks): each side of a
+/// connection sends a heartbeat after a quarter of it without output, and
+/// with the default 10 s, 98,304 ranks (about 45,000 heartbeats a second each
+/// way) starve this 2-vCPU machine, and connects time out. A job of that size
+/// would set it so (CORODIST_PEER_TIMEOUT_MS); PyTorch's TCPStore has none.
+constexpr std::chrono::milliseconds rendezvous_peer_timeout{60'000};
+const std::string rendezvous_peer_timeout_env =
+    "CORODIST_PEER_TIMEOUT_MS=" + std::to_string(rendezvous_peer_timeout.count());
+
 [[noreturn]] void rendezvous_client(int index, int first, int count, int world, std::uint16_t port, int go_fd,
                                     int quit_fd, int out_fd) {
   auto failed = [out_fd, index](const std::exception& e) {
@@ -401,6 +427,7 @@ void say(int fd, const std::string& line) { (void)!::write(fd, line.data(), line
   };
   try {
     raise_fd_limit();
+    ::setenv("CORODIST_PEER_TIMEOUT_MS", std::to_string(rendezvous_peer_timeout.count()).c_str(), 1);
     event_loop loop;
     loop.start();
     auto ex = asio::any_io_executor(loop.get_executor());
@@ -476,21 +503,33 @@ record rendezvous_case(context& ctx, int ranks, rendezvous_reference& ref) {
   r.suite = "store";
   r.name = fmt::format("rendezvous_{}_ranks", ranks);
   r.extra = {{"ranks", double(ranks)}};
-  // The server holds one descriptor per rank: where the hard limit is lower, the case cannot run.
+  // On Asio's sockets the server holds one descriptor per rank: where the hard
+  // limit is lower, the server runs on the uring transport (its connections
+  // then hold none), and where that cannot run either, the case cannot run.
   const rlim_t hard = fd_hard_limit();
   const rlim_t needed = static_cast<rlim_t>(ranks) + server_fd_headroom;
+  std::string transport = "asio";
+  if (const char* t = std::getenv("CORODIST_NET_TRANSPORT"); t != nullptr && std::string_view(t) == "uring")
+    transport = "uring";
   if (hard != RLIM_INFINITY && needed > hard) {
-    r.text = {{"error", fmt::format("not runnable here: the server needs {} descriptors, RLIMIT_NOFILE hard limit is "
-                                    "{} (raising it needs CAP_SYS_RESOURCE)",
-                                    needed, hard)}};
     r.extra.emplace_back("descriptors_needed", double(needed));
     r.extra.emplace_back("rlimit_nofile_hard", double(hard));
-    return r;
+    const std::string why = corodist::net::uring_unavailable_reason();
+    if (!why.empty()) {
+      r.text = {{"error", fmt::format("not runnable here: the server needs {} descriptors, RLIMIT_NOFILE hard limit is "
+                                      "{} (raising it needs CAP_SYS_RESOURCE), and the uring transport cannot run: {}",
+                                      needed, hard, why)}};
+      return r;
+    }
+    transport = "uring";
   }
+  r.text.emplace_back("server_transport", transport);
+  r.extra.emplace_back("peer_timeout_ms", double(rendezvous_peer_timeout.count()));
   if (ctx.status != nullptr)
     ctx.status->note(fmt::format("rendezvous of {} ranks", ranks));
   const int procs = client_processes(ranks);
-  store_daemon server; // inherits the raised descriptor limit: max_connections = that less 64
+  store_daemon server({"CORODIST_NET_TRANSPORT=" + transport, rendezvous_peer_timeout_env});
+  // (it inherits the raised descriptor limit: max_connections follows it)
   const pid_t spid = server.pid;
   { // one client first, so the baseline includes the server's first-use allocations
     event_loop loop;
@@ -650,6 +689,18 @@ void rendezvous_cases(context& ctx) {
   std::vector<int> sizes{1024, 4096};
   if (!ctx.quick)
     sizes.insert(sizes.end(), {16384, 65536, 98304});
+  if (const char* only = std::getenv("CORODIST_RENDEZVOUS_RANKS"); only != nullptr && *only) { // e.g. "1024,98304"
+    sizes.clear();
+    for (const char* p = only; *p;) {
+      char* end = nullptr;
+      const long n = std::strtol(p, &end, 10);
+      if (end == p)
+        break;
+      if (n > 0)
+        sizes.push_back(static_cast<int>(n));
+      p = *end == ',' ? end + 1 : end;
+    }
+  }
   rendezvous_reference ref;
   std::string growth;
   for (int ranks : sizes) {
