@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <system_error>
@@ -115,6 +116,22 @@ public:
   /// Waits on the loop's timer until the communicator being made (its call
   /// returned `r`) is ready or failed; ncclInProgress when `deadline` passed.
   static asio::awaitable<ncclResult_t> settle_init(nccl_comm& st, ncclResult_t r, clock::time_point deadline);
+
+  /// Calls `done` on the loop's timer, the wait doubling from
+  /// opts.poll_interval to opts.max_poll_interval, until it returns true;
+  /// timeout_error "`what` within N ms" once `deadline` passed.
+  asio::awaitable<void> poll_until(const nccl_options& opts, clock::time_point deadline,
+                                   std::function<bool()> done, std::string what) {
+    asio::steady_timer timer(ex_);
+    auto interval = opts.poll_interval;
+    while (!done()) {
+      if (clock::now() >= deadline)
+        throw timeout_error(fmt::format("{} within {} ms", what, opts.timeout.count()));
+      timer.expires_after(interval);
+      co_await timer.async_wait(asio::use_awaitable);
+      interval = std::min(interval * 2, opts.max_poll_interval);
+    }
+  }
 
   /// The stream, events and scratch buffer of a communicator just made.
   void finish_setup(const std::string& what, const char* op);
@@ -581,19 +598,9 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
     seq = next_seq_;
   };
   look();
-  if (settling) { // an abort's revoke still runs: the parent is used once it returned
-    asio::steady_timer timer(ex_);
-    auto interval = opts.poll_interval;
-    while (settling) {
-      if (clock::now() >= deadline)
-        throw timeout_error(fmt::format("{}: the abort of the communicator did not finish within {} ms", what,
-                                        opts.timeout.count()));
-      timer.expires_after(interval);
-      co_await timer.async_wait(asio::use_awaitable);
-      interval = std::min(interval * 2, opts.max_poll_interval);
-      look();
-    }
-  }
+  // An abort's revoke still running on its thread: the parent is used once it returned.
+  co_await poll_until(opts, deadline, [&] { return look(), !settling; },
+                      what + ": the abort of the communicator did not finish");
   if (!parent)
     throw collective_error(what + ": " + shrink_unavailable_reason(), "shrink", rank_, seq);
   const auto below = std::count_if(excluded.begin(), excluded.end(), [&](int x) { return x < rank_; });
@@ -602,20 +609,9 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
   st->device_ = device_;
   ncclResult_t state = ncclSuccess;
   ncclCommGetAsyncError(parent, &state);
-  if (revoked) {
-    // A revoked communicator reports ncclInProgress until it is quiescent.
-    asio::steady_timer timer(ex_);
-    auto interval = opts.poll_interval;
-    while (state == ncclInProgress) {
-      if (clock::now() >= deadline)
-        throw timeout_error(fmt::format("{}: the revoked communicator did not become quiescent within {} ms", what,
-                                        opts.timeout.count()));
-      timer.expires_after(interval);
-      co_await timer.async_wait(asio::use_awaitable);
-      interval = std::min(interval * 2, opts.max_poll_interval);
-      ncclCommGetAsyncError(parent, &state);
-    }
-  }
+  if (revoked) // a revoked communicator reports ncclInProgress until it is quiescent
+    co_await poll_until(opts, deadline, [&] { return ncclCommGetAsyncError(parent, &state), state != ncclInProgress; },
+                        what + ": the revoked communicator did not become quiescent");
   cudaSetDevice(device_);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;

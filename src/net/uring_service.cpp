@@ -384,6 +384,11 @@ void uring_service::cancel_op(op_base* op) {
   // By user_data: an operation queued before this cancel is issued before it
   // (one ring, in order), and one made later at the same address after it.
   io_uring_prep_cancel64(sqe, reinterpret_cast<std::uintptr_t>(op), 0);
+  queue_internal(r, sqe);
+}
+
+// An SQE of the service's own (a cancel): no operation completes with it.
+void uring_service::queue_internal(ring& r, io_uring_sqe* sqe) {
   io_uring_sqe_set_data(sqe, nullptr);
   ++r.in_flight;
   ++in_flight_;
@@ -402,11 +407,7 @@ void uring_service::cancel(uring_file f) {
   if (sqe == nullptr)
     return;
   io_uring_prep_cancel_fd(sqe, static_cast<int>(f.slot), IORING_ASYNC_CANCEL_FD_FIXED | IORING_ASYNC_CANCEL_ALL);
-  io_uring_sqe_set_data(sqe, nullptr);
-  ++r->in_flight;
-  ++in_flight_;
-  request_submit();
-  arm_wait();
+  queue_internal(*r, sqe);
 }
 
 void uring_service::close(uring_file f) {

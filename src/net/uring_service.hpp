@@ -306,6 +306,7 @@ private:
   void start_recv(uring_file f, asio::mutable_buffer buf, bool all, op_base* op);
   void start_send(uring_file f, std::span<const asio::const_buffer> bufs, bool all, send_op_base* op);
   void cancel_op(op_base* op);
+  void queue_internal(ring& r, struct io_uring_sqe* sqe);
 
   // Helpers (uring_service.cpp).
   ring* ring_of(uring_file f) noexcept;
