@@ -69,7 +69,8 @@ void connection::adopt_into_uring() {
     stay_on_asio(unusable);
     return;
   }
-  const auto* ex = socket_.get_executor().target<asio::io_context::executor_type>();
+  const auto executor = socket_.get_executor(); // (target() points into it)
+  const auto* ex = executor.target<asio::io_context::executor_type>();
   if (ex == nullptr) {
     stay_on_asio("the connection's executor is not an io_context's own");
     return;
