@@ -41,7 +41,7 @@ std::size_t connection_limit(std::size_t requested, transport io) noexcept {
     return 65536;
   const auto soft = static_cast<std::size_t>(r.rlim_cur);
 #if CORODIST_IO_URING
-  if (io == transport::uring && detail::uring_service::available()) // the rings' tables (uring_service.hpp)
+  if (io == transport::uring && uring_unavailable_reason().empty()) // the rings' tables (uring_service.hpp)
     return detail::uring_service::max_rings *
            std::min<std::size_t>(soft, detail::uring_service::max_slots_per_ring);
 #else

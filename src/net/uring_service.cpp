@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <thread>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -234,6 +235,7 @@ uring_service::ring* uring_service::ring_with_room(std::error_code& ec) {
   r->slots = n;
   r->index = static_cast<std::uint32_t>(rings_.size());
   setup_flags_ = flags;
+  issuer_ = std::this_thread::get_id();
   rings_.push_back(std::move(r));
   return rings_.back().get();
 }
@@ -464,7 +466,18 @@ void uring_service::request_submit() {
   });
 }
 
+// A SINGLE_ISSUER ring refuses every submission (and its deferred task work
+// runs) from another thread than the one that made it, as when an event loop
+// drains its context on the thread destroying it: what is queued there stays
+// until the ring's own thread comes back, or the ring goes at shutdown,
+// without a pass posted again and again meanwhile.
+bool uring_service::foreign_thread() const noexcept {
+  return (setup_flags_ & IORING_SETUP_SINGLE_ISSUER) != 0 && std::this_thread::get_id() != issuer_;
+}
+
 void uring_service::submit_all() {
+  if (foreign_thread())
+    return;
   bool more = false;
   for (auto& r : rings_) {
     if (io_uring_sq_ready(&r->uring) > 0) {
@@ -472,10 +485,7 @@ void uring_service::submit_all() {
       do
         rc = io_uring_submit(&r->uring);
       while (rc == -EINTR);
-      // -EEXIST: not the ring's thread (SINGLE_ISSUER), as when an event loop
-      // drains its context on the thread destroying it: what is queued stays
-      // until the ring's own thread submits it, or the ring goes at shutdown.
-      if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EEXIST)
+      if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
         throw std::system_error(sys_error(rc), "io_uring_submit (uring_service)");
       if (rc < 0) // short of resources: left queued, tried again on the next pass
         more = true;
@@ -521,6 +531,8 @@ void uring_service::on_wake() {
 }
 
 void uring_service::run_pass() {
+  if (foreign_thread())
+    return;
   if (in_pass_) {
     post_pass();
     return;
@@ -541,8 +553,6 @@ void uring_service::run_pass() {
         do
           rc = io_uring_submit_and_get_events(&r.uring);
         while (rc == -EINTR);
-        if (rc == -EEXIST) // not the ring's thread (see submit_all): nothing to reap from here
-          continue;
         if (rc < 0 && rc != -EAGAIN && rc != -EBUSY)
           throw std::system_error(sys_error(rc), "io_uring_submit_and_get_events (uring_service)");
       }

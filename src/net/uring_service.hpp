@@ -61,6 +61,7 @@
 #include <span>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -324,11 +325,13 @@ private:
   void run_pass();
   bool reap(ring& r);
   void post_pass();
+  [[nodiscard]] bool foreign_thread() const noexcept;
 
   asio::io_context& ctx_;
   asio::posix::stream_descriptor efd_;
   std::vector<std::unique_ptr<ring>> rings_;
   unsigned setup_flags_ = 0;
+  std::thread::id issuer_; ///< the thread that made the rings (SINGLE_ISSUER)
   op_base* ops_ = nullptr; ///< operations on a ring, not yet reaped
   struct immediate {
     op_base* op;

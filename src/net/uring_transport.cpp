@@ -64,9 +64,8 @@ detail::uring_file as_file(const detail::uring_file_slot& s) noexcept { return {
 } // namespace
 
 void connection::adopt_into_uring() {
-  static const std::string unusable = uring_unavailable_reason();
-  if (!unusable.empty()) {
-    stay_on_asio(unusable);
+  if (const auto why = uring_unavailable_reason(); !why.empty()) {
+    stay_on_asio(why);
     return;
   }
   const auto executor = socket_.get_executor(); // (target() points into it)
@@ -102,21 +101,21 @@ void connection::close_on_uring() noexcept {
   ufile_ = {};
 }
 
-void connection::uring_write(corodist::detail::unique_function<void(std::error_code, std::size_t)> done) {
+void connection::uring_write() {
   std::size_t first = 0;
   while (first < iov_.size() && iov_[first].size() == 0)
     ++first;
   iov_.erase(iov_.begin(), iov_.begin() + static_cast<std::ptrdiff_t>(first));
   if (iov_.empty() || !open_) {
-    done(open_ ? std::error_code() : make_error_code(asio::error::operation_aborted), 0);
+    write_done(open_ ? std::error_code() : make_error_code(asio::error::operation_aborted));
     return;
   }
   // A send of more than IOV_MAX buffers takes the first IOV_MAX: what is left
   // goes again, as after a short count.
   uring_->async_send_all(as_file(ufile_), std::span<const asio::const_buffer>(iov_),
-                         [self = shared_from_this(), done = std::move(done)](std::error_code ec, std::size_t n) mutable {
+                         [self = shared_from_this()](std::error_code ec, std::size_t n) {
                            if (ec) {
-                             done(ec, n);
+                             self->write_done(ec);
                              return;
                            }
                            auto& v = self->iov_;
@@ -126,7 +125,7 @@ void connection::uring_write(corodist::detail::unique_function<void(std::error_c
                            v.erase(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i));
                            if (!v.empty())
                              v.front() += n;
-                           self->uring_write(std::move(done));
+                           self->uring_write();
                          });
 }
 
@@ -137,10 +136,10 @@ std::string uring_unavailable_reason() { return "this corodist was built on epol
 void connection::cancel_on_uring() noexcept {}
 void connection::close_on_uring() noexcept {}
 
-void connection::adopt_into_uring() { stay_on_asio("this corodist was built on epoll (-Dio_uring=disabled)"); }
+void connection::adopt_into_uring() { stay_on_asio(uring_unavailable_reason()); }
 
-void connection::uring_write(corodist::detail::unique_function<void(std::error_code, std::size_t)> done) {
-  done(make_error_code(asio::error::operation_not_supported), 0); // never reached: uring_ stays null
+void connection::uring_write() { // never reached: uring_ stays null
+  write_done(make_error_code(asio::error::operation_not_supported));
 }
 
 #endif

@@ -142,21 +142,11 @@ void connection::start_write() {
   if (opts_.shared_output)
     opts_.shared_output->remove(queued_bytes_); // handed to the socket
   queued_bytes_ = 0;
-  auto done = [self = shared_from_this()](std::error_code ec, std::size_t) {
-    self->writing_ = false;
-    self->writing_batch_.clear();
-    if (ec) {
-      if (self->open_)
-        CORODIST_LOG_DEBUG("write to {} failed: {}", detail::endpoint_text(self->remote_), ec.message());
-      self->close(errc::connection_closed);
-      return;
-    }
-    self->start_write();
-  };
+  auto done = [self = shared_from_this()](std::error_code ec, std::size_t) { self->write_done(ec); };
   const auto& b = writing_batch_;
   if (uring_ != nullptr && b.large.empty()) {
     iov_.assign(1, asio::buffer(b.stage));
-    uring_write(std::move(done));
+    uring_write();
     return;
   }
   if (b.large.empty()) {
@@ -179,10 +169,22 @@ void connection::start_write() {
   if (pos < b.stage.size())
     iov_.push_back(asio::buffer(b.stage.data() + pos, b.stage.size() - pos));
   if (uring_ != nullptr) {
-    uring_write(std::move(done));
+    uring_write();
     return;
   }
   asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, std::move(done));
+}
+
+void connection::write_done(std::error_code ec) {
+  writing_ = false;
+  writing_batch_.clear();
+  if (ec) {
+    if (open_)
+      CORODIST_LOG_DEBUG("write to {} failed: {}", detail::endpoint_text(remote_), ec.message());
+    close(errc::connection_closed);
+    return;
+  }
+  start_write();
 }
 
 asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload, std::vector<segment> segments,

@@ -302,8 +302,10 @@ private:
   void cancel_on_uring() noexcept;
   /// Frees the socket's slot on the ring (closing it) and leaves the ring.
   void close_on_uring() noexcept;
-  /// Sends iov_ through the ring, again after a short count, then calls `done`.
-  void uring_write(corodist::detail::unique_function<void(std::error_code, std::size_t)> done);
+  /// Sends iov_ through the ring, again after a short count, then write_done().
+  void uring_write();
+  /// The end of a write (either transport): the next one, or the close on an error.
+  void write_done(std::error_code ec);
   void start_heartbeat();
   void stop_heartbeat() noexcept;
   void on_heartbeat(bool confirming);
