@@ -234,12 +234,13 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
   // aggregate) temporary inside a co_await expression twice.
   auto connect = [st, gloo_keys, &opts, rank, size] {
     auto attr = device_attr(opts);
-    st->device = gloo::transport::tcp::CreateDevice(attr);
+    st->device = detail::abortable_device::create(attr);
     st->address = st->device->str();
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(opts.timeout);
     detail::gloo_store adapter(gloo_keys, opts.timeout);
-    ctx->connectFullMesh(adapter, st->device);
+    std::shared_ptr<gloo::transport::Device> device = st->device;
+    ctx->connectFullMesh(adapter, device);
     st->context = std::move(ctx);
     st->record_endpoints(adapter);
     st->connected.store(true, std::memory_order_release);

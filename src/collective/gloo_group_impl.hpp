@@ -7,6 +7,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/worker_thread.hpp>
 
+#include "collective/gloo_abortable.hpp"
 #include "collective/gloo_cuda_staging.hpp"
 #include "collective/gloo_members.hpp"
 #include "collective/gloo_ops.hpp"
@@ -15,7 +16,6 @@
 #include "collective/work_state.hpp"
 
 #include <gloo/rendezvous/context.h>
-#include <gloo/transport/device.h>
 
 #include <atomic>
 #include <chrono>
@@ -115,7 +115,8 @@ struct gloo_group::impl {
   int peer_named(const char* what) const;
   /// The first abort's reason.
   std::string reason() const;
-  /// Ends every connection of the group.
+  /// Ends every connection of the group and fails every Gloo buffer in use,
+  /// so that every blocked Gloo call fails at once.
   void signal_pairs(const std::string& why);
   /// After connecting: the addresses that identify the group's sockets.
   void record_endpoints(detail::gloo_store& keys);
@@ -143,7 +144,7 @@ struct gloo_group::impl {
   const gloo_options opts;
   std::shared_ptr<store::store> store; // kept alive (a rendezvous' rank 0 holds the server)
   std::string label;
-  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<detail::abortable_device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::atomic<bool> connected{false};
   std::string address;

@@ -107,12 +107,15 @@ std::optional<std::pair<int, std::string>> gloo_group::impl::lost_peer(const cha
   return std::pair(*lost, std::string(reset ? "connection reset" : "connection closed"));
 }
 
-// Ends every connection of the group: our blocked Gloo calls fail at once
-// (Gloo's event loop sees the connections end), and so do the peers'.
+// Ends every connection of the group: our blocked Gloo calls fail (Gloo's
+// event loop sees the connections end), and so do the peers'. Gloo tells
+// only some of the waiting buffers that their pair failed (gloo_abortable.hpp),
+// so every buffer is failed too.
 void gloo_group::impl::signal_pairs(const std::string& why) {
   if (!connected.load(std::memory_order_acquire))
     return;
   const auto n = detail::shutdown_sockets(local_ends, remote_ends);
+  device->fail_buffers(why);
   CORODIST_LOG_DEBUG("{} (rank {}): shut down {} connection(s): {}", label, rank, n, why);
 }
 

@@ -1,7 +1,8 @@
 // The Gloo backend with ranks as real processes (fork) over loopback, meeting
 // at a store server in the test process: every collective on 2, 3 and 4
 // ranks, a 64 MiB allreduce, a rank killed in the middle of collectives, and
-// ranks whose calls differ (which must not end a process).
+// ranks whose calls differ (which must not end a process), an abort while a
+// peer is stopped.
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/collective/errors.hpp>
@@ -455,6 +456,75 @@ BOOST_AUTO_TEST_CASE(a_rank_that_left_between_collectives_fails_the_next_one, *u
     const int code = kids[static_cast<std::size_t>(r)]->wait_for(60s);
     BOOST_TEST(code == 0, "rank " << r << " exited with " << code);
   }
+}
+
+// Two ranks start a 256 MiB allreduce; rank 1 is stopped (SIGSTOP) in the
+// middle, so that rank 0's sends fill the socket; then rank 0 aborts its
+// group. Its allreduce fails with the abort's reason, not at its 30 s
+// deadline (collective_timeout_error). (The abort also fails every Gloo
+// buffer itself: Gloo forgets a send whose write fails as the peer's
+// notice of its receive is handled, whose wait then slept to the deadline
+// when a peer died at that moment; ddp_reducer/killed_rank_fails_finalize
+// met it.)
+BOOST_AUTO_TEST_CASE(an_abort_fails_a_collective_blocked_by_a_stopped_peer, *utf::timeout(120)) {
+  store_host host;
+  const auto port = host.port();
+  enum : int { as_expected = 0, timed_out = 3, finished = 4, other = 5 };
+  const std::size_t n = std::size_t{64} << 20;
+  pipe_pair started, stopped;
+  child_process sender([&] {
+    started.close_read();
+    stopped.close_write();
+    return rank_process(port, 0, 2, "queued", [&](cc::gloo_group& pg) -> int {
+      std::vector<float> v(n, 1.0f);
+      auto w = pg.allreduce(v);
+      char c = 's';
+      (void)!::write(started.write_end(), &c, 1);
+      if (!wait_readable(stopped.read_end(), 60s))
+        return other;
+      pg.abort("the test aborts the group");
+      try {
+        w.get();
+        return finished;
+      } catch (const cc::collective_timeout_error& e) {
+        std::fprintf(stderr, "rank 0 waited for the deadline: %s\n", e.what());
+        return timed_out;
+      } catch (const cc::collective_error& e) {
+        std::fprintf(stderr, "rank 0 as expected: %s\n", e.what());
+        return std::string(e.what()).find("the test aborts the group") != std::string::npos ? as_expected : other;
+      }
+    });
+  });
+  child_process reader([&] {
+    started.close_read();
+    stopped.close_write();
+    return rank_process(port, 1, 2, "queued", [&](cc::gloo_group& pg) {
+      std::vector<float> v(n, 1.0f);
+      auto w = pg.allreduce(v);
+      char c = 'r';
+      (void)!::write(started.write_end(), &c, 1);
+      try {
+        w.get();
+      } catch (const std::exception&) { // its peer aborted: either end is fine here
+      }
+      return 0;
+    });
+  });
+  started.close_write();
+  stopped.close_read();
+  char got[2];
+  std::size_t have = 0;
+  while (have < 2 && wait_readable(started.read_end(), 60s))
+    if (::read(started.read_end(), got + have, 1) == 1)
+      ++have;
+  BOOST_REQUIRE_EQUAL(have, 2u);
+  ::kill(reader.pid(), SIGSTOP);
+  char c = 'z';
+  BOOST_REQUIRE(::write(stopped.write_end(), &c, 1) == 1);
+  const int code = sender.wait_for(60s);
+  ::kill(reader.pid(), SIGCONT);
+  BOOST_TEST(code == static_cast<int>(as_expected), "rank 0 exited with " << code);
+  reader.wait_for(60s);
 }
 
 // The case, with the default options: rank 0 allreduces 1000

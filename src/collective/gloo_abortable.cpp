@@ -1,0 +1,88 @@
+#include "collective/gloo_abortable.hpp"
+
+#include <gloo/common/error.h>
+#include <gloo/transport/tcp/context.h>
+#include <gloo/transport/tcp/unbound_buffer.h>
+
+#include <exception>
+#include <mutex>
+#include <unordered_set>
+
+namespace corodist::collective::detail {
+
+namespace tcp = gloo::transport::tcp;
+
+namespace {
+class abortable_buffer;
+}
+
+/// The live buffers of a device's contexts, and the failure they all get.
+struct buffer_registry {
+  std::mutex mutex;
+  std::unordered_set<abortable_buffer*> live;
+  std::exception_ptr failure;
+};
+
+namespace {
+
+class abortable_buffer : public tcp::UnboundBuffer {
+public:
+  abortable_buffer(const std::shared_ptr<tcp::Context>& context, void* ptr, std::size_t size,
+                   std::shared_ptr<buffer_registry> registry)
+      : tcp::UnboundBuffer(context, ptr, size), registry_(std::move(registry)) {
+    std::lock_guard lk(registry_->mutex);
+    if (registry_->failure)
+      fail(registry_->failure);
+    registry_->live.insert(this);
+  }
+
+  ~abortable_buffer() override {
+    std::lock_guard lk(registry_->mutex);
+    registry_->live.erase(this);
+  }
+
+  /// Sets the buffer's exception and wakes its waits (Gloo's own way to fail it).
+  void fail(std::exception_ptr e) { signalException(std::move(e)); }
+
+private:
+  std::shared_ptr<buffer_registry> registry_;
+};
+
+class abortable_context : public tcp::Context {
+public:
+  abortable_context(std::shared_ptr<tcp::Device> device, int rank, int size, std::shared_ptr<buffer_registry> registry)
+      : tcp::Context(std::move(device), rank, size), registry_(std::move(registry)) {}
+
+  std::unique_ptr<gloo::transport::UnboundBuffer> createUnboundBuffer(void* ptr, std::size_t size) override {
+    return std::make_unique<abortable_buffer>(shared_from_this(), ptr, size, registry_);
+  }
+
+private:
+  std::shared_ptr<buffer_registry> registry_;
+};
+
+} // namespace
+
+std::shared_ptr<abortable_device> abortable_device::create(const tcp::attr& attr) {
+  return std::make_shared<abortable_device>(tcp::CreateDeviceAttr(attr));
+}
+
+abortable_device::abortable_device(const tcp::attr& resolved)
+    : tcp::Device(resolved), registry_(std::make_shared<buffer_registry>()) {}
+
+abortable_device::~abortable_device() = default;
+
+std::shared_ptr<gloo::transport::Context> abortable_device::createContext(int rank, int size) {
+  auto self = std::static_pointer_cast<tcp::Device>(shared_from_this());
+  return std::make_shared<abortable_context>(std::move(self), rank, size, registry_);
+}
+
+void abortable_device::fail_buffers(const std::string& why) {
+  std::lock_guard lk(registry_->mutex);
+  if (!registry_->failure)
+    registry_->failure = std::make_exception_ptr(gloo::IoException(why));
+  for (auto* b : registry_->live)
+    b->fail(registry_->failure);
+}
+
+} // namespace corodist::collective::detail

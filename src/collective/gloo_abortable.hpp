@@ -1,0 +1,39 @@
+#pragma once
+// A Gloo TCP device whose contexts can fail every unbound buffer they made.
+//
+// Gloo (the 2022-05 snapshot Debian ships) signals a pair's failure only to
+// the buffers still listed on that pair: a send already queued for the socket
+// and a receive already being read are not, so their waitSend()/waitRecv()
+// sleeps until the call's own timeout although the connection is gone. A
+// gloo_group's abort therefore fails the buffers themselves.
+
+#include <gloo/transport/tcp/device.h>
+
+#include <memory>
+#include <string>
+
+namespace corodist::collective::detail {
+
+struct buffer_registry;
+
+class abortable_device : public gloo::transport::tcp::Device {
+public:
+  /// A device for `attr` (resolved as gloo::transport::tcp::CreateDevice does).
+  static std::shared_ptr<abortable_device> create(const gloo::transport::tcp::attr& attr);
+
+  explicit abortable_device(const gloo::transport::tcp::attr& resolved);
+  ~abortable_device() override;
+
+  /// A context whose unbound buffers this device can fail.
+  std::shared_ptr<gloo::transport::Context> createContext(int rank, int size) override;
+
+  /// Fails every unbound buffer of this device's contexts, those alive and
+  /// those made later: their waits throw gloo::IoException(`why`) at once.
+  /// Thread-safe; idempotent (the first reason stays).
+  void fail_buffers(const std::string& why);
+
+private:
+  std::shared_ptr<buffer_registry> registry_;
+};
+
+} // namespace corodist::collective::detail
