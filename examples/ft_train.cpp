@@ -19,6 +19,10 @@
 // together after --steps committed steps; with --finish-with K, only in a
 // quorum of K (a replica still away is waited for, so that all end equal).
 //
+// --hold-after N --hold-file PATH: after committing step N, waits (up to
+// 60 s) until PATH is not empty before the next step, so that a test puts a
+// fault in place at a known step.
+//
 // The store: MASTER_ADDR and MASTER_PORT (corodist-run's, or any store_server).
 #include <corodist/collective/errors.hpp>
 #include <corodist/core/error.hpp>
@@ -35,6 +39,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -89,14 +94,25 @@ struct model {
 };
 
 struct settings {
-  std::string replica, out, replay;
-  std::uint64_t steps = 60;
+  std::string replica, out, replay, hold_file;
+  std::uint64_t steps = 60, hold_after = 0;
   int min_replicas = 1, initial_replicas = 0, finish_with = 0, step_ms = 20, group_timeout_ms = 0;
 };
 
 const char* env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
   return v && *v ? v : fallback;
+}
+
+/// Waits until `path` is not empty (at most 60 s).
+asio::awaitable<void> hold(const std::string& path) {
+  asio::steady_timer t(co_await asio::this_coro::executor);
+  for (int i = 0; i < 30000; ++i) {
+    std::error_code ec;
+    if (std::filesystem::file_size(path, ec) > 0 && !ec) co_return;
+    t.expires_after(std::chrono::milliseconds(2));
+    co_await t.async_wait(asio::use_awaitable);
+  }
 }
 
 asio::awaitable<void> train(settings s) {
@@ -156,13 +172,15 @@ asio::awaitable<void> train(settings s) {
       red.reset();
     }
     std::uint64_t step = mgr->step();
-    if (co_await mgr->should_commit(ok)) {
+    const bool committed = co_await mgr->should_commit(ok);
+    if (committed) {
       net.apply();
       std::string members;
       for (const auto& m : q.members) members += (members.empty() ? "" : ",") + m.replica_id;
       std::printf("committed %llu %s\n", static_cast<unsigned long long>(step), members.c_str());
     }
     std::fflush(stdout);
+    if (committed && step == s.hold_after && !s.hold_file.empty()) co_await hold(s.hold_file);
   }
   red.reset();
   if (!s.out.empty()) net.write(s.out);
@@ -222,10 +240,12 @@ int main(int argc, char** argv) {
     else if (k == "--group-timeout-ms") s.group_timeout_ms = std::stoi(v);
     else if (k == "--out") s.out = v;
     else if (k == "--replay") s.replay = v;
+    else if (k == "--hold-after") s.hold_after = std::stoull(v);
+    else if (k == "--hold-file") s.hold_file = v;
     else {
       std::fprintf(stderr, "usage: %s [--replica ID] [--steps N] [--min-replicas K] [--initial-replicas K] [--finish-with K] "
                            "[--step-ms MS] "
-                           "[--group-timeout-ms MS] [--out FILE] [--replay LOG]\n", argv[0]);
+                           "[--group-timeout-ms MS] [--out FILE] [--replay LOG] [--hold-after N --hold-file PATH]\n", argv[0]);
       return 2;
     }
   }

@@ -71,6 +71,9 @@ struct ft_job {
   std::shared_ptr<corodist::store::store_server> server;
   std::unique_ptr<child_process> store_process; // on the bed's host 0
   std::vector<temp_file> outs;
+  int held = -1;        ///< the replica hold() holds
+  int held_after = 0;   ///< the step it holds after
+  temp_file hold_file;  ///< not empty: the held replica goes on
   std::vector<std::unique_ptr<program>> ps;
   std::vector<std::string> done_output;
 
@@ -128,17 +131,35 @@ struct ft_job {
 
   /// (Re)starts replica i.
   void start(int i) {
+    auto argv = argv_of(i);
+    if (i == held)
+      argv.insert(argv.end(), {"--hold-after", std::to_string(held_after), "--hold-file", hold_file.path});
+    env_list env{{"MASTER_ADDR", store_host},
+                 {"MASTER_PORT", std::to_string(store_port)},
+                 {"CORODIST_PEER_TIMEOUT_MS", peer_timeout_ms}};
+    env.insert(env.end(), extra_env.begin(), extra_env.end());
+    ps[i] = launch(i, argv, env);
+  }
+
+  /// Makes replica i (from its next start) wait after committing step
+  /// `after` until release(): a fault goes in place at a known step.
+  void hold(int i, int after) {
+    held = i;
+    held_after = after;
+  }
+
+  /// Lets the held replica go on.
+  void release() { std::ofstream(hold_file.path) << "go"; }
+
+  /// Replica i's command line.
+  std::vector<std::string> argv_of(int i) {
     std::vector<std::string> argv{CORODIST_FT_TRAIN_PATH, "--replica", "r" + std::to_string(i), "--steps",
                                   std::to_string(steps), "--min-replicas", std::to_string(replicas - 1),
                                   "--initial-replicas", std::to_string(replicas), "--finish-with",
                                   std::to_string(replicas),
                                   "--step-ms", std::to_string(step_ms), "--group-timeout-ms", "5000", "--out",
                                   outs[i].path};
-    env_list env{{"MASTER_ADDR", store_host},
-                 {"MASTER_PORT", std::to_string(store_port)},
-                 {"CORODIST_PEER_TIMEOUT_MS", peer_timeout_ms}};
-    env.insert(env.end(), extra_env.begin(), extra_env.end());
-    ps[i] = launch(i, argv, env);
+    return argv;
   }
 
   void start_all() {
@@ -149,10 +170,20 @@ struct ft_job {
   void await_line(int i, const std::string& prefix, const std::string& part = {}) {
     for (;;) {
       auto line = ps[i]->read_line(std::chrono::seconds(60));
-      BOOST_REQUIRE_MESSAGE(line, "replica " << i << " never printed '" << prefix << "..." << part
-                                             << "': " << ps[i]->output());
+      if (!line) // (a message's operands are evaluated even when the check holds)
+        BOOST_FAIL("replica " << i << " never printed '" << prefix << "..." << part << "': " << ps[i]->output()
+                              << others_output(i));
       if (line->rfind(prefix, 0) == 0 && line->find(part) != std::string::npos) return;
     }
+  }
+
+  /// Every replica's output but replica i's, for a failure's message.
+  std::string others_output(int i) {
+    std::string all;
+    for (int j = 0; j < replicas; ++j)
+      if (j != i && ps[j])
+        all += "\n--- replica " + std::to_string(j) + ":\n" + ps[j]->drain();
+    return all;
   }
 
   /// Waits for every replica to end; true when all exited 0.

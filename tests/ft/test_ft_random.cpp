@@ -46,31 +46,41 @@ bool run_once(host_bed& bed, std::uint64_t seed) {
                             boost::unit_test::framework::current_test_case().p_id).p_assertions_failed.get();
 
   ft_job job(bed, replicas, steps, step_ms);
+  // The victim waits after step `after` until its fault is in place (a
+  // network fault takes nft or ip some time; the job must not end first).
+  job.hold(victim, after);
   job.start_all();
   job.await_line(victim, "committed " + std::to_string(after) + " ");
   const pid_t pid = job.ps[victim]->pid();
   const int host = job.host_of(victim);
   const std::string lost = " left r" + std::to_string(victim);
   bool restart = true;
+  // Signals hit the victim just after it goes on (in its next step); a
+  // network fault is in place before it does.
   if (kind == "kill9") {
+    job.release();
     host_bed::kill9(pid);
   } else if (kind == "sigstop_long") {
+    job.release();
     host_bed::stop(pid);
     job.await_line(witness, "quorum ", lost);
     host_bed::cont(pid);
   } else if (kind == "sigstop_short") {
     // A pause shorter than the heartbeat deadline (1 s): the replica is not lost.
+    job.release();
     host_bed::stop(pid);
     std::this_thread::sleep_for(std::chrono::milliseconds(200)); // the fault's length, not a wait for an event
     host_bed::cont(pid);
     restart = false;
   } else if (kind == "link_down") {
     bed.link_down(host);
+    job.release();
     job.await_line(witness, "quorum ", lost);
     bed.link_up(host);
   } else {
     const auto d = kind == "block_out" ? direction::out : direction::in;
     bed.block(host, d);
+    job.release();
     job.await_line(witness, "quorum ", lost);
     bed.unblock(host, d);
   }

@@ -87,6 +87,15 @@ public:
   /// Everything read so far.
   const std::string& output() const { return output_; }
 
+  /// Reads what output has arrived, without waiting; returns all of it.
+  const std::string& drain() {
+    while (fill(std::chrono::steady_clock::now() + std::chrono::milliseconds(20))) {
+    }
+    output_ += buf_;
+    buf_.clear();
+    return output_;
+  }
+
 private:
   // Reads more output; false at end of output or at the deadline.
   bool fill(std::chrono::steady_clock::time_point deadline) {
