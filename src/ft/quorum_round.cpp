@@ -210,12 +210,24 @@ asio::awaitable<bool> commit_round(const round_context& ctx, const decided_round
     if (r.id > 2) asio::co_spawn(ctx.store->get_executor(), forget_round(ctx.store, k, r.id - 2), asio::detached);
     co_return decided == "1";
   }
-  // A member lost before it voted makes the step fail for everyone.
+  // A member lost before it voted makes the step fail for everyone. One lost
+  // after its vote may have been the last voter, lost before it wrote the
+  // outcome (its vote reached the store, the count did not reach it): with
+  // every vote in, the others write the outcome of the count themselves.
   gone_check lost = [&]() -> asio::awaitable<bool> {
     auto alive = co_await alive_keys(ctx);
+    bool voted_and_lost = false;
     for (const auto& m : r.members)
-      if (!is_alive(alive, k, m.m) && !co_await exists(ctx, k.vote(r.id, m.m.replica_id))) co_return true;
-    co_return false;
+      if (!is_alive(alive, k, m.m)) {
+        if (!co_await exists(ctx, k.vote(r.id, m.m.replica_id))) co_return true;
+        voted_and_lost = true;
+      }
+    if (voted_and_lost) {
+      const std::int64_t now = co_await ctx.store->add(k.votes(r.id), 0);
+      if ((now & (failure - 1)) == static_cast<std::int64_t>(r.members.size()))
+        co_await ctx.store->compare_set(k.commit(r.id), "", now < failure ? "1" : "0");
+    }
+    co_return false; // the outcome, if written, is read next
   };
   for (;;) {
     auto v = co_await await_key(ctx, k.commit(r.id), lost, "the commit of round " + std::to_string(r.id));

@@ -18,6 +18,8 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <functional>
 #include <map>
@@ -154,6 +156,74 @@ std::vector<std::string> ids(const cf::quorum& q) {
   for (const auto& m : q.members) out.push_back(m.replica_id);
   return out;
 }
+
+/// A replica's store that, once armed, is lost just after its vote was
+/// counted: its add to a round's vote count waits until the other members' votes are in (so
+/// that it is the last voter), reaches the server, and then the connection
+/// closes before the reply is used (the replica never learns the count, nor
+/// writes the outcome). Everything else goes to the tcp_store.
+class lost_after_its_vote : public cs::store {
+public:
+  lost_after_its_vote(std::shared_ptr<cs::tcp_store> s, std::vector<std::string> others)
+      : s_(std::move(s)), others_(std::move(others)) {}
+  asio::any_io_executor get_executor() override { return s_->get_executor(); }
+
+  bool armed = false;
+
+private:
+  asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) override {
+    const std::string count = "votes";
+    if (!armed || key.size() < count.size() || key.compare(key.size() - count.size(), count.size(), count) != 0)
+      co_return co_await s_->add(std::move(key), delta);
+    const auto round = key.substr(0, key.size() - count.size()); // ".../r/<r>/"
+    std::vector<std::string> votes;
+    for (const auto& o : others_)
+      votes.push_back(round + "vote/" + o);
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    while (!co_await s_->check(votes)) {
+      t.expires_after(5ms);
+      co_await t.async_wait(asio::use_awaitable);
+    }
+    co_await s_->add(std::move(key), delta);
+    s_->close();
+    throw corodist::connection_error("the test: lost after its vote was counted");
+  }
+  asio::awaitable<void> do_set(std::string k, std::string v) override { co_await s_->set(std::move(k), std::move(v)); }
+  asio::awaitable<void> do_set_owned(std::string k, std::string v) override {
+    co_await s_->set_owned(std::move(k), std::move(v));
+  }
+  asio::awaitable<std::string> do_get(std::string k, std::chrono::milliseconds t) override {
+    co_return co_await s_->get(std::move(k), t);
+  }
+  asio::awaitable<std::string> do_compare_set(std::string k, std::string e, std::string d) override {
+    co_return co_await s_->compare_set(std::move(k), std::move(e), std::move(d));
+  }
+  asio::awaitable<bool> do_delete_key(std::string k) override { co_return co_await s_->delete_key(std::move(k)); }
+  asio::awaitable<bool> do_check(std::vector<std::string> ks) override { co_return co_await s_->check(std::move(ks)); }
+  asio::awaitable<void> do_wait(std::vector<std::string> ks, std::chrono::milliseconds t) override {
+    co_await s_->wait(std::move(ks), t);
+  }
+  asio::awaitable<std::int64_t> do_num_keys() override { co_return co_await s_->num_keys(); }
+  asio::awaitable<void> do_append(std::string k, std::string v) override {
+    co_await s_->append(std::move(k), std::move(v));
+  }
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> ks,
+                                                         std::chrono::milliseconds t) override {
+    co_return co_await s_->multi_get(std::move(ks), t);
+  }
+  asio::awaitable<void> do_multi_set(std::vector<std::string> ks, std::vector<std::string> vs) override {
+    co_await s_->multi_set(std::move(ks), std::move(vs));
+  }
+  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override {
+    co_return co_await s_->list_keys(std::move(prefix));
+  }
+  asio::awaitable<cs::watch_stream> do_watch_key(std::string k) override {
+    co_return co_await s_->watch_key(std::move(k));
+  }
+
+  std::shared_ptr<cs::tcp_store> s_;
+  std::vector<std::string> others_;
+};
 
 } // namespace
 
@@ -350,6 +420,53 @@ BOOST_AUTO_TEST_CASE(a_replica_lost_before_it_reports_fails_the_step_everywhere)
       BOOST_TEST(r.quorums[2].size() == 2);
       BOOST_TEST(r.quorums[2].reconfigured);
       BOOST_TEST(r.state == std::vector<float>(4, 6.0f + 3.0f));
+    }
+  }
+}
+
+// c votes last in the second step, its vote is counted, and it is lost
+// before it learns the count (so it never writes the outcome). a and b,
+// waiting for the outcome, find c gone with its vote in: they write the
+// outcome of the count themselves (every vote ok: committed) instead of
+// waiting for the quorum timeout, and go on at two.
+BOOST_AUTO_TEST_CASE(the_last_voter_lost_before_the_outcome_does_not_stall_the_others) {
+  bed b;
+  std::map<std::string, replica> rs;
+  bool c_lost = false;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b", "c"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
+        if (id != "c") {
+          co_await r.open(b, options(id, 3, 2), 0);
+          for (int i = 0; i < 3; ++i) co_await r.step();
+          co_return;
+        }
+        r.store = co_await b.client();
+        auto faulty = std::make_shared<lost_after_its_vote>(r.store, std::vector<std::string>{"a", "b"});
+        r.mgr = co_await cf::manager::create(faulty, options(id, 3, 2));
+        r.mgr->register_state("state", r.state);
+        co_await r.step();
+        faulty->armed = true;
+        try {
+          co_await r.step(); // its add of the second step's vote loses the connection
+        } catch (const corodist::connection_error&) {
+          c_lost = true;
+        }
+      }));
+    }
+    co_await corodist::when_all(std::move(fs)).async_get();
+  }(), 60s);
+  BOOST_TEST(c_lost);
+  for (std::string id : {"a", "b"}) {
+    auto& r = rs[id];
+    BOOST_TEST_CONTEXT("replica " << id) {
+      BOOST_TEST(r.commits == (std::vector<bool>{true, true, true}));
+      BOOST_TEST(r.mgr->step() == 3u);
+      BOOST_TEST(r.quorums[2].size() == 2);
+      BOOST_TEST(r.quorums[2].left == std::vector<std::string>{"c"});
+      BOOST_TEST(r.state == std::vector<float>(4, 2 * 6.0f + 3.0f));
     }
   }
 }
