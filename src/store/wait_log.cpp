@@ -115,11 +115,15 @@ private:
       due_.shrink_to_fit();
   }
 
-  // Call with mutex_ held.
+  // Call with mutex_ held. The timer fires a little after `at` (a fifth of
+  // the first warning's delay, at most 1 s): the waits due meanwhile warn in
+  // the same round, so waits that began over a span of time (ranks
+  // connecting one after another) share lines.
   void arm(std::chrono::steady_clock::time_point at) {
     armed_ = true;
     armed_at_ = at;
-    timer_->expires_at(at);
+    timer_->expires_at(at + std::min<std::chrono::steady_clock::duration>(std::chrono::seconds(1),
+                                                                         warnings().first / 5));
     timer_->async_wait([this](std::error_code ec) {
       if (!ec)
         tick();
@@ -127,15 +131,14 @@ private:
     });
   }
 
-  // Whether two entries warn in one line: the same log, timeout and keys.
+  // Whether two entries warn in one line: the same keys where they are
+  // awaited (the stores of many ranks in one process share a line).
   static bool same_line(const entry* a, const entry* b) {
-    return a->log_ == b->log_ && a->timeout_ == b->timeout_ && std::ranges::equal(a->keys_, b->keys_);
+    return (a->log_ == b->log_ || a->log_->where_ == b->log_->where_) && std::ranges::equal(a->keys_, b->keys_);
   }
   static bool line_before(const entry* a, const entry* b) {
-    if (a->log_ != b->log_)
-      return std::less<>{}(a->log_, b->log_);
-    if (a->timeout_ != b->timeout_)
-      return a->timeout_ < b->timeout_;
+    if (a->log_ != b->log_ && a->log_->where_ != b->log_->where_)
+      return a->log_->where_ < b->log_->where_;
     return std::ranges::lexicographical_compare(a->keys_, b->keys_);
   }
 
@@ -158,11 +161,14 @@ private:
       auto j = i + 1;
       auto oldest = ready_[i]->since_;
       auto newest = oldest;
+      deadlines d;
+      d.add(ready_[i]->timeout_);
       for (; j < ready_.size() && same_line(ready_[i], ready_[j]); ++j) {
         oldest = std::min(oldest, ready_[j]->since_);
         newest = std::max(newest, ready_[j]->since_);
+        d.add(ready_[j]->timeout_);
       }
-      warn(*ready_[i], j - i, now - newest, now - oldest);
+      warn(*ready_[i], j - i, now - newest, now - oldest, d);
       i = j;
     }
     for (auto* e : ready_) {
@@ -175,14 +181,38 @@ private:
     arm(due_.front()->due_);
   }
 
+  // The timeouts of the waits of one line.
+  struct deadlines {
+    std::chrono::milliseconds shortest{0}, longest{0}; // of those with a timeout
+    bool some_without = false;
+
+    void add(std::chrono::milliseconds t) {
+      if (t.count() <= 0) {
+        some_without = true;
+        return;
+      }
+      shortest = shortest.count() == 0 ? t : std::min(shortest, t);
+      longest = std::max(longest, t);
+    }
+
+    std::string text() const {
+      if (longest.count() == 0)
+        return "no deadline";
+      auto s = "gives up after " + duration_text(shortest);
+      if (longest != shortest)
+        s += " to " + duration_text(longest);
+      return some_without ? s + ", some never" : s;
+    }
+  };
+
   // One line for `count` waits like `e`, which have waited from `least` to `most`.
   static void warn(const entry& e, std::size_t count, std::chrono::steady_clock::duration least,
-                   std::chrono::steady_clock::duration most) {
+                   std::chrono::steady_clock::duration most, const deadlines& d) {
     using std::chrono::duration_cast;
     using std::chrono::milliseconds;
     const auto shortest = duration_text(duration_cast<milliseconds>(least));
     const auto longest = duration_text(duration_cast<milliseconds>(most));
-    const auto deadline = e.timeout_.count() > 0 ? "gives up after " + duration_text(e.timeout_) : "no deadline";
+    const auto deadline = d.text();
     const char* noun = e.keys_.size() == 1 ? "key" : "keys";
     if (count == 1)
       CORODIST_LOG_WARN("store: still waiting for {} {} at {} after {} ({})", noun, key_list(e.keys_),

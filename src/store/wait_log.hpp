@@ -46,8 +46,10 @@ public:
   /// first warning never warns and costs nothing; a longer one (or one
   /// without deadline, `timeout` zero) costs a clock read and a place in the
   /// monitor's index of due times (O(log waits) in and out). The waits due
-  /// together that share their log, keys and timeout warn in one line that
-  /// counts them ("12288 waits still waiting for key rdzv/done at ..."); a
+  /// together (within a fifth of the first delay, at most 1 s, the later
+  /// ones a little late) for the same keys at the same place, in one store
+  /// or many, warn in one line that counts them ("12288 waits still waiting
+  /// for key rdzv/done at ..."); a
   /// warning round costs the waits due, not the waits pending. `keys` and the
   /// log must outlive the entry. Not movable: keep it in the waiting
   /// coroutine's frame.
