@@ -23,6 +23,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace corodist::test {
@@ -64,8 +65,13 @@ struct tcp_impl {
     store::server_options so;
     so.auth_token = "";
     server = store::store_server::start(server_loop.get_executor(), so);
+    // Their threads park while children are forked (child_process.hpp).
+    parked_server.emplace(server_loop.get_executor());
+    parked_client.emplace(loop.get_executor());
   }
   ~tcp_impl() {
+    parked_client.reset();
+    parked_server.reset();
     server.reset();
     loop.stop();
   }
@@ -81,6 +87,7 @@ struct tcp_impl {
   event_loop server_loop;
   event_loop loop;
   std::shared_ptr<store::store_server> server;
+  std::optional<loop_parking> parked_server, parked_client;
 };
 
 struct prefix_impl {

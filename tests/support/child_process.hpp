@@ -4,12 +4,18 @@
 // Free of Boost.Test (failures throw std::system_error, which fails the test
 // case that meets them), so that corodist-bench can use it with the host bed.
 
+#include <asio/any_io_executor.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <system_error>
+#include <vector>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -74,6 +80,83 @@ inline bool read_all(int fd, void* data, std::size_t n) {
   return true;
 }
 
+/// Event loops of this test process that park their thread while a child is
+/// forked (a store server's loop, which allocates as earlier children
+/// connect). Under AddressSanitizer (GCC 12's libsanitizer) an allocator lock
+/// that another thread holds at fork() stays locked in the child, whose
+/// first allocation of that size then hangs; a thread parked in a condition
+/// wait holds none. Loops register for their lifetime (loop_parking).
+class fork_parking {
+public:
+  static fork_parking& instance() {
+    static fork_parking p;
+    return p;
+  }
+  void add(asio::any_io_executor ex) {
+    std::lock_guard lk(m_);
+    loops_.push_back(std::move(ex));
+  }
+  void remove(const asio::any_io_executor& ex) {
+    std::lock_guard lk(m_);
+    std::erase(loops_, ex);
+  }
+  /// Parks every registered loop's thread (each waits at most 2 s for its turn).
+  void park() {
+    m_.lock(); // held until unpark(): no loop comes or goes meanwhile
+    gate_ = std::make_shared<gate>();
+    for (auto& ex : loops_) {
+      asio::post(ex, [g = gate_] {
+        std::unique_lock lk(g->m);
+        ++g->parked;
+        g->cv.notify_all();
+        g->cv.wait_for(lk, std::chrono::seconds(10), [&] { return g->released; });
+      });
+    }
+    std::unique_lock lk(gate_->m);
+    gate_->cv.wait_for(lk, std::chrono::seconds(2), [&] { return gate_->parked == loops_.size(); });
+  }
+  /// In a new child: none of the registered loops' threads exist here;
+  /// forget them, and the lock park() took.
+  void forget_in_child() {
+    gate_.reset();
+    loops_.clear();
+    m_.unlock();
+  }
+  void unpark() {
+    {
+      std::lock_guard lk(gate_->m);
+      gate_->released = true;
+    }
+    gate_->cv.notify_all();
+    gate_.reset();
+    m_.unlock();
+  }
+
+private:
+  struct gate {
+    std::mutex m;
+    std::condition_variable cv;
+    std::size_t parked = 0;
+    bool released = false;
+  };
+  std::mutex m_;
+  std::vector<asio::any_io_executor> loops_;
+  std::shared_ptr<gate> gate_;
+};
+
+/// Registers a loop's executor with fork_parking for this object's lifetime
+/// (destroy it before the loop stops).
+class loop_parking {
+public:
+  explicit loop_parking(asio::any_io_executor ex) : ex_(std::move(ex)) { fork_parking::instance().add(ex_); }
+  ~loop_parking() { fork_parking::instance().remove(ex_); }
+  loop_parking(const loop_parking&) = delete;
+  loop_parking& operator=(const loop_parking&) = delete;
+
+private:
+  asio::any_io_executor ex_;
+};
+
 /// A forked child process, killed and reaped at scope exit if still running.
 /// The child runs `body` (which must create its own asio objects) and exits
 /// with its return value, or 1 if it throws; it never returns into Boost.Test.
@@ -82,7 +165,12 @@ public:
   /// Forks; the child runs `body`. Throws std::system_error when fork() fails.
   explicit child_process(std::function<int()> body) {
     std::fflush(nullptr);
+    fork_parking::instance().park();
     pid_ = ::fork();
+    if (pid_ != 0)
+      fork_parking::instance().unpark();
+    else
+      fork_parking::instance().forget_in_child();
     if (pid_ < 0)
       throw std::system_error(errno, std::generic_category(), "fork");
     if (pid_ == 0) {
