@@ -6,7 +6,6 @@
 
 #include <exception>
 #include <mutex>
-#include <unordered_set>
 
 namespace corodist::collective::detail {
 
@@ -16,10 +15,11 @@ namespace {
 class abortable_buffer;
 }
 
-/// The live buffers of a device's contexts, and the failure they all get.
+/// The live buffers of a device's contexts (an intrusive list: nothing is
+/// allocated per buffer), and the failure they all get.
 struct buffer_registry {
   std::mutex mutex;
-  std::unordered_set<abortable_buffer*> live;
+  abortable_buffer* live = nullptr;
   std::exception_ptr failure;
 };
 
@@ -27,25 +27,38 @@ namespace {
 
 class abortable_buffer : public tcp::UnboundBuffer {
 public:
+  /// `registry` outlives the buffer: its context holds it, and the buffer its context.
   abortable_buffer(const std::shared_ptr<tcp::Context>& context, void* ptr, std::size_t size,
-                   std::shared_ptr<buffer_registry> registry)
-      : tcp::UnboundBuffer(context, ptr, size), registry_(std::move(registry)) {
-    std::lock_guard lk(registry_->mutex);
-    if (registry_->failure)
-      fail(registry_->failure);
-    registry_->live.insert(this);
+                   buffer_registry& registry)
+      : tcp::UnboundBuffer(context, ptr, size), registry_(registry) {
+    std::lock_guard lk(registry_.mutex);
+    if (registry_.failure)
+      fail(registry_.failure);
+    next_ = registry_.live;
+    if (next_ != nullptr)
+      next_->prev_ = this;
+    registry_.live = this;
   }
 
   ~abortable_buffer() override {
-    std::lock_guard lk(registry_->mutex);
-    registry_->live.erase(this);
+    std::lock_guard lk(registry_.mutex);
+    if (prev_ != nullptr)
+      prev_->next_ = next_;
+    else
+      registry_.live = next_;
+    if (next_ != nullptr)
+      next_->prev_ = prev_;
   }
 
   /// Sets the buffer's exception and wakes its waits (Gloo's own way to fail it).
   void fail(std::exception_ptr e) { signalException(std::move(e)); }
 
+  abortable_buffer* next() const noexcept { return next_; }
+
 private:
-  std::shared_ptr<buffer_registry> registry_;
+  buffer_registry& registry_;
+  abortable_buffer* prev_ = nullptr; // the registry's list, under its mutex
+  abortable_buffer* next_ = nullptr;
 };
 
 class abortable_context : public tcp::Context {
@@ -54,7 +67,7 @@ public:
       : tcp::Context(std::move(device), rank, size), registry_(std::move(registry)) {}
 
   std::unique_ptr<gloo::transport::UnboundBuffer> createUnboundBuffer(void* ptr, std::size_t size) override {
-    return std::make_unique<abortable_buffer>(shared_from_this(), ptr, size, registry_);
+    return std::make_unique<abortable_buffer>(shared_from_this(), ptr, size, *registry_);
   }
 
 private:
@@ -81,7 +94,7 @@ void abortable_device::fail_buffers(const std::string& why) {
   std::lock_guard lk(registry_->mutex);
   if (!registry_->failure)
     registry_->failure = std::make_exception_ptr(gloo::IoException(why));
-  for (auto* b : registry_->live)
+  for (auto* b = registry_->live; b != nullptr; b = b->next())
     b->fail(registry_->failure);
 }
 

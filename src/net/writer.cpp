@@ -142,7 +142,10 @@ void connection::start_write() {
   if (opts_.shared_output)
     opts_.shared_output->remove(queued_bytes_); // handed to the socket
   queued_bytes_ = 0;
-  auto done = [self = shared_from_this()](std::error_code ec, std::size_t) { self->write_done(ec); };
+  // Asio's completion (the ring path ends in write_done() itself).
+  auto on_asio = [this] {
+    return [self = shared_from_this()](std::error_code ec, std::size_t) { self->write_done(ec); };
+  };
   const auto& b = writing_batch_;
   if (uring_ != nullptr && b.large.empty()) {
     iov_.assign(1, asio::buffer(b.stage));
@@ -152,7 +155,7 @@ void connection::start_write() {
   if (b.large.empty()) {
     // Small frames only: one buffer, and an operation sized for one (the
     // gathered write's operation holds room for 64 iovecs, 1.6 KB).
-    asio::async_write(socket_, asio::buffer(b.stage), transfer_all_uncapped{}, std::move(done));
+    asio::async_write(socket_, asio::buffer(b.stage), transfer_all_uncapped{}, on_asio());
     return;
   }
   iov_.clear();
@@ -172,7 +175,7 @@ void connection::start_write() {
     uring_write();
     return;
   }
-  asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, std::move(done));
+  asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, on_asio());
 }
 
 void connection::write_done(std::error_code ec) {
