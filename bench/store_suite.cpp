@@ -358,7 +358,7 @@ asio::awaitable<void> rank_body(std::shared_ptr<rank_group> g, int i) {
     // runs did, cost 98,304 ranks about 150,000 more round trips; the
     // store's log of long waits says one line per client process instead.)
     std::vector<std::string> keys{"rdzv/done"};
-    co_await s->wait(std::move(keys), std::chrono::ceil<ms>(g->give_up - clock_type::now()));
+    co_await s->wait(std::move(keys), std::max(ms(1), std::chrono::ceil<ms>(g->give_up - clock_type::now()))); // (0: forever)
     g->stores[static_cast<std::size_t>(i)] = std::move(s);
   } catch (...) {
     if (!g->failure)

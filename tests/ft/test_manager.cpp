@@ -101,7 +101,11 @@ struct replica {
 
   asio::awaitable<void> open(bed& b, cf::manager_options o, float init) {
     store = co_await b.client();
-    mgr = co_await cf::manager::create(store, o);
+    co_await open_on(store, std::move(o), init);
+  }
+  /// As open(), the manager on `s` (the replica's own store, or one that wraps it).
+  asio::awaitable<void> open_on(std::shared_ptr<cs::store> s, cf::manager_options o, float init) {
+    mgr = co_await cf::manager::create(std::move(s), o);
     for (auto& x : state) x = init;
     mgr->register_state("state", state);
   }
@@ -445,8 +449,7 @@ BOOST_AUTO_TEST_CASE(the_last_voter_lost_before_the_outcome_does_not_stall_the_o
         }
         r.store = co_await b.client();
         auto faulty = std::make_shared<lost_after_its_vote>(r.store, std::vector<std::string>{"a", "b"});
-        r.mgr = co_await cf::manager::create(faulty, options(id, 3, 2));
-        r.mgr->register_state("state", r.state);
+        co_await r.open_on(faulty, options(id, 3, 2), 0);
         co_await r.step();
         faulty->armed = true;
         try {
