@@ -1122,7 +1122,7 @@ void decode_amplification(context& ctx, stall_log& stalls) {
     throw std::runtime_error("the call at the decode bound's floor was not served: " + small.error);
   const auto during = probe.stop();
   stalls.cases.emplace_back("decode_amplification", during, idle);
-  agents[0]->rpc_sync<void>(rpc::call_timeout{10s}, "server", "noop"); // the callee still serves its peers
+  agents[0]->rpc_sync<void>(10s, "server", "noop"); // the callee still serves its peers
   sock.reset();
   {
     std::thread t([&] { agents[1]->shutdown(); });

@@ -300,7 +300,7 @@ void memory_per_connection(context& ctx) {
              {"server_rss_after", double(after)},
              {"server_idle_cpu_pct", idle_cpu_pct},
              {"idle_window_s", std::chrono::duration<double>(idle_window).count()},
-             {"peer_timeout_ms", double(corodist::net::configured_peer_timeout().count())}};
+             {"peer_timeout_ms", double(corodist::net::configured_peer_timeout().length().count())}};
   ctx.report(std::move(r));
 }
 

@@ -152,9 +152,9 @@ int main(int argc, char** argv) {
     // --timeout 0: no deadline on keys; connecting still gives up after the default.
     const std::chrono::milliseconds timeout(static_cast<std::int64_t>(timeout_s * 1000));
     o.timeout = timeout.count() == 0 ? cs::default_timeout : timeout;
-    o.refused_retry_window = std::min(refused_window, o.timeout);
+    o.refused_retry_window = std::min(refused_window, o.timeout.length());
     auto store = cs::connect_store_sync(loop.get_executor(), o);
-    store->set_timeout(timeout);
+    store->set_timeout(timeout.count() == 0 ? corodist::timeout::never() : corodist::timeout(timeout));
     cs::sync_store s(store);
     if (*set_cmd) {
       s.set(key, value);

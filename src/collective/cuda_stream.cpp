@@ -63,17 +63,17 @@ int cuda_event::device() const noexcept { return handle_ ? handle_->device : -1;
 
 bool cuda_event::ready() const { return !handle_ || handle_->rt->event_query(handle_->device, handle_->native); }
 
-asio::awaitable<void> cuda_event::wait(std::chrono::milliseconds timeout, std::chrono::microseconds first_poll,
+asio::awaitable<void> cuda_event::wait(corodist::timeout limit, std::chrono::microseconds first_poll,
                                        std::chrono::microseconds max_poll) const {
   if (ready())
     co_return;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = limit.from();
   asio::steady_timer timer(co_await asio::this_coro::executor);
   auto interval = std::max(first_poll, std::chrono::microseconds(1));
   while (!ready()) {
-    if (std::chrono::steady_clock::now() >= deadline)
-      throw timeout_error(fmt::format("cuda_event::wait: the work on cuda:{} did not complete within {} ms",
-                                      handle_->device, timeout.count()));
+    if (deadline.expired())
+      throw timeout_error(fmt::format("cuda_event::wait: the work on cuda:{} did not complete within {}",
+                                      handle_->device, limit.str()));
     timer.expires_after(interval);
     co_await timer.async_wait(asio::use_awaitable);
     interval = std::min(interval * 2, std::max(max_poll, interval));

@@ -159,7 +159,7 @@ asio::awaitable<std::string> missing_ranks(store::store& gloo_keys, int size) {
 // PyTorch 1.13's init_process_group steps after the Gloo rendezvous: the
 // store-based barrier, then the sequence number that rank 0 publishes.
 asio::awaitable<void> pytorch_handshake(const group_stores& s, const gloo_options& opts, int rank, int size) {
-  const auto deadline = clock::now() + opts.timeout;
+  const auto deadline = clock::now() + opts.timeout.length();
   const auto key = fmt::format("store_based_barrier_key:{}", opts.pytorch->group_index + 1);
   (void)co_await s.job->add(key, 1);
   asio::steady_timer timer(co_await asio::this_coro::executor);
@@ -169,7 +169,7 @@ asio::awaitable<void> pytorch_handshake(const group_stores& s, const gloo_option
       break;
     if (clock::now() >= deadline)
       throw timeout_error(fmt::format("{}: only {} of {} ranks reached PyTorch's store-based barrier ('{}') within {} ms",
-                                      create_text(opts, rank, size), arrived, size, key, opts.timeout.count()));
+                                      create_text(opts, rank, size), arrived, size, key, opts.timeout.length().count()));
     timer.expires_after(std::chrono::milliseconds(10)); // as PyTorch polls
     co_await timer.async_wait(asio::use_awaitable);
   }
@@ -188,7 +188,7 @@ asio::awaitable<void> pytorch_handshake(const group_stores& s, const gloo_option
 
 bool gloo_group::built() noexcept { return true; }
 
-gloo_group::gloo_group(int rank, int size, std::chrono::milliseconds timeout, std::unique_ptr<impl> i)
+gloo_group::gloo_group(int rank, int size, corodist::timeout timeout, std::unique_ptr<impl> i)
     : process_group(rank, size, timeout), impl_(std::move(i)) {}
 
 gloo_group::~gloo_group() = default;
@@ -199,8 +199,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     throw usage_error("gloo_group::create: the store is null");
   if (size < 1 || rank < 0 || rank >= size)
     throw usage_error(fmt::format("gloo_group::create: need 0 <= rank < size (rank {}, size {})", rank, size));
-  if (opts.timeout.count() <= 0)
-    throw usage_error("gloo_group::create: the timeout must be positive");
+  opts.timeout = group_timeout(opts.timeout, gloo_options::default_timeout, "gloo_group::create");
   if (opts.threads < 1)
     throw usage_error("gloo_group::create: threads must be at least 1");
   if (opts.bucket_bytes == 0)
@@ -237,8 +236,8 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     st->device = detail::abortable_device::create(attr);
     st->address = st->device->str();
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    ctx->setTimeout(opts.timeout);
-    detail::gloo_store adapter(gloo_keys, opts.timeout);
+    ctx->setTimeout(opts.timeout.length());
+    detail::gloo_store adapter(gloo_keys, opts.timeout.length());
     std::shared_ptr<gloo::transport::Device> device = st->device;
     ctx->connectFullMesh(adapter, device);
     st->context = std::move(ctx);
@@ -258,7 +257,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     auto missing = co_await missing_ranks(*gloo_keys, size);
     throw timeout_error(fmt::format("{}: {} within {} ms; missing ranks: {}", what,
                                     missing.empty() ? "the rendezvous did not complete" : "not every rank joined",
-                                    opts.timeout.count(), missing.empty() ? "none (a connection timed out)" : missing));
+                                    opts.timeout.length().count(), missing.empty() ? "none (a connection timed out)" : missing));
   }
   if (failure) {
     try {
@@ -283,7 +282,7 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
       co_await stores.group->barrier("connected", size, opts.timeout);
     } catch (const timeout_error&) {
       throw timeout_error(fmt::format("{}: not every rank finished connecting within {} ms", what,
-                                      opts.timeout.count()));
+                                      opts.timeout.length().count()));
     }
   }
   if (members) {

@@ -27,7 +27,7 @@ work gloo_group::impl::submit(collective_call call) {
   const auto seq = next_seq++;
   auto op = std::make_shared<pending_op>();
   op->seq = seq;
-  op->deadline = clock::now() + call.timeout;
+  op->deadline = call.by.at();
   op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), seq);
   op->call = std::move(call);
   op->staging = std::move(staged);
@@ -71,7 +71,7 @@ collective_timeout_error gloo_group::impl::timeout_of(const pending_op& op, cons
 }
 
 std::string gloo_group::impl::timed_out_text(const pending_op& op) const {
-  return fmt::format("timed out after {} ms ({}); the group is aborted", op.call.timeout.count(),
+  return fmt::format("timed out after {} ms ({}); the group is aborted", op.call.timeout.length().count(),
                      detail::describe(op.call));
 }
 

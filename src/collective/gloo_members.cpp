@@ -64,7 +64,7 @@ asio::awaitable<void> member_watch::follow(int peer, std::shared_ptr<store::watc
   for (;;) {
     store::watch_event e;
     try {
-      e = co_await s->next(std::chrono::milliseconds(0));
+      e = co_await s->next(corodist::timeout::never());
     } catch (const timeout_error&) {
       continue;
     } catch (const usage_error&) {

@@ -15,7 +15,7 @@ namespace {
 
 bool gloo_group::built() noexcept { return false; }
 
-gloo_group::gloo_group(int rank, int size, std::chrono::milliseconds timeout, std::unique_ptr<impl> i)
+gloo_group::gloo_group(int rank, int size, corodist::timeout timeout, std::unique_ptr<impl> i)
     : process_group(rank, size, timeout), impl_(std::move(i)) {}
 gloo_group::~gloo_group() = default;
 

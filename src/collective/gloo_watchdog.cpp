@@ -181,7 +181,7 @@ void gloo_group::impl::watch() {
     // it wakes no one; only a shorter per-call deadline does (or, with the
     // stall probe, the first one issued while the watchdog is parked).
     if (next == clock::time_point::max())
-      next = now + opts.timeout;
+      next = now + opts.timeout.length();
     watchdog_wakes_at = next;
     watchdog_cv.wait_until(lk, next);
   }

@@ -126,7 +126,7 @@ public:
     auto interval = opts.poll_interval;
     while (!done()) {
       if (clock::now() >= deadline)
-        throw timeout_error(fmt::format("{} within {} ms", what, opts.timeout.count()));
+        throw timeout_error(fmt::format("{} within {} ms", what, opts.timeout.length().count()));
       timer.expires_after(interval);
       co_await timer.async_wait(asio::use_awaitable);
       interval = std::min(interval * 2, opts.max_poll_interval);
@@ -236,7 +236,7 @@ public:
     std::unique_lock lk(mutex_);
     auto op = std::make_shared<pending_op>();
     op->seq = next_seq_++;
-    op->deadline = clock::now() + call.timeout;
+    op->deadline = call.by.at();
     op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), op->seq);
     op->call = std::move(call);
     work w(op->state);
@@ -318,7 +318,7 @@ public:
       }
       if (clock::now() >= front->deadline) {
         self->fail_all(self->where(*front) + fmt::format(": timed out after {} ms ({}); the group is aborted",
-                                                         front->call.timeout.count(), detail::describe(front->call)),
+                                                         front->call.timeout.length().count(), detail::describe(front->call)),
                        true);
         continue;
       }
@@ -531,12 +531,12 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::create(asio::a
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   auto r = ncclCommInitRankConfig(&st->comm_, size, id, rank, &config);
-  r = co_await settle_init(*st, r, clock::now() + opts.timeout);
+  r = co_await settle_init(*st, r, clock::now() + opts.timeout.length());
   if (r == ncclInProgress) {
     ncclCommAbort(st->comm_);
     st->comm_ = nullptr;
     throw timeout_error(fmt::format("{}: not every rank joined the NCCL communicator within {} ms", what,
-                                    opts.timeout.count()));
+                                    opts.timeout.length().count()));
   }
   if (r != ncclSuccess)
     throw collective_error(what + ": ncclCommInitRankConfig: " + ncclGetErrorString(r), "create", rank, 0);
@@ -588,7 +588,7 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
   bool revoked = false;
   bool settling = false;
   std::uint64_t seq = 0;
-  const auto deadline = clock::now() + opts.timeout;
+  const auto deadline = clock::now() + opts.timeout.length();
   auto look = [&] {
     std::lock_guard lk(mutex_);
     parent = comm_;
@@ -626,7 +626,7 @@ asio::awaitable<std::shared_ptr<detail::nccl_backend>> nccl_comm::shrink(std::ve
     st->comm_ = nullptr;
     if (r == ncclInProgress)
       throw timeout_error(fmt::format("{}: not every surviving rank joined the shrink within {} ms", what,
-                                      opts.timeout.count()));
+                                      opts.timeout.length().count()));
     throw collective_error(fmt::format("{}: ncclCommShrink ({}): {} ({})", what,
                                        flags == NCCL_SHRINK_ABORT ? "NCCL_SHRINK_ABORT" : "NCCL_SHRINK_DEFAULT",
                                        ncclGetErrorString(r),

@@ -44,7 +44,7 @@ std::string nccl_group::unavailable_reason() {
   return plugin ? plugin->unavailable_reason() : why;
 }
 
-nccl_group::nccl_group(int rank, int size, std::chrono::milliseconds timeout,
+nccl_group::nccl_group(int rank, int size, corodist::timeout timeout,
                        std::shared_ptr<detail::nccl_backend> backend)
     : process_group(rank, size, timeout), backend_(std::move(backend)) {}
 
@@ -59,8 +59,9 @@ asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::create(asio::any_io_exe
     throw usage_error("nccl_group::create: the store is null");
   if (size < 1 || rank < 0 || rank >= size)
     throw usage_error(fmt::format("nccl_group::create: need 0 <= rank < size (rank {}, size {})", rank, size));
-  if (opts.timeout.count() <= 0 || opts.poll_interval.count() <= 0 || opts.max_poll_interval < opts.poll_interval)
-    throw usage_error("nccl_group::create: timeout and poll intervals must be positive (max >= first)");
+  opts.timeout = group_timeout(opts.timeout, nccl_options::default_timeout, "nccl_group::create");
+  if (opts.poll_interval.count() <= 0 || opts.max_poll_interval < opts.poll_interval)
+    throw usage_error("nccl_group::create: poll intervals must be positive (max >= first)");
   if (!plugin)
     throw collective_error(fmt::format("nccl_group create (prefix '{}', rank {} of {}): {}", opts.prefix, rank, size,
                                        why),
@@ -98,8 +99,9 @@ asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::shrink(std::vector<int>
     throw usage_error(what + ": no rank would be left");
   if (std::binary_search(lost.begin(), lost.end(), rank()))
     throw usage_error(what + ": this rank is among those left out (only the remaining ranks call shrink)");
-  if (opts.timeout.count() <= 0 || opts.poll_interval.count() <= 0 || opts.max_poll_interval < opts.poll_interval)
-    throw usage_error(what + ": timeout and poll intervals must be positive (max >= first)");
+  opts.timeout = group_timeout(opts.timeout, nccl_options::default_timeout, what);
+  if (opts.poll_interval.count() <= 0 || opts.max_poll_interval < opts.poll_interval)
+    throw usage_error(what + ": poll intervals must be positive (max >= first)");
   if (opts.device != -1 && opts.device != cuda_device())
     throw usage_error(fmt::format("{}: the new group stays on cuda:{}, not {}", what, cuda_device(), opts.device));
   const auto timeout = opts.timeout;

@@ -81,12 +81,19 @@ collective_timeout_error timeout_at(const call_site& site, const std::string& wh
 
 } // namespace detail
 
-process_group::process_group(int rank, int size, std::chrono::milliseconds timeout)
-    : rank_(rank), size_(size), timeout_(timeout) {
+process_group::process_group(int rank, int size, corodist::timeout timeout)
+    : rank_(rank), size_(size), timeout_(group_timeout(timeout, timeout, "process group")) {
   if (size < 1 || rank < 0 || rank >= size)
     throw usage_error(fmt::format("process group: need 0 <= rank < size (rank {}, size {})", rank, size));
-  if (timeout.count() <= 0)
-    throw usage_error("process group: the timeout must be positive");
+}
+
+corodist::timeout process_group::group_timeout(corodist::timeout t, corodist::timeout fallback,
+                                               std::string_view what) {
+  t = t.or_else(fallback);
+  if (!t.is_finite() || t.length().count() <= 0)
+    throw usage_error(std::string(what) + ": the timeout must be a positive length (" + t.str() +
+                      " given; a group's collectives need a finite one)");
+  return t;
 }
 
 process_group::~process_group() = default;
@@ -119,9 +126,10 @@ void check_root(const collective_call& call, int size) {
 } // namespace
 
 work process_group::issue(collective_call call, call_options opts) {
-  if (opts.timeout.count() < 0)
-    bad_call(call, "negative timeout");
-  call.timeout = opts.timeout.count() == 0 ? timeout_ : opts.timeout;
+  call.timeout = opts.timeout.or_else(timeout_);
+  if (call.timeout.is_finite() && call.timeout.length().count() <= 0)
+    bad_call(call, "a zero timeout: its deadline passed before it was issued");
+  call.by = call.timeout.from();
   call.stream = opts.stream;
   switch (call.kind) {
   case collective_kind::allreduce:

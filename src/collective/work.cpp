@@ -92,14 +92,15 @@ void work::get() const {
     std::rethrow_exception(e);
 }
 
-void work::wait(std::chrono::milliseconds timeout) const {
+void work::wait(corodist::timeout limit) const {
   check_valid();
   if (!state_->completed()) {
     if (corodist::detail::on_loop_thread())
       corodist::detail::throw_blocking_on_loop("collective::work::wait()");
-    if (!state_->wait(timeout))
+    const auto wait_for = limit.is_finite() ? std::optional(limit.length()) : std::nullopt;
+    if (!state_->wait(wait_for))
       throw timeout_error("collective::work::wait: " + state_->op() + " #" + std::to_string(state_->seq()) +
-                          " still running after " + std::to_string(timeout.count()) + " ms");
+                          " still running after " + limit.str());
   }
   if (auto e = state_->error())
     std::rethrow_exception(e);

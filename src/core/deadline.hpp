@@ -2,6 +2,8 @@
 /// \file
 /// The private code's one "operation or deadline" race, and its error-code completion token.
 
+#include <corodist/core/timeout.hpp>
+
 #include <asio/awaitable.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
@@ -9,7 +11,9 @@
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <optional>
 #include <utility>
@@ -47,6 +51,20 @@ template <typename T>
   if (failure)
     std::rethrow_exception(failure);
   co_return std::move(value);
+}
+
+/// As above, until `by` (no timer at all when `by` is never()).
+template <typename T>
+[[nodiscard]] asio::awaitable<std::optional<T>> within(asio::awaitable<T> op, corodist::deadline by) {
+  if (by.is_never())
+    co_return std::optional<T>(co_await std::move(op));
+  co_return co_await within(std::move(op), by.remaining());
+}
+
+/// The private code's milliseconds for `t` (resolved: not inherit()): its
+/// length (at least 1), or 0 — "none" — for never().
+[[nodiscard]] inline std::chrono::milliseconds zero_is_none(corodist::timeout t) noexcept {
+  return t.is_finite() ? std::max(t.length(), std::chrono::milliseconds(1)) : std::chrono::milliseconds(0);
 }
 
 } // namespace corodist::detail

@@ -178,7 +178,7 @@ asio::awaitable<void> reducer::impl::control_collective(
   }
   for (std::size_t k = 0; k < host.size(); ++k)
     s.copy(host[k].data(), dev[k].data(), host[k].bytes());
-  co_await s.record().wait(c.timeout.count() > 0 ? c.timeout : pg->timeout());
+  co_await s.record().wait(c.timeout.or_else(pg->timeout()));
 }
 
 asio::awaitable<void> reducer::impl::run_iteration() {

@@ -33,7 +33,7 @@ struct manager::impl {
   detail::round_context context() const {
     return {store, keys, opts.poll_interval, opts.min_replicas,
             opts.initial_replicas > 0 ? opts.initial_replicas : opts.min_replicas,
-            detail::clock::now() + opts.quorum_timeout};
+            opts.quorum_timeout.from().at()};
   }
 
   quorum describe(const detail::decided_round& d) const {
@@ -108,7 +108,9 @@ asio::awaitable<std::unique_ptr<manager>> manager::create(std::shared_ptr<store:
   check_id(opts.replica_id);
   if (opts.min_replicas < 1) throw usage_error("ft::manager: min_replicas must be at least 1");
   if (opts.initial_replicas < 0) throw usage_error("ft::manager: initial_replicas must not be negative");
-  if (opts.quorum_timeout <= std::chrono::milliseconds(0) || opts.poll_interval <= std::chrono::milliseconds(0))
+  opts.quorum_timeout = opts.quorum_timeout.or_else(manager_options::default_quorum_timeout);
+  if ((opts.quorum_timeout.is_finite() && opts.quorum_timeout.length() <= std::chrono::milliseconds(0)) ||
+      opts.poll_interval <= std::chrono::milliseconds(0))
     throw usage_error("ft::manager: quorum_timeout and poll_interval must be positive");
   auto i = std::make_unique<impl>(std::move(store), std::move(opts));
   i->self.replica_id = i->opts.replica_id;

@@ -150,10 +150,11 @@ asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, cons
 }
 
 
-// Runs `op` (a hello exchange), giving up with hello_timeout after `timeout` (the op is cancelled).
+// Runs `op` (a hello exchange), giving up with hello_timeout after `limit` (the op is cancelled).
 asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::error_code> op,
-                                               std::chrono::milliseconds timeout) {
-  auto r = co_await corodist::detail::within(std::move(op), timeout);
+                                                           corodist::timeout limit) {
+  auto r = co_await corodist::detail::within(
+      std::move(op), limit.or_else(connection_options::default_handshake_timeout).from());
   co_return r ? *r : make_error_code(errc::hello_timeout);
 }
 

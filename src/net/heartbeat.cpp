@@ -29,7 +29,7 @@ namespace {
 using clock = std::chrono::steady_clock;
 } // namespace
 
-std::chrono::milliseconds configured_peer_timeout() noexcept {
+corodist::timeout configured_peer_timeout() noexcept {
   const char* env = std::getenv("CORODIST_PEER_TIMEOUT_MS");
   if (!env || !*env)
     return connection_options::default_peer_timeout;
@@ -47,7 +47,7 @@ std::chrono::milliseconds configured_peer_timeout() noexcept {
     }
     return connection_options::default_peer_timeout;
   }
-  return std::chrono::milliseconds(ms);
+  return ms == 0 ? corodist::timeout::never() : corodist::timeout::after(std::chrono::milliseconds(ms));
 }
 
 namespace detail {
@@ -175,11 +175,11 @@ void heartbeat_service::shutdown() {
 } // namespace detail
 
 void connection::start_heartbeat() {
-  if (opts_.peer_timeout.count() <= 0 || !open_ || wheel_)
+  if (!opts_.peer_timeout.is_finite() || !open_ || wheel_)
     return;
   auto ex = socket_.get_executor();
   asio::use_service<detail::heartbeat_service>(asio::query(ex, asio::execution::context))
-      .wheel(ex, opts_.peer_timeout)
+      .wheel(ex, opts_.peer_timeout.length())
       .add(*this);
 }
 
@@ -194,7 +194,7 @@ void connection::on_heartbeat(bool confirming) {
   const auto now = clock::now();
   // The bytes of a large frame note their progress as they arrive (stall watch).
   const auto heard = in_frame_ ? std::max(received_at_, progress_at_) : received_at_;
-  if (now - heard >= opts_.peer_timeout) {
+  if (now - heard >= opts_.peer_timeout.length()) {
     if (!confirming) {
       // A loop that was itself held up may have reaped reads it has not run
       // yet: let them run first (what a handler posts runs before the loop
@@ -211,14 +211,14 @@ void connection::on_heartbeat(bool confirming) {
     CORODIST_LOG_INFO("closing connection with {}: nothing received for {} ms (peer_timeout {} ms)",
                       detail::endpoint_text(remote_),
                       std::chrono::duration_cast<std::chrono::milliseconds>(now - heard).count(),
-                      opts_.peer_timeout.count());
+                      opts_.peer_timeout.length().count());
     close(errc::peer_timed_out);
     return;
   }
   // The wheel comes by a quarter apart, and a heartbeat sent at its last
   // visit went out a little after it: an eighth of slack keeps them a quarter
   // apart (not a half).
-  const auto quarter = opts_.peer_timeout / 4;
+  const auto quarter = opts_.peer_timeout.length() / 4;
   if (!writing_ && !write_scheduled_ && now - sent_at_ >= quarter - quarter / 8) {
     frame_header h{0, control_kind, frame_flags::one_way, 0};
     enqueue(h, bytes(), {}); // an empty queue: sent at the end of this turn

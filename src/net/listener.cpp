@@ -147,7 +147,7 @@ asio::awaitable<void> listener::greet(asio::ip::tcp::socket socket, bool late_he
   if (foreign_ && !late_hello)
     co_await sniff(std::move(socket));
   else
-    co_await handshake(std::move(socket), clock::now() + opts_.handshake_timeout);
+    co_await handshake(std::move(socket), handshake_deadline());
 }
 
 bool listener::admit(const asio::ip::tcp::socket& socket) {
@@ -173,13 +173,12 @@ bool listener::admit(const asio::ip::tcp::socket& socket) {
 
 // The first byte picks the protocol. One deadline covers it and the hello.
 asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
-  const auto deadline = clock::now() + opts_.handshake_timeout;
+  const auto deadline = handshake_deadline();
   std::error_code ignored;
   auto peer = socket.remote_endpoint(ignored);
   std::array<std::uint8_t, 1> first{};
   auto r = co_await corodist::detail::within(
-      socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple),
-      opts_.handshake_timeout);
+      socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple), deadline);
   if (!r) { // silent: no byte within the handshake timeout
     if (foreign_->take_silent && socket.is_open()) {
       socket.set_option(asio::socket_base::keep_alive(true), ignored);
@@ -206,12 +205,15 @@ void listener::accept_late_hello(asio::ip::tcp::socket socket) {
   asio::co_spawn(acceptor_.get_executor(), greet(std::move(socket), true), asio::detached);
 }
 
-asio::awaitable<void> listener::handshake(asio::ip::tcp::socket socket, clock::time_point deadline) {
+corodist::deadline listener::handshake_deadline() const {
+  return opts_.handshake_timeout.or_else(connection_options::default_handshake_timeout).from();
+}
+
+asio::awaitable<void> listener::handshake(asio::ip::tcp::socket socket, corodist::deadline by) {
   std::error_code ignored;
   auto peer = socket.remote_endpoint(ignored);
   auto opts = opts_;
-  opts.handshake_timeout = std::max(std::chrono::milliseconds(1),
-                                    std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()));
+  opts.handshake_timeout = by.left();
   auto [ec, conn] = co_await connection::accept(std::move(socket), opts);
   if (ec) {
     CORODIST_LOG_WARN("rejected connection from {}: {}", endpoint_text(peer), ec.message());

@@ -55,7 +55,7 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
     return;
   if (ec == errc::frame_stalled) {
     CORODIST_LOG_INFO("closing connection from {}: no byte of an incomplete frame for {} ms ({} bytes of it received)",
-                      detail::endpoint_text(remote_), opts_.frame_timeout.count(), frame_bytes);
+                      detail::endpoint_text(remote_), opts_.frame_timeout.length().count(), frame_bytes);
     close(errc::frame_stalled);
     return;
   }

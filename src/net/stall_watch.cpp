@@ -43,12 +43,12 @@ struct transfer_all_noting_progress {
 // cancels the read, which then ends with frame_stalled. One timer wait per
 // frame_timeout, not one per read.
 void connection::arm_stall_watch() {
-  if (opts_.frame_timeout.count() <= 0 || stall_watch_armed_)
+  if (!opts_.frame_timeout.is_finite() || stall_watch_armed_)
     return;
   stall_watch_armed_ = true;
   if (!stall_timer_)
     stall_timer_ = std::make_unique<asio::steady_timer>(socket_.get_executor());
-  stall_timer_->expires_at(progress_at_ + opts_.frame_timeout);
+  stall_timer_->expires_at(progress_at_ + opts_.frame_timeout.length());
   stall_timer_->async_wait([w = weak_from_this()](std::error_code ec) {
     if (ec)
       return;
@@ -61,7 +61,7 @@ void connection::on_stall_watch() {
   stall_watch_armed_ = false;
   if (!in_frame_ || !open_)
     return;
-  if (clock::now() - progress_at_ >= opts_.frame_timeout) {
+  if (clock::now() - progress_at_ >= opts_.frame_timeout.length()) {
     stalled_ = true;
     std::error_code ignored;
     if (uring_ != nullptr)

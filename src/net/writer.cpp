@@ -190,8 +190,14 @@ void connection::write_done(std::error_code ec) {
   start_write();
 }
 
+asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload, std::vector<segment> segments) {
+  return request(kind, std::move(payload), std::move(segments), opts_.request_timeout.from());
+}
+
 asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload, std::vector<segment> segments,
-                                              std::optional<std::chrono::milliseconds> timeout) {
+                                              corodist::deadline by) {
+  if (by.expired())
+    co_return response{errc::request_timeout, {}};
   if (!open_)
     co_return response{errc::connection_closed, {}};
   if (pending_.size() >= opts_.max_pending_requests)
@@ -199,8 +205,7 @@ asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload,
   const std::uint64_t id = next_id_++;
   if (auto ec = enqueue(frame_header{0, kind, 0, id}, std::move(payload), std::move(segments)))
     co_return response{ec, {}};
-  auto to = timeout.value_or(opts_.request_timeout);
-  auto deadline = to.count() > 0 ? clock::now() + to : clock::time_point::max();
+  const auto deadline = by.at();
   co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(response)>(
       [this, id, deadline](auto handler) {
         auto slot = asio::get_associated_cancellation_slot(handler);

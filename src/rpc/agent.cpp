@@ -89,11 +89,11 @@ int agent::rank_of(worker_ref to) const {
 
 int agent::self_rank() const { return impl_->opts_.rank; }
 
-std::chrono::milliseconds agent::default_timeout() const noexcept { return impl_->default_timeout(); }
+corodist::timeout agent::default_timeout() const noexcept { return impl_->default_timeout(); }
 
-void agent::send_call(int rank, std::string_view fn, payload call, std::chrono::milliseconds timeout,
+void agent::send_call(int rank, std::string_view fn, payload call, corodist::deadline by,
                       detail::reply_handler done) {
-  impl_->start_call(rank, fn, std::move(call), timeout, std::move(done));
+  impl_->start_call(rank, fn, std::move(call), by, std::move(done));
 }
 
 const worker_info& agent::self() const { return impl_->registry_.self(); }

@@ -67,7 +67,7 @@ asio::awaitable<void> agent_core::start() {
     copts.max_frame_size = opts_.max_message_size;
     copts.max_buffered_output = opts_.max_buffered_output_per_peer; // a lone larger message still goes
     copts.shared_output = std::make_shared<net::output_budget>(opts_.max_buffered_output);
-    copts.request_timeout = std::chrono::milliseconds(0);
+    copts.request_timeout = corodist::timeout::never();
     copts.peer_timeout = opts_.peer_timeout;
     copts.auth_token = store::resolve_auth_token(opts_.auth_token);
     channels_ = std::make_shared<channels>(
@@ -100,7 +100,8 @@ asio::awaitable<void> agent_core::start() {
     local_ = listener_->local_endpoint();
     // Named: GCC 12 destroys a brace-initialised temporary twice inside a co_await expression.
     worker_info me{opts_.name, opts_.rank, opts_.host, local_.port()};
-    co_await registry_.join(*store_, std::move(me), opts_.world_size, opts_.init_timeout);
+    co_await registry_.join(*store_, std::move(me), opts_.world_size,
+                            opts_.init_timeout.or_else(agent_options::default_init_timeout));
     state_ = agent_state::running;
     CORODIST_LOG_INFO("rpc: agent '{}' (rank {} of {}) running on {}:{}", opts_.name, opts_.rank, opts_.world_size,
                       opts_.host, local_.port());
@@ -139,12 +140,12 @@ void agent_core::decode_context(int from, codec_context& ctx) {
   ctx.peer = from;
 }
 
-future<net::bytes> agent_core::request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout,
+future<net::bytes> agent_core::request(int to, message_kind kind, payload p, corodist::deadline by,
                                        std::string what) {
   promise<net::bytes> pr;
   auto f = pr.get_future();
   start_message(
-      to, kind, std::move(p), timeout,
+      to, kind, std::move(p), by,
       [pr = std::move(pr)](reply&& r) mutable {
         if (r.error)
           pr.set_exception(std::move(r.error));

@@ -43,14 +43,15 @@ public:
   // ---- outgoing calls (outgoing_calls.cpp) ----
   /// Sends an encoded call to `to` (any thread); `done` runs once, on the loop
   /// or on the pool for a large reply.
-  void start_call(worker_ref to, std::string_view fn, payload call, std::chrono::milliseconds timeout,
-                  reply_handler done);
+  void start_call(worker_ref to, std::string_view fn, payload call, corodist::deadline by, reply_handler done);
   /// Sends a request of any kind to rank `to` (any thread): counted as a call
   /// in flight until `done` ran. `what` names the operation in errors (`<what>: <reason>`).
-  void start_message(int to, message_kind kind, payload p, std::chrono::milliseconds timeout, reply_handler done,
+  void start_message(int to, message_kind kind, payload p, corodist::deadline by, reply_handler done,
                      std::string what);
-  /// The deadline of a call with no explicit one.
-  std::chrono::milliseconds default_timeout() const noexcept { return opts_.rpc_timeout; }
+  /// The time limit of a call with none of its own.
+  corodist::timeout default_timeout() const noexcept {
+    return opts_.rpc_timeout.or_else(agent_options::default_rpc_timeout);
+  }
 
   // ---- message_port ----
   const worker_info& self() const override { return registry_.self(); }
@@ -58,7 +59,7 @@ public:
   const worker_info& worker(worker_ref w) const override { return registry_.lookup(w); }
   asio::any_io_executor get_executor() override { return ex_; }
   void set_handler(message_kind kind, std::string name, handler h) override;
-  future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout,
+  future<net::bytes> request(int to, message_kind kind, payload p, corodist::deadline by,
                              std::string what) override;
   void notify(int to, message_kind kind, payload p) override;
   future<payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
@@ -87,9 +88,12 @@ private:
   void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done);
   // Graceful shutdown's parts (shutdown.cpp), each within the one deadline.
   asio::awaitable<void> run_shutdown(bool graceful);
-  asio::awaitable<void> join(std::chrono::steady_clock::time_point deadline);
-  asio::awaitable<void> leave(std::string base, std::chrono::steady_clock::time_point deadline);
-  asio::awaitable<void> wait_idle(std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> join(corodist::deadline deadline);
+  asio::awaitable<void> leave(std::string base, corodist::deadline deadline);
+  asio::awaitable<void> wait_idle(corodist::deadline deadline);
+  corodist::timeout shutdown_limit() const noexcept {
+    return opts_.shutdown_timeout.or_else(agent_options::default_shutdown_timeout);
+  }
   asio::awaitable<void> in_phase(std::string what, asio::awaitable<void> op);
 };
 

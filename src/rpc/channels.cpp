@@ -15,9 +15,7 @@ namespace corodist::rpc::detail {
 namespace {
 using clock = std::chrono::steady_clock;
 
-std::chrono::milliseconds left_until(clock::time_point deadline) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-}
+bool passed(clock::time_point deadline) { return corodist::deadline(deadline).expired(); }
 } // namespace
 
 channels::channels(asio::any_io_executor ex, const worker_registry& registry, net::connection_options options,
@@ -25,9 +23,8 @@ channels::channels(asio::any_io_executor ex, const worker_registry& registry, ne
     : ex_(std::move(ex)), registry_(registry), options_(std::move(options)), kind_name_(std::move(kind_name)),
       on_message_(std::move(on_message)) {}
 
-void channels::request(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout, response_fn done) {
-  waiting w{kind, std::move(p), timeout.count() > 0 ? clock::now() + timeout : clock::time_point::max(), timeout,
-            std::move(done)};
+void channels::request(int rank, message_kind kind, payload p, corodist::deadline by, response_fn done) {
+  waiting w{kind, std::move(p), by.at(), std::move(done)};
   if (closed_) {
     w.done(net::response{net::errc::connection_closed, {}});
     return;
@@ -59,10 +56,10 @@ void channels::notify(int rank, message_kind kind, payload p) {
     return;
   }
   if (pr.conn && pr.conn->is_open()) {
-    send(pr.conn, waiting{kind, std::move(p), clock::time_point::max(), {}, {}});
+    send(pr.conn, waiting{kind, std::move(p), clock::time_point::max(), {}});
     return;
   }
-  pr.queue.push_back(waiting{kind, std::move(p), clock::time_point::max(), {}, {}});
+  pr.queue.push_back(waiting{kind, std::move(p), clock::time_point::max(), {}});
   if (!pr.dialing) {
     pr.dialing = true;
     asio::co_spawn(ex_, dial(rank), asio::detached);
@@ -76,19 +73,16 @@ void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
                          net::detail::endpoint_text(conn->remote_endpoint()), ec.message());
     return;
   }
-  std::chrono::milliseconds left{0}; // none
-  if (w.deadline != clock::time_point::max()) {
-    left = left_until(w.deadline);
-    if (left.count() <= 0) {
-      w.done(net::response{net::errc::request_timeout, {}});
-      return;
-    }
+  const corodist::deadline by(w.deadline);
+  if (by.expired()) {
+    w.done(net::response{net::errc::request_timeout, {}});
+    return;
   }
   asio::co_spawn(
       ex_,
-      [conn, w = std::move(w), left]() mutable -> asio::awaitable<void> {
+      [conn, w = std::move(w), by]() mutable -> asio::awaitable<void> {
         auto records = std::move(w.body.records); // upper layers' records live until the reply
-        auto r = co_await conn->request(w.kind, std::move(w.body.body), std::move(w.body.attachments), left);
+        auto r = co_await conn->request(w.kind, std::move(w.body.body), std::move(w.body.attachments), by);
         w.done(std::move(r));
       },
       asio::detached);
@@ -105,12 +99,15 @@ asio::awaitable<void> channels::dial(int rank) {
   if (!ec) {
     auto opts = options_;
     // The dial may take no longer than the nearest deadline of what waits for it.
+    const auto usual = options_.handshake_timeout.or_else(net::connection_options::default_handshake_timeout).from();
+    auto ends = usual;
     for (auto& q : peers_[rank].queue)
-      if (q.deadline != clock::time_point::max())
-        opts.handshake_timeout = std::min(opts.handshake_timeout, left_until(q.deadline));
-    opts.handshake_timeout = std::max(opts.handshake_timeout, std::chrono::milliseconds(1));
-    dial_ends = clock::now() + opts.handshake_timeout;
-    shortened_dial = opts.handshake_timeout < options_.handshake_timeout;
+      ends = earliest(ends, corodist::deadline(q.deadline));
+    if (!ends.is_never())
+      opts.handshake_timeout = std::max(std::chrono::ceil<std::chrono::milliseconds>(ends.remaining()),
+                                        std::chrono::milliseconds(1));
+    dial_ends = ends.at();
+    shortened_dial = ends != usual;
     CORODIST_LOG_DEBUG("rpc: dialling worker '{}' (rank {}) at {}:{}", w.name, rank, w.host, w.port);
     auto [cec, c] = co_await net::connection::connect(ex_, asio::ip::tcp::endpoint(addr, w.port), opts);
     ec = cec;
@@ -136,7 +133,7 @@ asio::awaitable<void> channels::dial(int rank) {
         continue;
       const bool bounded = shortened && q.deadline < dial_ends + std::chrono::milliseconds(1);
       const bool late =
-          q.deadline != clock::time_point::max() && (bounded || left_until(q.deadline).count() <= 0);
+          q.deadline != clock::time_point::max() && (bounded || passed(q.deadline));
       if (shortened && !late && !closed_ && !pr.lost) {
         again.push_back(std::move(q));
         continue;
@@ -294,7 +291,7 @@ void channels::mark_lost(int rank, std::error_code reason) {
   lost_peer l;
   if (reason == net::errc::peer_timed_out) {
     l.ec = reason;
-    l.reason = "no frame received for " + std::to_string(options_.peer_timeout.count()) + " ms (peer_timeout)";
+    l.reason = "no frame received for " + options_.peer_timeout.str() + " (peer_timeout)";
   } else {
     l.ec = net::errc::connection_closed;
     l.reason = reason == net::errc::connection_closed ? std::string("connection closed") : reason.message();

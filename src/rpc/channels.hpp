@@ -47,10 +47,10 @@ public:
   };
 
   /// Sends a request to worker `rank`, dialling it first if no connection is
-  /// open (calls queue behind one dial); to a lost peer it fails at once. `timeout` (zero: none) bounds the dial
+  /// open (calls queue behind one dial); to a lost peer it fails at once. `by` bounds the dial
   /// and the wait for the response together; a request still queued at its
   /// deadline fails with request_timeout. `done` runs on the loop, once.
-  void request(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout, response_fn done);
+  void request(int rank, message_kind kind, payload p, corodist::deadline by, response_fn done);
 
   /// Sends a one-way message to worker `rank` (dialling as request() does).
   /// Returns false if it cannot be queued (closed).
@@ -82,7 +82,6 @@ private:
     message_kind kind = 0;
     payload body;
     std::chrono::steady_clock::time_point deadline; // max(): none
-    std::chrono::milliseconds timeout{0};
     response_fn done; // null: a notification
   };
   struct peer {

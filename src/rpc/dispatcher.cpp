@@ -203,19 +203,14 @@ void dispatcher::start_call(int from, net::bytes&& frame, clock::time_point arri
       auto p = parse_payload(std::move(frame), ctx);
       const auto call = view_call(p.body.get());
       name.assign(call.name);
-      const auto timeout_ms = call.timeout_ms;
-      // 0, or past a year (which would overflow the clock's arithmetic): no deadline.
-      constexpr std::uint64_t year_ms = 365ull * 24 * 3600 * 1000;
-      const auto deadline = timeout_ms == 0 || timeout_ms > year_ms
-                                ? clock::time_point::max()
-                                : arrived + std::chrono::milliseconds(timeout_ms);
+      const auto deadline = corodist::deadline::from_wire(call.timeout_ms, arrived);
       auto it = functions_.find(name);
       if (it == functions_.end())
         throw call_failure(failure::unknown_function,
                            "no function '" + name + "' is registered on worker '" + env_.worker_name + "'");
-      if (clock::now() >= deadline)
+      if (deadline.expired())
         throw call_failure(failure::deadline, "'" + name + "' was not started: its caller's deadline (" +
-                                                  deadline_text(arrived, deadline) + ") had passed");
+                                                  deadline_text(arrived, deadline.at()) + ") had passed");
       call_context cc(from, env_.name_of ? env_.name_of(from) : std::string(), deadline);
       bound_call b;
       {
@@ -286,11 +281,8 @@ void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply
       return;
     }
     auto sig = running_coroutines_.emplace(running_coroutines_.end());
-    auto guarded = [](asio::awaitable<payload> c, clock::time_point deadline,
-                      std::string fn) -> asio::awaitable<payload> {
-      if (deadline == clock::time_point::max())
-        co_return co_await std::move(c);
-      auto r = co_await corodist::detail::within(std::move(c), deadline - clock::now());
+    auto guarded = [](asio::awaitable<payload> c, corodist::deadline by, std::string fn) -> asio::awaitable<payload> {
+      auto r = co_await corodist::detail::within(std::move(c), by);
       if (!r)
         throw call_failure(failure::deadline, "'" + fn + "' was cancelled at its caller's deadline");
       co_return std::move(*r);

@@ -18,7 +18,7 @@ namespace {
 constexpr std::size_t offload_size = 64 * 1024;
 } // namespace
 
-void agent_core::start_call(worker_ref to, std::string_view fn, payload call, std::chrono::milliseconds timeout,
+void agent_core::start_call(worker_ref to, std::string_view fn, payload call, corodist::deadline by,
                             reply_handler done) {
   int rank = -1;
   try {
@@ -33,12 +33,14 @@ void agent_core::start_call(worker_ref to, std::string_view fn, payload call, st
                {}});
     return;
   }
-  start_message(rank, kind_call, std::move(call), timeout, std::move(done),
+  start_message(rank, kind_call, std::move(call), by, std::move(done),
                 "rpc '" + std::string(fn) + "' on worker '" + registry_.lookup(rank).name + "'");
 }
 
-void agent_core::start_message(int rank, message_kind kind, payload p, std::chrono::milliseconds timeout,
-                               reply_handler done, std::string what) {
+void agent_core::start_message(int rank, message_kind kind, payload p, corodist::deadline by, reply_handler done,
+                               std::string what) {
+  // How long the deadline was, for its error (it was made at the call, a moment ago).
+  const auto length = std::chrono::ceil<std::chrono::milliseconds>(by.remaining());
   try {
     const auto st = state_.load();
     if (st != agent_state::running)
@@ -54,12 +56,12 @@ void agent_core::start_message(int rank, message_kind kind, payload p, std::chro
     return;
   }
   ++calls_sent_;
-  asio::dispatch(ex_, [self = shared_from_this(), rank, kind, p = std::move(p), timeout, done = std::move(done),
+  asio::dispatch(ex_, [self = shared_from_this(), rank, kind, p = std::move(p), by, length, done = std::move(done),
                        what = std::move(what)]() mutable {
-    self->channels_->request(rank, kind, std::move(p), timeout,
-                             [self, rank, timeout, what = std::move(what), done = std::move(done)](net::response&& r) mutable {
+    self->channels_->request(rank, kind, std::move(p), by,
+                             [self, rank, length, what = std::move(what), done = std::move(done)](net::response&& r) mutable {
                                if (r.ec == net::errc::request_timeout) // say how long the deadline was
-                                 what += " (deadline " + std::to_string(timeout.count()) + " ms)";
+                                 what += " (deadline " + std::to_string(length.count()) + " ms)";
                                self->finish_message(rank, what, std::move(r), done);
                              });
   });

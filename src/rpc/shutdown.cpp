@@ -4,6 +4,7 @@
 #include "rpc/agent_core.hpp"
 
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
@@ -13,12 +14,9 @@
 namespace corodist::rpc::detail {
 
 namespace {
-using clock = std::chrono::steady_clock;
-
-// The time left until `deadline`, at least 1 ms (a store timeout of 0 means "none").
-std::chrono::milliseconds left_until(clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now());
-  return std::max(left, std::chrono::milliseconds(1));
+// Half of what is left of `by`: a shutdown step's deadline.
+corodist::deadline half_of(corodist::deadline by) {
+  return by.is_never() ? by : corodist::deadline::after(by.remaining() / 2);
 }
 } // namespace
 
@@ -50,7 +48,7 @@ asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
   if (graceful) {
     // A peer closes only once every worker, this one included, is in shutdown.
     channels_->expect_peers_to_close();
-    const auto deadline = clock::now() + opts_.shutdown_timeout;
+    const auto deadline = shutdown_limit().from();
     try {
       // As PyTorch: every worker idle first (no user call anywhere), then the
       // upper layers' cleanup (which still talks over the open connections).
@@ -65,7 +63,7 @@ asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
       for (auto& [name, step] : shutdown_steps_) {
         CORODIST_LOG_DEBUG("rpc: agent '{}' shutdown step '{}'", opts_.name, name);
         try {
-          co_await step(left_until(deadline) / 2);
+          co_await step(half_of(deadline));
         } catch (const std::exception& e) {
           CORODIST_LOG_WARN("rpc: agent '{}' shutdown: step '{}' failed: {}", opts_.name, name, e.what());
           if (!failure)
@@ -73,7 +71,7 @@ asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
         }
         co_await in_phase("not every worker finished step '" + name + "'",
                           store_->barrier(opts_.key_prefix + "shutdown_step/" + std::to_string(n++),
-                                          opts_.world_size, left_until(deadline)));
+                                          opts_.world_size, deadline.left()));
       }
       co_await leave(opts_.key_prefix + "join/left", deadline);
     } catch (...) {
@@ -91,20 +89,20 @@ asio::awaitable<void> agent_core::run_shutdown(bool graceful) {
 // type, says what the agent was waiting for.
 asio::awaitable<void> agent_core::in_phase(std::string what, asio::awaitable<void> op) {
   const auto prefix = "rpc: agent '" + opts_.name + "' shutdown: " + what + " within shutdown_timeout (" +
-                      std::to_string(opts_.shutdown_timeout.count()) + " ms): ";
+                      shutdown_limit().str() + "): ";
   try {
     co_await std::move(op);
   } catch (const timeout_error& e) {
     throw timeout_error(prefix + e.what());
   } catch (const connection_error& e) {
     throw connection_error(prefix + e.what());
-  } catch (const store_error& e) {
-    throw store_error(prefix + e.what());
+  } catch (const store::store_error& e) {
+    throw store::store_error(prefix + e.what());
   }
 }
 
 // Waits until this worker has no call of its own in flight and serves none.
-asio::awaitable<void> agent_core::wait_idle(clock::time_point deadline) {
+asio::awaitable<void> agent_core::wait_idle(corodist::deadline deadline) {
   auto both = [this]() -> asio::awaitable<int> {
     co_await outgoing_.wait_idle().async_get();
     co_await dispatcher_->serving().wait_idle().async_get();
@@ -112,11 +110,11 @@ asio::awaitable<void> agent_core::wait_idle(clock::time_point deadline) {
   };
   // A call may start again in between (another thread's rpc_async): look again.
   while (outgoing_.count() + dispatcher_->serving().count() > 0) {
-    if (!co_await corodist::detail::within(both(), deadline - clock::now()))
+    if (!co_await corodist::detail::within(both(), deadline))
       throw timeout_error("rpc: agent '" + opts_.name + "' shutdown: " + std::to_string(outgoing_.count()) +
                           " outgoing and " + std::to_string(dispatcher_->serving().count()) +
-                          " incoming calls still in flight after shutdown_timeout (" +
-                          std::to_string(opts_.shutdown_timeout.count()) + " ms)");
+                          " incoming calls still in flight after shutdown_timeout (" + shutdown_limit().str() +
+                          ")");
   }
 }
 
@@ -125,7 +123,7 @@ asio::awaitable<void> agent_core::wait_idle(clock::time_point deadline) {
 // publishes how many messages it has sent plus received so far, and passes a
 // barrier. When every worker's count is the same as in the previous round,
 // nobody did anything in between: no message is in flight anywhere.
-asio::awaitable<void> agent_core::join(clock::time_point deadline) {
+asio::awaitable<void> agent_core::join(corodist::deadline deadline) {
   const auto& pre = opts_.key_prefix;
   std::vector<std::string> previous;
   constexpr int max_rounds = 10000;
@@ -135,11 +133,11 @@ asio::awaitable<void> agent_core::join(clock::time_point deadline) {
     CORODIST_LOG_DEBUG("rpc: agent '{}' shutdown round {}", opts_.name, round);
     co_await store_->set(base + "/" + std::to_string(opts_.rank),
                          std::to_string(calls_sent_.load() + dispatcher_->received()));
-    co_await in_phase("not every worker joined", store_->barrier(base, opts_.world_size, left_until(deadline)));
+    co_await in_phase("not every worker joined", store_->barrier(base, opts_.world_size, deadline.left()));
     std::vector<std::string> keys;
     for (int r = 0; r < opts_.world_size; ++r)
       keys.push_back(base + "/" + std::to_string(r));
-    auto counts = co_await store_->multi_get(std::move(keys), left_until(deadline));
+    auto counts = co_await store_->multi_get(std::move(keys), deadline.left());
     if (round > 0 && counts == previous)
       co_return;
     previous = std::move(counts);
@@ -151,7 +149,7 @@ asio::awaitable<void> agent_core::join(clock::time_point deadline) {
 // The last step of shutdown: every worker says it has left, and rank 0 (which
 // hosts the store under env:// and tcp:// rendezvous) waits until all have, so
 // that its store outlives every other worker's last request.
-asio::awaitable<void> agent_core::leave(std::string base, clock::time_point deadline) {
+asio::awaitable<void> agent_core::leave(std::string base, corodist::deadline deadline) {
   co_await store_->set(base + "/" + std::to_string(opts_.rank), "1");
   if (opts_.rank != 0)
     co_return;
@@ -159,7 +157,7 @@ asio::awaitable<void> agent_core::leave(std::string base, clock::time_point dead
   for (int r = 1; r < opts_.world_size; ++r)
     keys.push_back(base + "/" + std::to_string(r));
   if (!keys.empty())
-    co_await in_phase("not every worker left", store_->wait(std::move(keys), left_until(deadline)));
+    co_await in_phase("not every worker left", store_->wait(std::move(keys), deadline.left()));
 }
 
 } // namespace corodist::rpc::detail

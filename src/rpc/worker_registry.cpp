@@ -31,7 +31,7 @@ worker_registry::worker_registry(std::string prefix, std::string agent_name)
     : prefix_(std::move(prefix)), agent_name_(std::move(agent_name)) {}
 
 asio::awaitable<void> worker_registry::join(store::store& s, worker_info self, int world_size,
-                                            std::chrono::milliseconds timeout) {
+                                            corodist::timeout timeout) {
   const auto my_rank = std::to_string(self.rank);
   auto owner = co_await s.compare_set(prefix_ + "names/" + self.name, "", my_rank);
   if (owner != my_rank)
@@ -52,7 +52,7 @@ asio::awaitable<void> worker_registry::join(store::store& s, worker_info self, i
     records = co_await s.multi_get(std::move(keys), timeout);
   } catch (const timeout_error& e) {
     throw timeout_error("rpc: agent '" + self.name + "': not all " + std::to_string(world_size) +
-                        " workers joined within " + std::to_string(timeout.count()) + " ms (" + e.what() + ")");
+                        " workers joined within " + timeout.str() + " (" + e.what() + ")");
   }
   auto t = std::make_unique<worker_table>();
   for (int r = 0; r < world_size; ++r) {

@@ -35,7 +35,7 @@ public:
   /// and waits up to `timeout` for all `world_size` records (timeout_error
   /// naming the missing ranks). Then the table is visible. Runs on the store's
   /// terms (any executor).
-  asio::awaitable<void> join(store::store& s, worker_info self, int world_size, std::chrono::milliseconds timeout);
+  asio::awaitable<void> join(store::store& s, worker_info self, int world_size, corodist::timeout timeout);
 
   /// The table, or null before join() finished.
   const worker_table* table() const noexcept { return table_.load(std::memory_order_acquire); }

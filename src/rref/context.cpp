@@ -25,10 +25,10 @@ void enable(rpc::agent& a, context_options opts) {
   tracker->install(); // throws usage_error after start()
   port.set_extension(tracker);
   port.add_shutdown_step("rref: let go of every UserRRef and unshared OwnerRRef",
-                         [w = std::weak_ptr<detail::reference_tracker>(tracker)](std::chrono::milliseconds budget)
+                         [w = std::weak_ptr<detail::reference_tracker>(tracker)](corodist::deadline by)
                              -> asio::awaitable<void> {
                            if (auto c = w.lock())
-                             co_await c->drain(budget);
+                             co_await c->drain(by);
                          });
 }
 

@@ -102,11 +102,12 @@ void control_channel::pump(clock::time_point now) {
   for (auto& [to, p] : out_) {
     for (auto it = p.unacked.begin(); it != p.unacked.end();) {
       auto& o = it->second;
-      if (now - o.first >= opts_.give_up_after) {
+      const auto give_up = opts_.give_up_after.or_else(context_options::default_give_up_after);
+      if (give_up.is_finite() && now - o.first >= give_up.length()) {
         if (!p.gave_up_logged)
-          CORODIST_LOG_WARN("rref: worker {} has acknowledged no control message for {} ms; giving up on them "
+          CORODIST_LOG_WARN("rref: worker {} has acknowledged no control message for {}; giving up on them "
                             "(is it gone?)",
-                            to, opts_.give_up_after.count());
+                            to, give_up.str());
         p.gave_up_logged = true;
         it = p.unacked.erase(it);
         --unacked_count_;

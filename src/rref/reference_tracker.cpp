@@ -164,10 +164,10 @@ std::shared_ptr<handle> reference_tracker::new_remote(int owner) {
 }
 
 void reference_tracker::send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
-                                    std::chrono::milliseconds timeout) {
+                                    corodist::deadline by) {
   // The owner acknowledges the creator's fork at once (it runs the function after).
   auto what = "remote '" + std::string(fn) + "' on '" + port_.worker(h->owner()).name + "' (RRef R" + h->id().str() + ")";
-  port_.request(h->owner(), kind_remote, std::move(call), timeout, what)
+  port_.request(h->owner(), kind_remote, std::move(call), by, what)
       .async_get(asio::bind_executor(ex_, [w = weak_from_this(), f = h->fork(), what](std::exception_ptr e, net::bytes) {
         if (auto self = w.lock())
           self->creation_acked(f, what, e);
@@ -273,9 +273,7 @@ std::shared_ptr<handle> reference_tracker::adopt(const fork_info& f, int from) {
 
 // ---- using them -------------------------------------------------------------------
 
-future<net::bytes> reference_tracker::fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) {
-  if (timeout.count() <= 0)
-    timeout = opts_.timeout;
+future<net::bytes> reference_tracker::fetch(const std::shared_ptr<handle>& h, corodist::deadline by) {
   const rref_id id = h->id();
   if (!h->is_owner()) {
     rpc::encoder e;
@@ -283,11 +281,14 @@ future<net::bytes> reference_tracker::fetch(const std::shared_ptr<handle>& h, st
     pk.pack_array(2);
     pk.pack(id.worker);
     pk.pack(id.local);
-    return port_.request(h->owner(), kind_fetch, e.finish(), timeout, "to_here of " + describe(*h));
+    return port_.request(h->owner(), kind_fetch, e.finish(), by, "to_here of " + describe(*h));
   }
   // On the owner: the value here, once there (at most until the deadline).
   promise<net::bytes> p;
   auto f = p.get_future();
+  // The time left, kept on this tracker's clock (a simulated one in tests).
+  const auto timeout = std::chrono::ceil<std::chrono::milliseconds>(
+      std::min<clock::duration>(by.remaining(), std::chrono::hours(24 * 365)));
   post([id, p = std::move(p), timeout](reference_tracker& self) mutable {
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) { // (a handle keeps its entry: not expected)
@@ -357,10 +358,12 @@ std::shared_ptr<value_slot> reference_tracker::local_slot(const handle& h) {
       e.extra->waiting_slots.push_back(std::move(p));
     }
   });
-  if (!f.wait_for(opts_.timeout))
+  const auto limit = default_timeout();
+  if (limit.is_never())
+    f.wait();
+  else if (!f.wait_for(limit.length()))
     throw timeout_error("local_value of RRef R" + h.id().str() + " on its owner '" + port_.self().name +
-                        "': its function did not finish within " +
-                        std::to_string(opts_.timeout.count()) + " ms");
+                        "': its function did not finish within " + limit.str());
   return f.get();
 }
 
@@ -424,9 +427,7 @@ void reference_tracker::on_remote(rpc::inbound_message&& m, rpc::responder&& r) 
   if (creator && std::find(e.forks.begin(), e.forks.end(), creator) == e.forks.end())
     e.forks.push_back(creator); // the creator's UserRRef: known from now on
   r.reply(rpc::payload{});      // ... which the creator may now let go of (G2)
-  const auto deadline = timeout_ms == 0 ? rpc::call_context::clock::time_point::max()
-                                        : rpc::call_context::clock::now() + std::chrono::milliseconds(timeout_ms);
-  rpc::call_context cc(m.from, "", deadline);
+  rpc::call_context cc(m.from, "", corodist::deadline::from_wire(timeout_ms));
   future<rpc::payload> result;
   {
     rpc::codec_scope scope(ctx); // arguments (rrefs among them) decode as sent by the creator
@@ -661,7 +662,8 @@ void reference_tracker::wake_drain() {
     drain_wait_->cancel();
 }
 
-asio::awaitable<bool> reference_tracker::drain(std::chrono::milliseconds budget) {
+asio::awaitable<bool> reference_tracker::drain(corodist::deadline by) {
+  const auto started = clock::now();
   // Every UserRRef goes, live handles or not (the application's handles of it
   // fail afterwards); so does every OwnerRRef that nothing refers to any more.
   std::vector<fork_id> users;
@@ -679,10 +681,9 @@ asio::awaitable<bool> reference_tracker::drain(std::chrono::milliseconds budget)
   // Then wait for the others' deletes, the confirmations our pending children
   // and users need, and our messages' acknowledgements (each wakes this wait;
   // retries go out on the retry timer meanwhile).
-  const auto deadline = clock::now() + budget;
   asio::steady_timer t(co_await asio::this_coro::executor);
-  while (!settled() && clock::now() < deadline) {
-    t.expires_at(deadline);
+  while (!settled() && !by.expired()) {
+    t.expires_at(by.at());
     drain_wait_ = &t;
     co_await t.async_wait(corodist::detail::use_tuple);
     drain_wait_ = nullptr;
@@ -703,7 +704,8 @@ asio::awaitable<bool> reference_tracker::drain(std::chrono::milliseconds budget)
     list += (i ? "; " : "") + left[i];
   if (left.size() > 16)
     list += "; ... (" + std::to_string(left.size()) + " in all)";
-  CORODIST_LOG_WARN("rref: worker {}: after {} ms of shutdown, still held: {}{}", self(), budget.count(),
+  CORODIST_LOG_WARN("rref: worker {}: after {} ms of shutdown, still held: {}{}", self(),
+                    std::chrono::duration_cast<std::chrono::milliseconds>(clock::now() - started).count(),
                     list.empty() ? "nothing" : list,
                     channel_.unacked() ? " (" + std::to_string(channel_.unacked()) + " control messages unacknowledged)"
                                        : "");

@@ -60,14 +60,16 @@ public:
   rpc::message_port& port() override { return port_; }
   int self() const override { return port_.self().rank; }
   rpc::agent* agent() override { return agent_; }
-  std::chrono::milliseconds default_timeout() const override { return opts_.timeout; }
+  corodist::timeout default_timeout() const override {
+    return opts_.timeout.or_else(context_options::default_timeout);
+  }
   std::shared_ptr<handle> new_remote(int owner) override;
   void send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
-                   std::chrono::milliseconds timeout) override;
+                   corodist::deadline by) override;
   std::shared_ptr<handle> new_owned(std::shared_ptr<value_slot> v) override;
   fork_info fork_to(const std::shared_ptr<handle>& h, int peer) override;
   std::shared_ptr<handle> adopt(const fork_info& f, int from) override;
-  future<net::bytes> fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) override;
+  future<net::bytes> fetch(const std::shared_ptr<handle>& h, corodist::deadline by) override;
   std::shared_ptr<value_slot> local_slot(const handle& h) override;
   void released(const handle& h) noexcept override;
 
@@ -83,7 +85,7 @@ public:
   /// this worker's own handles hold are the application's: they are neither
   /// dropped nor waited for, and keep their value until their last handle goes.
   /// Returns false (after logging what is left, by RRefId) if the budget ran out.
-  asio::awaitable<bool> drain(std::chrono::milliseconds budget);
+  asio::awaitable<bool> drain(corodist::deadline by);
   /// True when no UserRRef, pending child or unacknowledged control message is
   /// left here and no OwnerRRef here is known to another worker (loop only).
   bool settled() const noexcept;

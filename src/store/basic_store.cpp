@@ -22,8 +22,8 @@ asio::awaitable<void> basic_store::do_set_owned(std::string key, std::string val
   return impl_->do_set_owned(std::move(key), std::move(value));
 }
 
-asio::awaitable<std::string> basic_store::do_get(std::string key, std::chrono::milliseconds timeout) {
-  return impl_->do_get(std::move(key), timeout);
+asio::awaitable<std::string> basic_store::do_get(std::string key, corodist::deadline by) {
+  return impl_->do_get(std::move(key), by);
 }
 
 asio::awaitable<std::int64_t> basic_store::do_add(std::string key, std::int64_t delta) {
@@ -38,8 +38,8 @@ asio::awaitable<bool> basic_store::do_delete_key(std::string key) { return impl_
 
 asio::awaitable<bool> basic_store::do_check(std::vector<std::string> keys) { return impl_->do_check(std::move(keys)); }
 
-asio::awaitable<void> basic_store::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
-  return impl_->do_wait(std::move(keys), timeout);
+asio::awaitable<void> basic_store::do_wait(std::vector<std::string> keys, corodist::deadline by) {
+  return impl_->do_wait(std::move(keys), by);
 }
 
 asio::awaitable<std::int64_t> basic_store::do_num_keys() { return impl_->do_num_keys(); }
@@ -49,8 +49,8 @@ asio::awaitable<void> basic_store::do_append(std::string key, std::string value)
 }
 
 asio::awaitable<std::vector<std::string>> basic_store::do_multi_get(std::vector<std::string> keys,
-                                                                    std::chrono::milliseconds timeout) {
-  return impl_->do_multi_get(std::move(keys), timeout);
+                                                                    corodist::deadline by) {
+  return impl_->do_multi_get(std::move(keys), by);
 }
 
 asio::awaitable<void> basic_store::do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) {

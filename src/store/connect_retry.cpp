@@ -60,7 +60,9 @@ std::string where(const tcp_store_options& opts) {
 asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_store_options& opts, const char* what,
                                          const connect_attempt& attempt_fn) {
   const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + opts.timeout;
+  const auto limit = opts.timeout.or_else(default_timeout);
+  const auto by = limit.from(start);
+  const auto limit_text = limit.is_finite() ? duration_text(limit.length()) : std::string("never");
   const auto schedule = warnings();
   auto next_warning = start + schedule.first;
   thread_local std::mt19937_64 rng(std::random_device{}()); // jitter only: no need to reseed per connect
@@ -72,7 +74,7 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
   std::error_code literal_ec;
   const auto literal = asio::ip::make_address(opts.host, literal_ec);
   CORODIST_LOG_DEBUG("store: connecting to the {} at {}{} (gives up after {})", what, where(opts),
-                     source ? " from " + source->to_string() : std::string(), duration_text(opts.timeout));
+                     source ? " from " + source->to_string() : std::string(), limit_text);
   std::vector<asio::ip::tcp::endpoint> endpoints;
   for (int attempt = 1;; ++attempt) {
     bool refused = false; // every address refused: nothing listens there
@@ -98,8 +100,7 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
     } else {
       refused = true;
       for (const auto& ep : endpoints) {
-        auto left = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
-        auto ec = co_await attempt_fn(ep, std::max(ms(1), left));
+        auto ec = co_await attempt_fn(ep, by);
         if (!ec) {
           if (attempt > 1)
             CORODIST_LOG_INFO("store: connected to the {} at {} after {} attempts ({})", what, where(opts), attempt,
@@ -113,19 +114,21 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
       }
     }
     const auto now = std::chrono::steady_clock::now();
-    if (refused && opts.refused_retry_window && now - start >= *opts.refused_retry_window)
+    const auto window = opts.refused_retry_window.or_else(corodist::timeout::never());
+    if (refused && window.is_finite() && now - start >= window.length())
       throw connection_error("store: nothing is listening on " + where(opts) + " (connection refused; retried for " +
                              duration_text(since(start)) + ", " + std::to_string(attempt) + " attempts)");
-    if (now >= deadline)
+    if (by.expired(now))
       throw timeout_error("store: could not connect to the " + std::string(what) + " at " + where(opts) + " within " +
-                          duration_text(opts.timeout) + " (" + std::to_string(attempt) +
+                          limit_text + " (" + std::to_string(attempt) +
                           " attempts; last error: " + last.message() + ")");
     // Exponential backoff with +-25 % jitter, never past the deadline (nor the refused window).
     std::uniform_real_distribution<double> jitter(0.75, 1.25);
     auto pause = std::chrono::duration_cast<ms>(backoff * jitter(rng));
-    pause = std::min(pause, std::chrono::ceil<ms>(deadline - now));
-    if (refused && opts.refused_retry_window)
-      pause = std::min(pause, std::chrono::ceil<ms>(start + *opts.refused_retry_window - now));
+    if (!by.is_never())
+      pause = std::min(pause, std::chrono::ceil<ms>(by.remaining(now)));
+    if (refused && window.is_finite())
+      pause = std::min(pause, std::chrono::ceil<ms>(start + window.length() - now));
     CORODIST_LOG_DEBUG("store: attempt {} to connect to the {} at {} failed: {}; next in {} ms", attempt, what,
                        where(opts), last.message(), pause.count());
     if (now >= next_warning) {
@@ -133,7 +136,7 @@ asio::awaitable<void> connect_with_retry(asio::any_io_executor ex, const tcp_sto
                         "after {})",
                         what, where(opts), duration_text(since(start)), attempt, last.message(),
                         refused ? " (nothing listens there: is the server up, and the address and port right?)" : "",
-                        duration_text(opts.timeout));
+                        limit_text);
       next_warning += schedule.every;
     }
     asio::steady_timer t(ex, pause);

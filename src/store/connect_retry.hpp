@@ -19,7 +19,7 @@ namespace corodist::store::detail {
 /// One connection attempt to a resolved address within the time left; returns
 /// the error, or zero once connected (the attempt keeps what it made).
 using connect_attempt =
-    std::function<asio::awaitable<std::error_code>(asio::ip::tcp::endpoint, std::chrono::milliseconds left)>;
+    std::function<asio::awaitable<std::error_code>(asio::ip::tcp::endpoint, corodist::deadline by)>;
 
 /// Resolves opts.host (an IP address literal is used as it is, without the
 /// resolver) and calls `attempt` for each address until one succeeds (with

@@ -1,6 +1,7 @@
 #include "store/engine.hpp"
 
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 
 #include <algorithm>
 #include <charconv>

@@ -10,6 +10,7 @@
 // input against the engine's limits first: over a limit it throws
 // store_error and changes nothing. Loop-affine: call it on its executor only.
 
+#include <corodist/store/errors.hpp>
 #include <corodist/core/detail/unique_function.hpp>
 #include <corodist/store/watch_event.hpp>
 

@@ -1,5 +1,7 @@
 #include "store/engine_ops.hpp"
 
+#include "core/deadline.hpp"
+
 #include <corodist/core/error.hpp>
 #include <corodist/core/future.hpp>
 
@@ -8,8 +10,8 @@ namespace corodist::store::detail {
 engine_ops::engine_ops(asio::any_io_executor ex, std::string where)
     : ex_(std::move(ex)), engine_(std::make_shared<engine>(ex_)), waits_(ex_, std::move(where)) {}
 
-asio::awaitable<void> engine_ops::until_present(const std::vector<std::string>& keys,
-                                                std::chrono::milliseconds timeout) {
+asio::awaitable<void> engine_ops::until_present(const std::vector<std::string>& keys, corodist::deadline by) {
+  const std::chrono::milliseconds timeout(by.to_wire()); // the engine's: 0 is none
   wait_log::entry logged(waits_, keys, timeout);
   promise<std::vector<std::string>> p;
   auto f = p.get_future();
@@ -24,13 +26,13 @@ asio::awaitable<void> engine_ops::until_present(const std::vector<std::string>& 
     throw timeout_error(rules::timeout_message(missing, timeout));
 }
 
-asio::awaitable<std::string> engine_ops::do_get(std::string key, std::chrono::milliseconds timeout) {
+asio::awaitable<std::string> engine_ops::do_get(std::string key, corodist::deadline by) {
   refresh();
   for (;;) { // (deleted again before this resumed: wait again)
     if (auto* v = engine_->get(key))
       co_return *v;
     const std::vector<std::string> keys{key};
-    co_await until_present(keys, timeout);
+    co_await until_present(keys, by);
   }
 }
 
@@ -39,9 +41,9 @@ asio::awaitable<bool> engine_ops::do_check(std::vector<std::string> keys) {
   co_return engine_->check(keys);
 }
 
-asio::awaitable<void> engine_ops::do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+asio::awaitable<void> engine_ops::do_wait(std::vector<std::string> keys, corodist::deadline by) {
   refresh();
-  co_await until_present(keys, timeout);
+  co_await until_present(keys, by);
 }
 
 asio::awaitable<std::int64_t> engine_ops::do_num_keys() {
@@ -50,10 +52,10 @@ asio::awaitable<std::int64_t> engine_ops::do_num_keys() {
 }
 
 asio::awaitable<std::vector<std::string>> engine_ops::do_multi_get(std::vector<std::string> keys,
-                                                                   std::chrono::milliseconds timeout) {
+                                                                   corodist::deadline by) {
   refresh();
   while (!engine_->check(keys))
-    co_await until_present(keys, timeout);
+    co_await until_present(keys, by);
   co_return engine_->values(keys);
 }
 

@@ -19,12 +19,12 @@ class engine_ops : public store {
 public:
   asio::any_io_executor get_executor() final { return ex_; }
 
-  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) final;
+  asio::awaitable<std::string> do_get(std::string key, corodist::deadline by) final;
   asio::awaitable<bool> do_check(std::vector<std::string> keys) final;
-  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) final;
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, corodist::deadline by) final;
   asio::awaitable<std::int64_t> do_num_keys() final;
   asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
-                                                         std::chrono::milliseconds timeout) final;
+                                                         corodist::deadline by) final;
   asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) final;
   /// The changes from now on: what `refresh()` finds first is history.
   asio::awaitable<watch_stream> do_watch_key(std::string key) final;
@@ -49,8 +49,8 @@ protected:
   std::shared_ptr<engine> engine_;
 
 private:
-  /// Waits until every key exists, or throws timeout_error after `timeout` (zero: never).
-  asio::awaitable<void> until_present(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  /// Waits until every key exists, or throws timeout_error at `by`.
+  asio::awaitable<void> until_present(const std::vector<std::string>& keys, corodist::deadline by);
 
   wait_log waits_;
   std::vector<std::weak_ptr<watch_queue>> watches_; // pruned as streams close

@@ -1,6 +1,7 @@
 #include <corodist/store/file_store.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 
 #include "core/log.hpp"
 #include "store/engine_ops.hpp" // the engine the file's log is replayed into, and its rules

@@ -1,6 +1,7 @@
 #include "store/launch_env.hpp"
 
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 
 #include <cstdlib>
 

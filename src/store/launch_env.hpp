@@ -3,6 +3,7 @@
 // and torchrun set, else those srun sets (SLURM_PROCID, SLURM_NTASKS,
 // SLURM_LOCALID, the first host of the step's or job's node list).
 
+#include <corodist/store/errors.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>

@@ -29,8 +29,8 @@ struct prefix_store::impl final : store {
     co_await inner->set_owned(key(k), std::move(value));
   }
 
-  asio::awaitable<std::string> do_get(std::string k, std::chrono::milliseconds timeout) override {
-    co_return co_await inner->get(key(k), timeout);
+  asio::awaitable<std::string> do_get(std::string k, corodist::deadline by) override {
+    co_return co_await inner->get(key(k), by.left());
   }
 
   asio::awaitable<std::int64_t> do_add(std::string k, std::int64_t delta) override {
@@ -47,8 +47,8 @@ struct prefix_store::impl final : store {
     co_return co_await inner->check(keys(std::move(ks)));
   }
 
-  asio::awaitable<void> do_wait(std::vector<std::string> ks, std::chrono::milliseconds timeout) override {
-    co_await inner->wait(keys(std::move(ks)), timeout);
+  asio::awaitable<void> do_wait(std::vector<std::string> ks, corodist::deadline by) override {
+    co_await inner->wait(keys(std::move(ks)), by.left());
   }
 
   asio::awaitable<std::int64_t> do_num_keys() override { co_return co_await inner->num_keys(); }
@@ -58,8 +58,8 @@ struct prefix_store::impl final : store {
   }
 
   asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> ks,
-                                                         std::chrono::milliseconds timeout) override {
-    co_return co_await inner->multi_get(keys(std::move(ks)), timeout);
+                                                         corodist::deadline by) override {
+    co_return co_await inner->multi_get(keys(std::move(ks)), by.left());
   }
 
   asio::awaitable<void> do_multi_set(std::vector<std::string> ks, std::vector<std::string> values) override {

@@ -1,4 +1,5 @@
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 #include <corodist/store/file_store.hpp>
 #include <corodist/store/prefix_store.hpp>
 #include <corodist/store/rendezvous.hpp>
@@ -206,8 +207,10 @@ long restart_of(const std::string& claim) {
 // (--restart-policy worker: same generation, same rank, a higher restart
 // count) takes over its predecessor's claim and finds the others arrived.
 asio::awaitable<void> join(store& s, const std::string& url, const std::string& where, int rank, int world,
-                           std::chrono::milliseconds timeout, long restart) {
+                           corodist::timeout limit, long restart) {
   using ms = std::chrono::milliseconds;
+  limit = limit.or_else(default_timeout);
+  const auto by = limit.from();
   const auto me = claimant() + (restart >= 0 ? ", restart " + std::to_string(restart) : std::string());
   const auto key = std::string(rdzv) + "rank/" + std::to_string(rank);
   auto holder = co_await s.compare_set(key, "", me);
@@ -221,7 +224,7 @@ asio::awaitable<void> join(store& s, const std::string& url, const std::string& 
     CORODIST_LOG_DEBUG("rendezvous at {}: rank {} rejoins after restart {} (it was held by {})", url, rank, restart,
                        holder);
     std::vector<std::string> done{std::string(rdzv) + "done"};
-    co_await s.wait(std::move(done), timeout);
+    co_await s.wait(std::move(done), by.left());
     co_return;
   }
   auto arrived = co_await s.add(std::string(rdzv) + "arrived", 1);
@@ -238,17 +241,15 @@ asio::awaitable<void> join(store& s, const std::string& url, const std::string& 
   const auto schedule = detail::warnings();
   const auto start = std::chrono::steady_clock::now();
   auto next_warning = start + schedule.first;
-  const bool forever = timeout.count() <= 0;
   for (;;) {
     const auto now = std::chrono::steady_clock::now();
-    const auto left = timeout - std::chrono::duration_cast<ms>(now - start);
-    if (!forever && left.count() <= 0)
+    if (by.expired(now))
       break;
     // Waits in slices that end when a warning is due (and are never longer
     // than the first delay, so that the store's own log of long waits stays quiet).
     auto slice = std::max(ms(1), std::min(schedule.first, std::chrono::ceil<ms>(next_warning - now)));
-    if (!forever)
-      slice = std::min(slice, left);
+    if (!by.is_never())
+      slice = std::min(slice, std::chrono::ceil<ms>(by.remaining(now)));
     try {
       std::vector<std::string> done{std::string(rdzv) + "done"};
       co_await s.wait(std::move(done), slice);
@@ -258,12 +259,12 @@ asio::awaitable<void> join(store& s, const std::string& url, const std::string& 
     }
     const auto after = std::chrono::steady_clock::now();
     const auto waited = std::chrono::duration_cast<ms>(after - start);
-    if (!forever && waited >= timeout)
+    if (by.expired(after))
       break;
     if (after < next_warning)
       continue;
     next_warning += schedule.every;
-    const auto gives_up = forever ? std::string("never") : detail::duration_text(timeout);
+    const auto gives_up = limit.is_never() ? std::string("never") : detail::duration_text(limit.length());
     if (world <= name_missing_up_to || rank == 0) {
       auto a = co_await look_up_arrivals(s, world);
       CORODIST_LOG_WARN("rendezvous at {}: {} of {} ranks arrived after {}; waiting for ranks {} (gives up after {})",
@@ -277,7 +278,7 @@ asio::awaitable<void> join(store& s, const std::string& url, const std::string& 
   // Say who never came.
   auto a = co_await look_up_arrivals(s, world);
   throw timeout_error("rendezvous at " + url + ": only " + std::to_string(a.count) + " of " + std::to_string(world) +
-                      " ranks arrived within " + std::to_string(timeout.count()) + " ms; missing ranks: " + a.missing);
+                      " ranks arrived within " + std::to_string(limit.length().count()) + " ms; missing ranks: " + a.missing);
 }
 
 // Rank 0's store_server, held by its tcp_store. When that store goes, the

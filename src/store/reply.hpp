@@ -7,6 +7,7 @@
 // unwatch: none; get: str value; add, num_keys: i64; compare_set: str;
 // delete_key, check: u8 (0 or 1); multi_get, list_keys: strs.
 
+#include <corodist/store/errors.hpp>
 #include "store/codec.hpp"
 
 #include <span>

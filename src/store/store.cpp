@@ -19,7 +19,11 @@ asio::awaitable<void> store::do_set_owned(std::string key, std::string /*value*/
   co_return;
 }
 
-asio::awaitable<void> store::do_barrier(std::string name, std::int64_t world_size, std::chrono::milliseconds timeout) {
+void store::throw_expired() {
+  throw timeout_error("store: the operation's deadline had passed before it started (nothing was sent)");
+}
+
+asio::awaitable<void> store::do_barrier(std::string name, std::int64_t world_size, corodist::deadline by) {
   if (world_size <= 0)
     throw store_error("barrier '" + name + "': world_size must be positive");
   const auto arrived = co_await do_add(name + "/count", 1);
@@ -33,7 +37,7 @@ asio::awaitable<void> store::do_barrier(std::string name, std::int64_t world_siz
     co_return;
   }
   std::vector<std::string> keys{name + "/done"};
-  co_await do_wait(std::move(keys), timeout);
+  co_await do_wait(std::move(keys), by);
 }
 
 } // namespace corodist::store

@@ -163,7 +163,7 @@ std::shared_ptr<store_server> store_server::start(asio::any_io_executor ex, serv
   copts.max_buffered_output = im.opts.max_buffered_output;
   copts.handshake_timeout = im.opts.handshake_timeout;
   copts.peer_timeout = im.opts.peer_timeout;
-  copts.request_timeout = std::chrono::milliseconds(0);
+  copts.request_timeout = corodist::timeout::never();
   auto [lec, l] = net::listener::listen(ex, {addr, im.opts.port}, copts,
                                         [w = std::weak_ptr<store_server>(srv)](std::shared_ptr<net::connection> c) {
                                           if (auto s = w.lock())
@@ -226,21 +226,21 @@ std::size_t store_server::connection_count() const noexcept {
   return impl_->sessions.size() + impl_->torch_sessions.size();
 }
 
-asio::awaitable<bool> store_server::wait_until(std::function<bool()> condition, std::chrono::milliseconds limit) {
+asio::awaitable<bool> store_server::wait_until(std::function<bool()> condition, corodist::timeout limit) {
   auto im = impl_;
-  const auto deadline = std::chrono::steady_clock::now() + limit;
+  const auto by = limit.or_else(corodist::timeout::never()).from();
   auto timer = std::make_shared<asio::steady_timer>(im->executor);
   im->watchers.push_back(timer);
   while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline)
+    if (by.expired())
       co_return false;
-    timer->expires_at(deadline);
+    timer->expires_at(by.at());
     co_await timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
   }
   co_return true;
 }
 
-asio::awaitable<bool> store_server::clients_left(std::size_t at_most, std::chrono::milliseconds limit) {
+asio::awaitable<bool> store_server::clients_left(std::size_t at_most, corodist::timeout limit) {
   co_return co_await wait_until([this, at_most] { return connection_count() <= at_most; }, limit);
 }
 

@@ -17,9 +17,8 @@ T sync_store::run(asio::awaitable<T> op) {
 }
 
 void sync_store::set(std::string key, std::string value) { run(store_->set(std::move(key), std::move(value))); }
-std::string sync_store::get(std::string key) { return run(store_->get(std::move(key))); }
-std::string sync_store::get(std::string key, std::chrono::milliseconds timeout) {
-  return run(store_->get(std::move(key), timeout));
+std::string sync_store::get(std::string key, corodist::timeout limit) {
+  return run(store_->get(std::move(key), limit));
 }
 std::int64_t sync_store::add(std::string key, std::int64_t delta) { return run(store_->add(std::move(key), delta)); }
 std::string sync_store::compare_set(std::string key, std::string expected, std::string desired) {
@@ -27,25 +26,24 @@ std::string sync_store::compare_set(std::string key, std::string expected, std::
 }
 bool sync_store::delete_key(std::string key) { return run(store_->delete_key(std::move(key))); }
 bool sync_store::check(std::vector<std::string> keys) { return run(store_->check(std::move(keys))); }
-void sync_store::wait(std::vector<std::string> keys) { run(store_->wait(std::move(keys))); }
-void sync_store::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
-  run(store_->wait(std::move(keys), timeout));
+void sync_store::wait(std::vector<std::string> keys, corodist::timeout limit) {
+  run(store_->wait(std::move(keys), limit));
 }
 std::int64_t sync_store::num_keys() { return run(store_->num_keys()); }
 void sync_store::append(std::string key, std::string value) { run(store_->append(std::move(key), std::move(value))); }
-std::vector<std::string> sync_store::multi_get(std::vector<std::string> keys) {
-  return run(store_->multi_get(std::move(keys)));
+std::vector<std::string> sync_store::multi_get(std::vector<std::string> keys, corodist::timeout limit) {
+  return run(store_->multi_get(std::move(keys), limit));
 }
 void sync_store::multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
   run(store_->multi_set(std::move(keys), std::move(values)));
 }
 std::vector<std::string> sync_store::list_keys(std::string prefix) { return run(store_->list_keys(std::move(prefix))); }
 watch_stream sync_store::watch_key(std::string key) { return run(store_->watch_key(std::move(key))); }
-watch_event sync_store::next(watch_stream& stream, std::chrono::milliseconds timeout) {
-  return run(stream.next(timeout));
+watch_event sync_store::next(watch_stream& stream, corodist::timeout limit) {
+  return run(stream.next(limit));
 }
-void sync_store::barrier(std::string name, std::int64_t world_size) {
-  run(store_->barrier(std::move(name), world_size));
+void sync_store::barrier(std::string name, std::int64_t world_size, corodist::timeout limit) {
+  run(store_->barrier(std::move(name), world_size, limit));
 }
 
 } // namespace corodist::store

@@ -1,9 +1,11 @@
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/store/auth_token.hpp>
 #include <corodist/store/tcp_store.hpp>
 
+#include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "store/connect_retry.hpp"
 #include "store/engine.hpp"
@@ -22,8 +24,13 @@
 namespace corodist::store {
 
 namespace {
-// The server times waits out; the client's own deadline comes this much later.
-constexpr auto wait_grace = std::chrono::seconds(10);
+// How long past a wait's deadline the client waits for the server's answer
+// (the server times the wait out at the deadline itself; its answer names
+// the missing keys). Only a server or network that is gone uses it up.
+constexpr auto answer_allowance = std::chrono::seconds(1);
+} // namespace
+
+namespace {
 
 std::uint16_t code(detail::op o) { return static_cast<std::uint16_t>(o); }
 
@@ -87,24 +94,39 @@ struct tcp_store::impl final : store {
     watches.clear();
   }
 
-  /// Sends `r` and opens its reply. The request's deadline is its own wait
-  /// (plus wait_grace; none for a wait without one) or, for a request that
-  /// does not wait, the store's timeout.
-  asio::awaitable<detail::reply> run(const detail::request& r) {
+  /// Sends `r` and opens its reply, by `by`: a waiting request's deadline
+  /// or, for one that does not wait, the store's timeout. A waiting request
+  /// carries its remaining time to the server, which times the wait out at
+  /// the deadline and answers which keys are missing; the client waits for
+  /// that answer `answer_allowance` longer before it gives up on its own.
+  asio::awaitable<detail::reply> run(const detail::request& r, corodist::deadline by) {
     const auto wait = detail::wait_of(r);
-    const auto deadline =
-        !wait ? opts.timeout : wait->count() > 0 ? *wait + wait_grace : std::chrono::milliseconds(0);
     std::optional<detail::wait_log::entry> logged;
     if (wait)
       logged.emplace(waits, awaited_keys(r), *wait);
-    auto res = co_await conn->request(code(detail::kind_of(r)), detail::encode_request(r), {}, deadline);
+    const auto give_up = wait && !by.is_never() ? corodist::deadline(by.at() + answer_allowance) : by;
+    auto res = co_await conn->request(code(detail::kind_of(r)), detail::encode_request(r), {}, give_up);
     if (res.ec == net::errc::remote_failure)
       throw store_error("store server: " + std::string(reinterpret_cast<const char*>(res.msg.payload.data()),
                                                        res.msg.payload.size()));
-    if (res.ec == net::errc::request_timeout)
-      throw timeout_error("store: no reply from " + detail::where(opts) + " within " + detail::duration_text(deadline));
+    if (res.ec == net::errc::request_timeout) {
+      if (wait) {
+        const auto keys = awaited_keys(r);
+        throw timeout_error(detail::rules::timeout_message({keys.begin(), keys.end()}, *wait) + " at " +
+                            detail::where(opts));
+      }
+      throw timeout_error("store: no reply from " + detail::where(opts) + " within " + opts.timeout.or_else(default_timeout).str());
+    }
     net::throw_net_error(res.ec, "store: request to " + detail::where(opts));
     co_return detail::reply(std::move(res.msg.payload));
+  }
+
+  /// As above for a request that does not wait: by the store's timeout.
+  asio::awaitable<detail::reply> run(const detail::request& r) { return run(r, opts.timeout.or_else(default_timeout).from()); }
+
+  /// The wire's wait (remaining milliseconds; 0: none) for a deadline.
+  static std::chrono::milliseconds wire_wait(corodist::deadline by) {
+    return std::chrono::milliseconds(by.to_wire());
   }
 
   asio::any_io_executor get_executor() override { return ex; }
@@ -122,9 +144,9 @@ struct tcp_store::impl final : store {
     co_await run(r);
   }
 
-  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) override {
-    const detail::request r = detail::get_request{std::move(key), timeout};
-    auto reply = co_await run(r);
+  asio::awaitable<std::string> do_get(std::string key, corodist::deadline by) override {
+    const detail::request r = detail::get_request{std::move(key), wire_wait(by)};
+    auto reply = co_await run(r, by);
     co_return reply.str();
   }
 
@@ -152,9 +174,9 @@ struct tcp_store::impl final : store {
     co_return reply.u8() != 0;
   }
 
-  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) override {
-    const detail::request r = detail::wait_request{std::move(keys), timeout};
-    co_await run(r);
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, corodist::deadline by) override {
+    const detail::request r = detail::wait_request{std::move(keys), wire_wait(by)};
+    co_await run(r, by);
   }
 
   asio::awaitable<std::int64_t> do_num_keys() override {
@@ -169,9 +191,9 @@ struct tcp_store::impl final : store {
   }
 
   asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
-                                                         std::chrono::milliseconds timeout) override {
-    const detail::request r = detail::multi_get_request{std::move(keys), timeout};
-    auto reply = co_await run(r);
+                                                         corodist::deadline by) override {
+    const detail::request r = detail::multi_get_request{std::move(keys), wire_wait(by)};
+    auto reply = co_await run(r, by);
     co_return reply.strs();
   }
 
@@ -230,15 +252,17 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
     throw usage_error("tcp_store::connect speaks the native protocol only: connect to a PyTorch TCPStore master with "
                       "torch_store::connect (or connect_store, which picks the client from opts.protocol)");
   opts.connection.auth_token = resolve_auth_token(opts.auth_token);
-  opts.connection.request_timeout = std::chrono::milliseconds(0); // deadlines are set per call
+  opts.connection.request_timeout = corodist::timeout::never(); // deadlines are set per call
   if (auto source = detail::source_address(ex, opts))
     opts.connection.local_address = source;
   std::shared_ptr<tcp_store> made;
   // Named, not a temporary in the co_await expression (GCC 12 destroys those twice).
   detail::connect_attempt attempt = [&](asio::ip::tcp::endpoint ep,
-                                        std::chrono::milliseconds left) -> asio::awaitable<std::error_code> {
+                                        corodist::deadline by) -> asio::awaitable<std::error_code> {
     auto copts = opts.connection;
-    copts.handshake_timeout = std::min(copts.handshake_timeout, left);
+    copts.handshake_timeout =
+        earliest(copts.handshake_timeout.or_else(net::connection_options::default_handshake_timeout).from(), by)
+            .left();
     auto [ec, conn] = co_await net::connection::connect(ex, ep, copts);
     if (!ec) {
       auto im = std::make_shared<impl>(ex, std::move(conn), opts);

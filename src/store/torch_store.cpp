@@ -3,6 +3,7 @@
 
 #include <corodist/core/detail/io_registration.hpp>
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/store/torch_store.hpp>
@@ -66,7 +67,8 @@ asio::awaitable<std::error_code> read_exact(asio::ip::tcp::socket& s, void* p, s
 /// TCP connect plus, for 2.x, the VALIDATE + PING exchange, within `deadline`.
 asio::awaitable<std::error_code> open_socket(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep, version v,
                                              ms deadline) {
-  auto r = co_await corodist::detail::within(s.async_connect(ep, use_tuple), deadline);
+  auto r = co_await corodist::detail::within(s.async_connect(ep, use_tuple), corodist::deadline::from_wire(
+                                                                                 static_cast<std::uint64_t>(deadline.count())));
   if (!r)
     co_return net::errc::hello_timeout;
   if (auto [ec] = *r; ec)
@@ -192,13 +194,18 @@ struct torch_store::impl final : store {
       throw_closed();
     if (!socket_) { // lost, or given up after a 1.13 wait timed out: connect again
       asio::ip::tcp::socket s(executor_);
-      if (auto ec = co_await open_socket(s, remote, version_, opts.timeout))
+      if (auto ec = co_await open_socket(s, remote, version_, io_limit()))
         throw connection_error("store: reconnecting to PyTorch TCPStore at " + where(remote) + ": " + ec.message());
       socket_ = std::make_shared<asio::ip::tcp::socket>(std::move(s));
     }
-    if (auto ec = co_await write_all(*socket_, bytes, opts.timeout))
-      fail(ec, "send", opts.timeout);
+    if (auto ec = co_await write_all(*socket_, bytes, io_limit()))
+      fail(ec, "send", io_limit());
   }
+
+  /// The limit of each transfer that does not wait for keys (0: none).
+  ms io_limit() const { return corodist::detail::zero_is_none(opts.timeout.or_else(default_timeout)); }
+  /// The time left of `by` for a WAIT (0: none), once the lock is held.
+  static ms wait_of(corodist::deadline by) { return ms(by.to_wire()); }
 
   /// WAITs for `keys` (already prefixed); the lock is held.
   asio::awaitable<void> wait_locked(const std::vector<std::string>& keys, ms timeout) {
@@ -234,22 +241,22 @@ struct torch_store::impl final : store {
 
   asio::awaitable<std::uint8_t> recv_u8() {
     std::uint8_t v = 0;
-    if (auto ec = co_await read_exact(*socket_, &v, 1, opts.timeout))
-      fail(ec, "receive", opts.timeout);
+    if (auto ec = co_await read_exact(*socket_, &v, 1, io_limit()))
+      fail(ec, "receive", io_limit());
     co_return v;
   }
 
   asio::awaitable<std::int64_t> recv_i64() {
     std::int64_t v = 0;
-    if (auto ec = co_await read_exact(*socket_, &v, sizeof v, opts.timeout))
-      fail(ec, "receive", opts.timeout);
+    if (auto ec = co_await read_exact(*socket_, &v, sizeof v, io_limit()))
+      fail(ec, "receive", io_limit());
     co_return v;
   }
 
   asio::awaitable<std::string> recv_bytes() {
     std::uint64_t n = 0;
-    if (auto ec = co_await read_exact(*socket_, &n, sizeof n, opts.timeout))
-      fail(ec, "receive", opts.timeout);
+    if (auto ec = co_await read_exact(*socket_, &n, sizeof n, io_limit()))
+      fail(ec, "receive", io_limit());
     if (n > opts.connection.max_frame_size) {
       drop();
       throw protocol_error("store: PyTorch TCPStore at " + where(remote) + " sent a value of " + std::to_string(n) +
@@ -257,8 +264,8 @@ struct torch_store::impl final : store {
     }
     std::string v(n, '\0');
     if (n)
-      if (auto ec = co_await read_exact(*socket_, v.data(), n, opts.timeout))
-        fail(ec, "receive", opts.timeout);
+      if (auto ec = co_await read_exact(*socket_, v.data(), n, io_limit()))
+        fail(ec, "receive", io_limit());
     co_return v;
   }
 
@@ -300,10 +307,10 @@ struct torch_store::impl final : store {
     co_await send(q);
   }
 
-  asio::awaitable<std::string> do_get(std::string key, ms timeout) override {
+  asio::awaitable<std::string> do_get(std::string key, corodist::deadline by) override {
     auto guard = co_await lock();
     std::vector<std::string> keys{prefixed(key)};
-    co_await wait_locked(keys, timeout); // PyTorch's client: WAIT, then GET
+    co_await wait_locked(keys, wait_of(by)); // PyTorch's client: WAIT, then GET
     const query q = get_query{keys[0]};
     co_await send(q);
     co_return co_await recv_bytes();
@@ -337,9 +344,9 @@ struct torch_store::impl final : store {
     co_return co_await recv_u8() == check_ready;
   }
 
-  asio::awaitable<void> do_wait(std::vector<std::string> keys, ms timeout) override {
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, corodist::deadline by) override {
     auto guard = co_await lock();
-    co_await wait_locked(prefixed(keys), timeout);
+    co_await wait_locked(prefixed(keys), wait_of(by));
   }
 
   asio::awaitable<std::int64_t> do_num_keys() override {
@@ -355,10 +362,10 @@ struct torch_store::impl final : store {
     co_await send(q); // 1.13: store_error (no APPEND)
   }
 
-  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys, ms timeout) override {
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys, corodist::deadline by) override {
     auto guard = co_await lock();
     auto full = prefixed(keys);
-    co_await wait_locked(full, timeout);
+    co_await wait_locked(full, wait_of(by));
     std::vector<std::string> values;
     values.reserve(full.size());
     if (version_ == version::v2) {
@@ -426,7 +433,9 @@ asio::awaitable<std::shared_ptr<torch_store>> torch_store::connect(asio::any_io_
     opts.connection.local_address = source;
   std::shared_ptr<torch_store> made;
   // Named, not a temporary in the co_await expression (GCC 12 destroys those twice).
-  detail::connect_attempt attempt = [&](asio::ip::tcp::endpoint ep, ms left) -> asio::awaitable<std::error_code> {
+  detail::connect_attempt attempt = [&](asio::ip::tcp::endpoint ep,
+                                        corodist::deadline by) -> asio::awaitable<std::error_code> {
+    const ms left(by.to_wire());
     asio::ip::tcp::socket s(ex);
     if (auto ec = net::detail::open_from(s, ep, opts.connection.local_address))
       co_return ec;

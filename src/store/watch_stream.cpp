@@ -32,17 +32,14 @@ void watch_queue::fail(std::exception_ptr error) {
 }
 
 namespace {
-asio::awaitable<watch_event> next_event(std::shared_ptr<watch_queue> q, std::chrono::milliseconds timeout) {
+asio::awaitable<watch_event> next_event(std::shared_ptr<watch_queue> q, corodist::timeout limit) {
+  const auto by = limit.from();
   using namespace asio::experimental::awaitable_operators;
   if (q->events.empty() && !q->failure && !q->closed) {
     promise<void> p;
     auto f = p.get_future();
     q->wake = [p = std::move(p)]() mutable { p.set_value(); };
-    asio::steady_timer t(q->executor);
-    if (timeout.count() > 0)
-      t.expires_after(timeout);
-    else
-      t.expires_at(asio::steady_timer::time_point::max());
+    asio::steady_timer t(q->executor, by.at());
     co_await (f.async_get() || t.async_wait(asio::use_awaitable));
     q->wake = {};
   }
@@ -57,14 +54,15 @@ asio::awaitable<watch_event> next_event(std::shared_ptr<watch_queue> q, std::chr
     std::rethrow_exception(q->failure);
   if (q->closed)
     throw usage_error("watch_stream: closed");
-  throw timeout_error("watch_stream::next: no event within " + std::to_string(timeout.count()) + " ms");
+  throw timeout_error("watch_stream::next: no event within " + limit.str());
 }
 } // namespace
 } // namespace detail
 
-asio::awaitable<watch_event> watch_stream::next(std::chrono::milliseconds timeout) {
+asio::awaitable<watch_event> watch_stream::next(corodist::timeout limit) {
   if (!q_)
     throw usage_error("watch_stream: empty (moved-from or default-constructed)");
+  const auto timeout = limit.or_else(default_timeout);
   auto q = q_;
   if ((co_await asio::this_coro::executor) == q->executor)
     co_return co_await detail::next_event(q, timeout);

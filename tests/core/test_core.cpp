@@ -9,6 +9,7 @@
 #include <corodist/core/gate.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/core/logging.hpp>
+#include <corodist/core/timeout.hpp>
 
 #include "support/coro_test.hpp"
 #if CORODIST_IO_URING
@@ -217,8 +218,8 @@ BOOST_AUTO_TEST_CASE(then_chains_and_carries_exceptions, *utf::timeout(30)) {
   BOOST_TEST(!called);
 
   // A continuation that throws stores its exception; one on a ready future runs at once.
-  auto h = corodist::make_ready_future(5).then([](int) -> int { throw corodist::store_error("bad"); });
-  BOOST_CHECK_THROW(h.get(), corodist::store_error);
+  auto h = corodist::make_ready_future(5).then([](int) -> int { throw corodist::protocol_error("bad"); });
+  BOOST_CHECK_THROW(h.get(), corodist::protocol_error);
 
   promise<void> v;
   std::atomic<bool> ran{false};
@@ -422,14 +423,14 @@ BOOST_AUTO_TEST_CASE(within_returns_times_out_and_rethrows, *utf::timeout(30)) {
     co_return 1;
   };
   auto thrower = []() -> asio::awaitable<int> {
-    throw corodist::store_error("thrown");
+    throw corodist::protocol_error("thrown");
     co_return 0;
   };
   BOOST_TEST(*corodist::test::run_coro(ctx, corodist::detail::within<int>(quick(), 5s)) == 7);
   BOOST_TEST(!corodist::test::run_coro(ctx, corodist::detail::within<int>(slow(), 20ms)).has_value());
   const auto t0 = std::chrono::steady_clock::now();
   BOOST_CHECK_THROW(corodist::test::run_coro(ctx, corodist::detail::within<int>(thrower(), 10s)),
-                    corodist::store_error);
+                    corodist::protocol_error);
   BOOST_CHECK(std::chrono::steady_clock::now() - t0 < 5s); // at once, not at the deadline
 }
 
@@ -458,9 +459,9 @@ BOOST_AUTO_TEST_CASE(shared_future_many_consumers, *utf::timeout(30)) {
   BOOST_TEST(sf.get() == "v"); // read, not taken
   promise<void> q;
   auto failed = q.get_future().share();
-  q.set_exception(std::make_exception_ptr(corodist::store_error("gone")));
-  BOOST_CHECK_THROW(failed.get(), corodist::store_error);
-  BOOST_CHECK_THROW(failed.get(), corodist::store_error);
+  q.set_exception(std::make_exception_ptr(corodist::protocol_error("gone")));
+  BOOST_CHECK_THROW(failed.get(), corodist::protocol_error);
+  BOOST_CHECK_THROW(failed.get(), corodist::protocol_error);
 }
 
 BOOST_AUTO_TEST_CASE(when_all_values_and_first_error, *utf::timeout(30)) {
@@ -482,10 +483,10 @@ BOOST_AUTO_TEST_CASE(when_all_values_and_first_error, *utf::timeout(30)) {
     vfs.push_back(p.get_future());
   auto done = corodist::when_all(std::move(vfs));
   vs[1].set_exception(std::make_exception_ptr(corodist::timeout_error("second")));
-  vs[0].set_exception(std::make_exception_ptr(corodist::store_error("first")));
+  vs[0].set_exception(std::make_exception_ptr(corodist::protocol_error("first")));
   BOOST_TEST(!done.is_ready()); // waits for every one
   vs[2].set_value();
-  BOOST_CHECK_THROW(done.get(), corodist::store_error);
+  BOOST_CHECK_THROW(done.get(), corodist::protocol_error);
   BOOST_TEST(corodist::when_all(std::vector<future<int>>{}).get().empty());
 }
 
@@ -531,9 +532,67 @@ BOOST_AUTO_TEST_CASE(run_on_inline_or_posted, *utf::timeout(30)) {
   auto r = done.get_future();
   BOOST_REQUIRE(r.wait_for(5s) == std::future_status::ready);
   BOOST_TEST(r.get().first == 42);
-  auto thrown = corodist::run_on(pool.get_executor(), []() -> int { throw corodist::store_error("x"); });
-  BOOST_CHECK_THROW(thrown.get(), corodist::store_error);
+  auto thrown = corodist::run_on(pool.get_executor(), []() -> int { throw corodist::protocol_error("x"); });
+  BOOST_CHECK_THROW(thrown.get(), corodist::protocol_error);
   pool.join();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(time_limits)
+
+// The vocabulary of every API's time limit: a length, none, or inherited; a
+// zero length is a deadline already passed (not "none").
+BOOST_AUTO_TEST_CASE(timeout_says_after_never_or_inherit, *utf::timeout(10)) {
+  using corodist::timeout;
+  const timeout t = 1500ms;
+  BOOST_TEST(t.is_finite());
+  BOOST_TEST(t.length().count() == 1500);
+  BOOST_TEST(t.str() == "1500 ms");
+  BOOST_TEST(timeout(std::chrono::microseconds(1)).length().count() == 1); // rounded up, never to zero
+  BOOST_TEST(timeout(-5s).length().count() == 0);                          // negative: zero
+  BOOST_TEST(timeout::never().is_never());
+  BOOST_TEST(timeout::never().str() == "no time limit");
+  BOOST_TEST(timeout().is_inherit());
+  BOOST_TEST(timeout::inherit().or_else(2s) == timeout(2s));
+  BOOST_TEST(timeout(3s).or_else(2s) == timeout(3s));
+  BOOST_TEST(timeout::never().or_else(2s) == timeout::never());
+  BOOST_TEST(!(timeout(0ms) == timeout::never())); // zero is not "none"
+}
+
+BOOST_AUTO_TEST_CASE(deadline_is_made_once_and_counts_down, *utf::timeout(10)) {
+  using corodist::deadline;
+  using corodist::timeout;
+  const auto now = std::chrono::steady_clock::now();
+  const deadline d = timeout(2s).from(now);
+  BOOST_TEST(!d.is_never());
+  BOOST_TEST(!d.expired(now));
+  BOOST_TEST(d.expired(now + 2s));
+  BOOST_TEST((d.remaining(now + 500ms) == 1500ms));
+  BOOST_TEST((d.remaining(now + 3s) == std::chrono::steady_clock::duration::zero()));
+  BOOST_TEST(d.left(now + 500ms) == timeout(1500ms));
+  BOOST_TEST(timeout(0ms).from(now).expired(now)); // zero: passed already
+  const deadline never = timeout::never().from(now);
+  BOOST_TEST(never.is_never());
+  BOOST_TEST(!never.expired(std::chrono::steady_clock::time_point::max() - 1s));
+  BOOST_TEST(never.left() == timeout::never());
+  BOOST_TEST((earliest(d, never) == d));
+  BOOST_TEST(timeout::inherit().from(now).is_never()); // resolved with or_else before use
+  // Saturates instead of overflowing.
+  BOOST_TEST(deadline::after(std::chrono::steady_clock::duration::max(), now).is_never());
+}
+
+// The wire form: the time remaining in whole milliseconds, rounded up so that
+// a live deadline never reads as "none" (0).
+BOOST_AUTO_TEST_CASE(deadline_wire_form_round_trips, *utf::timeout(10)) {
+  using corodist::deadline;
+  const auto now = std::chrono::steady_clock::now();
+  BOOST_TEST(deadline::never().to_wire(now) == 0u);
+  BOOST_TEST(deadline::after(1500us, now).to_wire(now) == 2u);
+  BOOST_TEST(deadline::after(0ms, now).to_wire(now) == 1u); // passed: still a deadline
+  BOOST_TEST(deadline::from_wire(0, now).is_never());
+  BOOST_TEST((deadline::from_wire(250, now).at() == now + 250ms));
+  BOOST_TEST(deadline::from_wire(std::uint64_t{1} << 62, now).is_never()); // past a year: none
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -481,7 +481,7 @@ BOOST_AUTO_TEST_CASE(silent_rank_surfaces_the_group_timeout, *utf::timeout(120))
       red.finalize_sync();
     } catch (const cc::collective_timeout_error& e) {
       const auto waited = std::chrono::steady_clock::now() - t;
-      CHECK(waited >= o.timeout, "failed after {} ms, before the deadline",
+      CHECK(waited >= o.timeout.length(), "failed after {} ms, before the deadline",
             std::chrono::duration_cast<std::chrono::milliseconds>(waited).count());
       CHECK(std::string(e.what()).find("timed out after 1000 ms") != std::string::npos,
             "not the reducer's deadline: {}", e.what());
@@ -517,7 +517,7 @@ BOOST_AUTO_TEST_CASE(late_rank_at_construction_is_awaited, *utf::timeout(120)) {
     // The behaviour under test, not synchronisation: rank 1 arrives three
     // deadlines late (a rank still loading its model).
     if (env.rank == 1)
-      std::this_thread::sleep_for(3 * o.timeout);
+      std::this_thread::sleep_for(3 * o.timeout.length());
     dd::reducer red(env.pg, m.parameters(), o);
     for (auto& v : m.values)
       for (float x : v)

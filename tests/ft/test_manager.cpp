@@ -196,24 +196,24 @@ private:
   asio::awaitable<void> do_set_owned(std::string k, std::string v) override {
     co_await s_->set_owned(std::move(k), std::move(v));
   }
-  asio::awaitable<std::string> do_get(std::string k, std::chrono::milliseconds t) override {
-    co_return co_await s_->get(std::move(k), t);
+  asio::awaitable<std::string> do_get(std::string k, corodist::deadline by) override {
+    co_return co_await s_->get(std::move(k), by.left());
   }
   asio::awaitable<std::string> do_compare_set(std::string k, std::string e, std::string d) override {
     co_return co_await s_->compare_set(std::move(k), std::move(e), std::move(d));
   }
   asio::awaitable<bool> do_delete_key(std::string k) override { co_return co_await s_->delete_key(std::move(k)); }
   asio::awaitable<bool> do_check(std::vector<std::string> ks) override { co_return co_await s_->check(std::move(ks)); }
-  asio::awaitable<void> do_wait(std::vector<std::string> ks, std::chrono::milliseconds t) override {
-    co_await s_->wait(std::move(ks), t);
+  asio::awaitable<void> do_wait(std::vector<std::string> ks, corodist::deadline by) override {
+    co_await s_->wait(std::move(ks), by.left());
   }
   asio::awaitable<std::int64_t> do_num_keys() override { co_return co_await s_->num_keys(); }
   asio::awaitable<void> do_append(std::string k, std::string v) override {
     co_await s_->append(std::move(k), std::move(v));
   }
   asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> ks,
-                                                         std::chrono::milliseconds t) override {
-    co_return co_await s_->multi_get(std::move(ks), t);
+                                                         corodist::deadline by) override {
+    co_return co_await s_->multi_get(std::move(ks), by.left());
   }
   asio::awaitable<void> do_multi_set(std::vector<std::string> ks, std::vector<std::string> vs) override {
     co_await s_->multi_set(std::move(ks), std::move(vs));

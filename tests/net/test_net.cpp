@@ -490,22 +490,22 @@ BOOST_AUTO_TEST_CASE(request_timeouts, *utf::timeout(60)) {
   run_coro(ctx, [&]() -> asio::awaitable<void> {
     auto c = co_await connect_to(srv.endpoint);
     auto t0 = std::chrono::steady_clock::now();
-    auto r = co_await c->request(kind_hold, {}, {}, 50ms);
+    auto r = co_await c->request(kind_hold, {}, {}, corodist::deadline::after(50ms));
     auto took = std::chrono::steady_clock::now() - t0;
     BOOST_TEST((r.ec == net::errc::request_timeout));
     BOOST_CHECK(took >= 50ms);
     BOOST_CHECK(took < 1s);
     // A late reply (200 ms) to a request that timed out at 50 ms is dropped safely.
-    r = co_await c->request(kind_late, {}, {}, 50ms);
+    r = co_await c->request(kind_late, {}, {}, corodist::deadline::after(50ms));
     BOOST_TEST((r.ec == net::errc::request_timeout));
     asio::steady_timer t(ctx, 300ms);
     co_await t.async_wait(asio::use_awaitable);
     BOOST_TEST(c->is_open());
     { bool ok_ = co_await echo_ok(c, 64, 1); BOOST_TEST(ok_); }
     // A short deadline behind a long one still fires on time; the default (60 s) does not.
-    asio::co_spawn(ctx, c->request(kind_hold, {}, {}, 10s), asio::detached);
+    asio::co_spawn(ctx, c->request(kind_hold, {}, {}, corodist::deadline::after(10s)), asio::detached);
     t0 = std::chrono::steady_clock::now();
-    r = co_await c->request(kind_hold, {}, {}, 30ms);
+    r = co_await c->request(kind_hold, {}, {}, corodist::deadline::after(30ms));
     BOOST_TEST((r.ec == net::errc::request_timeout));
     BOOST_CHECK(std::chrono::steady_clock::now() - t0 < 1s);
     BOOST_TEST(c->pending_requests() == 1u);
@@ -552,7 +552,7 @@ BOOST_AUTO_TEST_CASE(peer_death_fails_pending_requests_within_100ms, *utf::timeo
       asio::co_spawn(
           ctx,
           [&]() -> asio::awaitable<void> {
-            auto r = co_await c->request(kind_hold, {}, {}, 30s);
+            auto r = co_await c->request(kind_hold, {}, {}, corodist::deadline::after(30s));
             if (r.ec == net::errc::connection_closed)
               ++failed;
             last = std::chrono::steady_clock::now();
@@ -712,7 +712,7 @@ BOOST_AUTO_TEST_CASE(timeouts_after_ring_wraparound_leave_live_operations_alone,
       s.connect(srv.endpoint);
       silent.push_back(std::move(s));
     }
-    const auto until = std::chrono::steady_clock::now() + opts.handshake_timeout * 4;
+    const auto until = std::chrono::steady_clock::now() + opts.handshake_timeout.length() * 4;
     while (failures == 0 && std::chrono::steady_clock::now() < until) {
       if (!co_await echo_ok(busy, 16, static_cast<unsigned>(during)))
         ++failures;

@@ -274,7 +274,7 @@ BOOST_AUTO_TEST_CASE(rpc_sync_with_spin, *utf::timeout(30)) {
   for (int i = 0; i < 100; ++i)
     BOOST_TEST(c[0].rpc_sync<int>("w1", "co_add", i, 1) == i + 1);
   BOOST_TEST(c[0].rpc_sync<int>("w1", "sleep_ms", 20) == 20);
-  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{10ms}, "w1", "co_sleep_ms", 200), corodist::timeout_error);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(10ms, "w1", "co_sleep_ms", 200), corodist::timeout_error);
   c.shutdown_all();
 }
 
@@ -363,13 +363,13 @@ BOOST_AUTO_TEST_CASE(timeout_and_late_reply, *utf::timeout(30)) {
   const int left = log.exits();
   corodist::test::holds().close(); // the call runs until after its deadline
   try {
-    c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "hold", 400);
+    c[0].rpc_sync<int>(100ms, "w1", "hold", 400);
     BOOST_FAIL("no timeout");
   } catch (const corodist::timeout_error& e) {
     BOOST_TEST(std::string(e.what()).find("deadline 100 ms") != std::string::npos, e.what());
   }
   corodist::test::holds().open();
-  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{50ms}, "w1", "co_sleep_ms", 300), corodist::timeout_error);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(50ms, "w1", "co_sleep_ms", 300), corodist::timeout_error);
   // Both functions end later and reply (the coroutine one is cancelled at its
   // deadline): those late replies come in first on the channel, ahead of the
   // next call's, and must not be taken for its answer.
@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(timeout_and_late_reply, *utf::timeout(30)) {
   // The default deadline (rpc_timeout) applies too.
   cluster d(2, [](rpc::agent_options& o) { o.rpc_timeout = 100ms; });
   BOOST_CHECK_THROW(d[0].rpc_sync<int>("w1", "co_sleep_ms", 400), corodist::timeout_error);
-  BOOST_TEST(d[0].rpc_sync<int>(rpc::call_timeout{0ms}, "w1", "co_sleep_ms", 200) == 200);
+  BOOST_TEST(d[0].rpc_sync<int>(corodist::timeout::never(), "w1", "co_sleep_ms", 200) == 200);
   c.shutdown_all();
   d.shutdown_all();
 }
@@ -391,7 +391,7 @@ BOOST_AUTO_TEST_CASE(timeout_covers_the_first_dial, *utf::timeout(30)) {
   auto stalled = release.get_future().share();
   asio::post(c.loops[1]->get_executor(), [stalled] { stalled.wait_for(3s); });
   try {
-    c[0].rpc_sync<int>(rpc::call_timeout{200ms}, "w1", "add", 1, 2);
+    c[0].rpc_sync<int>(200ms, "w1", "add", 1, 2);
     BOOST_FAIL("no timeout");
   } catch (const corodist::timeout_error& e) {
     // The call's own deadline, not the dial's 10 s handshake timeout.
@@ -445,12 +445,12 @@ BOOST_AUTO_TEST_CASE(port_requests_name_their_operation, *utf::timeout(30)) {
              "rpc: set_handler('test: mine'): its message kind is reserved for rpc's own messages "
              "(rpc_kinds_begin to rpc_kinds_end)");
   c.start_all();
-  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, 5s, "ping of 'w0'").get(); }) == "");
-  BOOST_TEST(what_of([&] { c[0].port().request(1, kind_ping, {}, 5s, "ping of 'w1'").get(); }) ==
+  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, corodist::deadline::after(5s), "ping of 'w0'").get(); }) == "");
+  BOOST_TEST(what_of([&] { c[0].port().request(1, kind_ping, {}, corodist::deadline::after(5s), "ping of 'w1'").get(); }) ==
              "ping of 'w1': worker 'w1' rejected it: worker 'w1' does not handle this request (the layer that sent "
              "it is not enabled there)");
   c.shutdown_all();
-  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, 5s, "ping of 'w0'").get(); }) ==
+  BOOST_TEST(what_of([&] { c[1].port().request(0, kind_ping, {}, corodist::deadline::after(5s), "ping of 'w0'").get(); }) ==
              "ping of 'w0': agent 'w1' is shut down");
 }
 
@@ -600,10 +600,10 @@ BOOST_AUTO_TEST_CASE(a_slow_shutdown_step_does_not_fail_the_others, *utf::timeou
   cluster c(3, [](rpc::agent_options& o) { o.shutdown_timeout = 2s; }, false);
   std::atomic<int> ran{0};
   for (int r = 0; r < 3; ++r)
-    c[r].port().add_shutdown_step("test: slow on w0", [r, &ran](std::chrono::milliseconds budget) -> asio::awaitable<void> {
+    c[r].port().add_shutdown_step("test: slow on w0", [r, &ran](corodist::deadline by) -> asio::awaitable<void> {
       ++ran;
-      if (r == 0) { // all of its budget, and more
-        asio::steady_timer t(co_await asio::this_coro::executor, budget + 200ms);
+      if (r == 0) { // all of its time, and more
+        asio::steady_timer t(co_await asio::this_coro::executor, by.at() + 200ms);
         co_await t.async_wait(asio::use_awaitable);
       }
     });
@@ -620,12 +620,12 @@ BOOST_AUTO_TEST_CASE(a_failed_shutdown_step_fails_only_its_worker, *utf::timeout
   cluster c(3, [](rpc::agent_options& o) { o.shutdown_timeout = 30s; }, false);
   std::atomic<int> second{0};
   for (int r = 0; r < 3; ++r) {
-    c[r].port().add_shutdown_step("test: fails on w1", [r](std::chrono::milliseconds) -> asio::awaitable<void> {
+    c[r].port().add_shutdown_step("test: fails on w1", [r](corodist::deadline) -> asio::awaitable<void> {
       if (r == 1)
         throw std::runtime_error("the step of w1 failed");
       co_return;
     });
-    c[r].port().add_shutdown_step("test: counts", [&second](std::chrono::milliseconds) -> asio::awaitable<void> {
+    c[r].port().add_shutdown_step("test: counts", [&second](corodist::deadline) -> asio::awaitable<void> {
       ++second;
       co_return;
     });
@@ -713,7 +713,7 @@ asio::ip::tcp::socket raw_peer(asio::io_context& ctx, const rpc::agent& a) {
 template <typename A>
 void send_call(asio::ip::tcp::socket& s, std::uint64_t id, std::string_view fn, const A& arg, std::error_code& ec) {
   rpc::encoder e;
-  auto call = rpc::detail::encode_call(e, fn, 0, arg);
+  auto call = rpc::detail::encode_call(e, fn, corodist::deadline::never(), arg);
   auto h = corodist::net::encode(
       corodist::net::frame_header{static_cast<std::uint32_t>(call.body.size()), rpc::detail::kind_call, 0, id});
   std::array<asio::const_buffer, 2> frame{asio::buffer(h), asio::buffer(call.body)};
@@ -755,12 +755,12 @@ BOOST_AUTO_TEST_CASE(calls_whose_caller_gave_up_are_not_started, *utf::timeout(6
   // that happens theirs have passed on the callee too (its clock starts a
   // little later, at arrival).
   std::vector<corodist::future<int>> held;
-  held.push_back(c[0].rpc_async<int>(rpc::call_timeout{300ms}, "w1", "hold", 0));
+  held.push_back(c[0].rpc_async<int>(300ms, "w1", "hold", 0));
   for (int i = 1; i < 4; ++i)
-    held.push_back(c[0].rpc_async<int>(rpc::call_timeout{20ms}, "w1", "hold", i));
+    held.push_back(c[0].rpc_async<int>(20ms, "w1", "hold", i));
   for (auto& f : held)
     BOOST_CHECK_THROW(f.get(), corodist::timeout_error);
-  auto quick = c[0].rpc_async<int>(rpc::call_timeout{20s}, "w1", "add", 2, 3);
+  auto quick = c[0].rpc_async<int>(20s, "w1", "add", 2, 3);
   corodist::test::holds().open(); // the first hold returns; the three queued behind it are skipped
   BOOST_TEST(quick.get() == 5);   // (it ran after them, on the one pool thread)
   BOOST_TEST(log.entries() == entered + 1);
@@ -785,18 +785,18 @@ BOOST_AUTO_TEST_CASE(coroutine_functions_are_cancelled_at_the_deadline, *utf::ti
       co_return 1;
     });
     c[r].register_function("who", [](const rpc::call_context& ctx, int x) {
-      return ctx.caller() + ":" + std::to_string(x) + (ctx.deadline() == rpc::call_context::clock::time_point::max()
+      return ctx.caller() + ":" + std::to_string(x) + (ctx.deadline().is_never()
                                                              ? ":none"
                                                              : ":" + std::to_string(!ctx.expired()));
     });
   }
   c.start_all();
-  BOOST_CHECK_THROW(c[0].rpc_sync<int>(rpc::call_timeout{100ms}, "w1", "co_forever", 1), corodist::timeout_error);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>(100ms, "w1", "co_forever", 1), corodist::timeout_error);
   auto o = outcome.get_future();
   BOOST_REQUIRE(o.wait_for(10s) == std::future_status::ready);
   BOOST_TEST(o.get() == "cancelled");
   BOOST_TEST(c[0].rpc_sync<std::string>("w1", "who", 7) == "w0:7:1");
-  BOOST_TEST(c[1].rpc_sync<std::string>(rpc::call_timeout{0ms}, "w0", "who", 8) == "w1:8:none");
+  BOOST_TEST(c[1].rpc_sync<std::string>(corodist::timeout::never(), "w0", "who", 8) == "w1:8:none");
   c.shutdown_all();
 }
 

@@ -29,7 +29,7 @@ const rpc::worker_info& port::worker(rpc::worker_ref w) const {
   throw usage_error("sim: no worker named " + std::string(w.name()));
 }
 
-future<net::bytes> port::request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds,
+future<net::bytes> port::request(int to, rpc::message_kind kind, rpc::payload p, corodist::deadline,
                                  std::string what) {
   const auto id = next_request_++;
   auto& pending = pending_[id];

@@ -58,7 +58,7 @@ public:
   const rpc::worker_info& worker(rpc::worker_ref w) const override;
   asio::any_io_executor get_executor() override { return ctx_.get_executor(); }
   void set_handler(rpc::message_kind kind, std::string, handler h) override { handlers_[kind] = std::move(h); }
-  future<net::bytes> request(int to, rpc::message_kind kind, rpc::payload p, std::chrono::milliseconds,
+  future<net::bytes> request(int to, rpc::message_kind kind, rpc::payload p, corodist::deadline,
                              std::string what) override;
   void notify(int to, rpc::message_kind kind, rpc::payload p) override;
   future<rpc::payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,

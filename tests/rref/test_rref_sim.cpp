@@ -112,7 +112,7 @@ std::string run_seed(std::uint64_t seed, int actions) {
       } else {
         const int owner = rnd(workers);
         const int k = rnd(1000);
-        auto r = rr::detail::remote_on<int>(net.at(w), std::nullopt, owner, "mk", k);
+        auto r = rr::detail::remote_on<int>(net.at(w), corodist::timeout::inherit(), owner, "mk", k);
         owner_of[r.id()] = owner;
         mine.push_back(held{r, k * 1000 + owner});
         did = "remote from " + std::to_string(w) + " to " + std::to_string(owner);

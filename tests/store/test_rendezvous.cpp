@@ -191,7 +191,7 @@ BOOST_AUTO_TEST_CASE(a_rank_claimed_by_two_processes_names_both, *utf::timeout(6
   try {
     cs::rendezvous(loop, url(1), o);
     BOOST_FAIL("a second process joined as rank 1");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     std::string what = e.what();
     BOOST_TEST(what.find("rank 1 is claimed twice: first by pid " + std::to_string(holder) + " on ") !=
                    std::string::npos,
@@ -216,7 +216,7 @@ BOOST_AUTO_TEST_CASE(rejoining_after_releasing_the_store_is_explained, *utf::tim
   try {
     cs::rendezvous(loop, url);
     BOOST_FAIL("joined the same rendezvous twice");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     std::string what = e.what();
     BOOST_TEST(what.find("rank 0 joined this rendezvous before, from this process (pid " +
                          std::to_string(::getpid())) != std::string::npos,
@@ -243,7 +243,7 @@ BOOST_AUTO_TEST_CASE(a_forked_child_does_not_share_its_parents_rendezvous, *utf:
     try {
       cs::rendezvous(child_loop, url);
       return 2;
-    } catch (const corodist::store_error& e) {
+    } catch (const corodist::store::store_error& e) {
       std::string what = e.what();
       corodist::test::write_all(err.write_end(), what.data(), what.size());
       return what.find("claimed twice: first by pid " + parent_pid) != std::string::npos ? 0 : 3;
@@ -320,7 +320,7 @@ BOOST_AUTO_TEST_CASE(file_url_reused_says_the_file_must_be_fresh, *utf::timeout(
   try {
     cs::rendezvous(loop, url);
     BOOST_FAIL("a second rendezvous in the same file succeeded");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     std::string what = e.what();
     BOOST_TEST(what.find("fresh file for each job") != std::string::npos, what);
     BOOST_TEST(what.find("rank 0 is claimed twice: first by pid " + std::to_string(earlier_pid)) !=
@@ -378,13 +378,13 @@ BOOST_AUTO_TEST_CASE(bad_urls_are_rejected, *utf::timeout(30)) {
   loop.start();
   for (const char* url : {"nope", "http://x:1?rank=0&world_size=1", "tcp://127.0.0.1:1?rank=0",
                           "tcp://127.0.0.1:1?rank=3&world_size=2", "tcp://127.0.0.1:1?rank=x&world_size=2"}) {
-    BOOST_CHECK_THROW(cs::rendezvous(loop, url), corodist::store_error);
+    BOOST_CHECK_THROW(cs::rendezvous(loop, url), corodist::store::store_error);
   }
   ::unsetenv("MASTER_ADDR");
   try {
     cs::rendezvous(loop, "env://?rank=0&world_size=1");
     BOOST_FAIL("env:// without MASTER_ADDR accepted");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("MASTER_ADDR") != std::string::npos, e.what());
   }
 }
@@ -398,7 +398,7 @@ BOOST_AUTO_TEST_CASE(timeout_parameter_is_whole_seconds, *utf::timeout(60)) {
     try {
       cs::rendezvous(loop, "tcp://127.0.0.1:" + port + "?rank=0&world_size=2&timeout=" + bad);
       BOOST_ERROR("timeout=" << bad << " accepted");
-    } catch (const corodist::store_error& e) {
+    } catch (const corodist::store::store_error& e) {
       std::string what = e.what();
       BOOST_TEST(what.find(std::string("timeout '") + bad + "' is not a whole number of seconds") != std::string::npos,
                  what);

@@ -131,6 +131,40 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(wait_and_get_time_out, Impl, impls) {
   }());
 }
 
+// A zero time limit is a deadline already passed: the call fails at once with
+// timeout_error, before anything is sent, even for a key that is there (it is
+// not "wait forever"); never() waits until the key comes; inherit() is the
+// store's timeout.
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_passed_deadline_fails_at_once_and_never_waits_on, Impl, impls) {
+  Impl impl;
+  auto s = impl.make();
+  asio::io_context ctx;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    co_await s->set("here", "1");
+    auto what = co_await expect_throw<corodist::timeout_error>(
+        [&]() -> asio::awaitable<void> { (void)co_await s->get("here", 0ms); });
+    BOOST_TEST(contains(what, "deadline had passed"), what);
+    (void)co_await expect_throw<corodist::timeout_error>([&]() -> asio::awaitable<void> {
+      std::vector<std::string> keys{"here"};
+      co_await s->wait(std::move(keys), -1s);
+    });
+    (void)co_await expect_throw<corodist::timeout_error>(
+        [&]() -> asio::awaitable<void> { co_await s->barrier("b0", 2, 0ms); });
+    BOOST_TEST(co_await s->add("b0/count", 0) == 0); // the barrier did not arrive: nothing was sent
+    // never(): waits as long as it takes (here: until this coroutine sets the key).
+    corodist::promise<std::string> got;
+    auto later = got.get_future();
+    asio::co_spawn(
+        co_await asio::this_coro::executor,
+        [&]() -> asio::awaitable<void> { got.set_value(co_await s->get("later", corodist::timeout::never())); },
+        asio::detached);
+    co_await s->set("later", "2");
+    BOOST_TEST(co_await later.async_get() == "2");
+    s->set_timeout(corodist::timeout::inherit()); // back to the default
+    BOOST_TEST(s->timeout() == cs::default_timeout);
+  }());
+}
+
 BOOST_AUTO_TEST_CASE_TEMPLATE(add_counts_as_decimal_text, Impl, impls) {
   Impl impl;
   auto s = impl.make();
@@ -146,7 +180,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(add_counts_as_decimal_text, Impl, impls) {
     n = co_await s->add("t", 1);
     BOOST_TEST(n == 42);
     co_await s->set("word", "hello");
-    auto what = co_await expect_throw<corodist::store_error>(
+    auto what = co_await expect_throw<corodist::store::store_error>(
         [&]() -> asio::awaitable<void> { (void)co_await s->add("word", 1); });
     BOOST_TEST(contains(what, "word"), what);
     auto still = co_await s->get("word");
@@ -155,7 +189,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(add_counts_as_decimal_text, Impl, impls) {
     co_await s->set("big", std::to_string(std::numeric_limits<std::int64_t>::max() - 1));
     n = co_await s->add("big", 1);
     BOOST_TEST(n == std::numeric_limits<std::int64_t>::max());
-    what = co_await expect_throw<corodist::store_error>([&]() -> asio::awaitable<void> { (void)co_await s->add("big", 1); });
+    what = co_await expect_throw<corodist::store::store_error>([&]() -> asio::awaitable<void> { (void)co_await s->add("big", 1); });
     BOOST_TEST(contains(what, "overflows"), what);
     auto big = co_await s->get("big");
     BOOST_TEST(big == std::to_string(std::numeric_limits<std::int64_t>::max()));
@@ -222,7 +256,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(delete_check_count_list_append_multi, Impl, impls)
     auto got = co_await s->multi_get(ks);
     BOOST_TEST((got == vs));
     std::vector<std::string> one{"m1"};
-    auto what = co_await expect_throw<corodist::store_error>([&]() -> asio::awaitable<void> {
+    auto what = co_await expect_throw<corodist::store::store_error>([&]() -> asio::awaitable<void> {
       std::vector<std::string> two{"a", "b"};
       co_await s->multi_set(one, two);
     });
@@ -367,7 +401,7 @@ BOOST_AUTO_TEST_CASE(engine_limits_refuse_without_changing_anything, *utf::timeo
   auto fails = [](auto&& f, const std::string& part) {
     try {
       f();
-    } catch (const corodist::store_error& e) {
+    } catch (const corodist::store::store_error& e) {
       BOOST_TEST(contains(e.what(), part), e.what());
       return true;
     }
@@ -523,7 +557,7 @@ BOOST_AUTO_TEST_CASE(native_replies_open_at_their_status, *utf::timeout(30)) {
   } catch (const corodist::timeout_error& e) {
     BOOST_TEST(contains(e.what(), "after 5 ms"), e.what());
   }
-  BOOST_CHECK_THROW(d::reply(d::failed_reply(d::status::error, "no")), corodist::store_error);
+  BOOST_CHECK_THROW(d::reply(d::failed_reply(d::status::error, "no")), corodist::store::store_error);
   BOOST_CHECK_THROW(d::reply(corodist::net::bytes{}), corodist::protocol_error);
   BOOST_CHECK_THROW(d::reply(corodist::net::bytes{std::byte{7}}), corodist::protocol_error);
   auto e = d::encode_watch_event(3, cs::watch_event{cs::watch_event::kind::updated, "k", "v"});
@@ -568,7 +602,7 @@ BOOST_AUTO_TEST_CASE(pytorch_queries_decode_once_whole, *utf::timeout(30)) {
   BOOST_CHECK_THROW(t::decode_query(t::version::v2, unknown, limits), corodist::protocol_error);
   const std::uint8_t watch_key[] = {7};
   BOOST_CHECK_THROW(t::decode_query(t::version::v1, watch_key, limits), corodist::protocol_error);
-  BOOST_CHECK_THROW(t::encode_query(t::version::v1, t::multi_set_query{}, bytes), corodist::store_error);
+  BOOST_CHECK_THROW(t::encode_query(t::version::v1, t::multi_set_query{}, bytes), corodist::store::store_error);
   BOOST_TEST(!t::detect_version(in(0)));
   std::string v2;
   t::encode_query(t::version::v2, t::validate_query{}, v2);

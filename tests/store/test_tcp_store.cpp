@@ -578,7 +578,7 @@ BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
   try {
     a3.get();
     BOOST_FAIL("a third wait was accepted");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("over the limit") != std::string::npos, e.what());
   }
   const auto two = held();
@@ -588,7 +588,7 @@ BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
   try {
     b2.get();
     BOOST_FAIL("the server's bound was not applied");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("server") != std::string::npos, e.what());
   }
   // The waits that fit are still pending, and complete normally.
@@ -721,13 +721,13 @@ BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
   try {
     g.set(std::string(100, 'k'), "v");
     BOOST_FAIL("oversized key accepted");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("max_key_size") != std::string::npos, e.what());
   }
   try {
     g.set("k", std::string(2000, 'v'));
     BOOST_FAIL("oversized value accepted");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("max_value_size") != std::string::npos, e.what());
   }
   { // more pending waits than allowed on one connection
@@ -735,7 +735,7 @@ BOOST_AUTO_TEST_CASE(server_survives_bad_input, *utf::timeout(120)) {
     auto w1 = asio::co_spawn(loop.get_executor(), waiter->get("w1", 2s), asio::use_future);
     auto w2 = asio::co_spawn(loop.get_executor(), waiter->get("w2", 2s), asio::use_future);
     BOOST_REQUIRE(server_reaches(server_loop, *server, [&] { return server->pending_waits() == 2; }));
-    BOOST_CHECK_THROW(cs::sync_store(waiter).get("w3", 2s), corodist::store_error);
+    BOOST_CHECK_THROW(cs::sync_store(waiter).get("w3", 2s), corodist::store::store_error);
     g.set("w1", "1");
     g.set("w2", "2");
     BOOST_TEST(w1.get() == "1");

@@ -190,13 +190,13 @@ void exercise(cs::sync_store& s, const std::string& ns, bool v2) {
     s.append(ns + "a", "+");
     BOOST_TEST(s.get(ns + "a") == "A+");
   } else {
-    BOOST_CHECK_THROW(s.append(ns + "a", "+"), corodist::store_error);
+    BOOST_CHECK_THROW(s.append(ns + "a", "+"), corodist::store::store_error);
   }
   BOOST_TEST(s.num_keys() >= 4);
   BOOST_TEST(s.delete_key(ns + "b"));
   BOOST_TEST(!s.delete_key(ns + "b"));
-  BOOST_CHECK_THROW(s.list_keys(), corodist::store_error);
-  BOOST_CHECK_THROW(s.watch_key(ns + "k"), corodist::store_error);
+  BOOST_CHECK_THROW(s.list_keys(), corodist::store::store_error);
+  BOOST_CHECK_THROW(s.watch_key(ns + "k"), corodist::store::store_error);
 }
 
 } // namespace
@@ -254,7 +254,7 @@ BOOST_AUTO_TEST_CASE(our_client_against_a_pytorch_master, *utf::precondition(tor
   BOOST_TEST((s.multi_get({"multi/a", "multi/b"}) == std::vector<std::string>{"A", "B"}));
   BOOST_TEST(s.delete_key("absent") == false);
   BOOST_TEST(s.num_keys() >= 5);
-  BOOST_CHECK_THROW(s.append("from_cpp", "x"), corodist::store_error); // not in 1.13
+  BOOST_CHECK_THROW(s.append("from_cpp", "x"), corodist::store::store_error); // not in 1.13
   s.set("done", "1");
   int rc = master.wait(60s);
   BOOST_TEST_INFO("master output:\n" << master.output());

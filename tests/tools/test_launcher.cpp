@@ -577,7 +577,7 @@ BOOST_AUTO_TEST_CASE(a_worker_of_an_old_generation_cannot_join, *utf::timeout(90
     try {
       cs::rendezvous(loop, "env://", o);
       return 3;
-    } catch (const corodist::store_error& e) {
+    } catch (const corodist::store::store_error& e) {
       const std::string what = e.what();
       std::fprintf(stderr, "%s\n", what.c_str());
       return what.find("started for generation 0 of the job, which is at generation 1") != std::string::npos ? 0 : 4;
@@ -697,7 +697,7 @@ BOOST_AUTO_TEST_CASE(malformed_node_lists_are_refused) {
     try {
       (void)slurm_first_host(bad);
       BOOST_ERROR("accepted '" << bad << "'");
-    } catch (const corodist::store_error& e) {
+    } catch (const corodist::store::store_error& e) {
       BOOST_TEST(std::string(e.what()).find("bad Slurm node list '" + std::string(bad) + "'") != std::string::npos);
     }
   }
@@ -742,7 +742,7 @@ BOOST_AUTO_TEST_CASE(no_launcher_and_no_slurm, *utf::timeout(30)) {
   try {
     cs::rendezvous(loop, "env://");
     BOOST_ERROR("rendezvous without any variables succeeded");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("missing rank (or $RANK, or under Slurm $SLURM_PROCID)") !=
                std::string::npos);
   }
@@ -756,7 +756,7 @@ BOOST_AUTO_TEST_CASE(half_set_launcher_variables_are_not_mixed_with_slurm, *utf:
   try {
     cs::rendezvous(loop, "env://");
     BOOST_ERROR("rendezvous with RANK but no WORLD_SIZE succeeded");
-  } catch (const corodist::store_error& e) {
+  } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("missing world_size") != std::string::npos);
   }
 }
@@ -765,7 +765,7 @@ BOOST_AUTO_TEST_CASE(missing_master_port_is_named, *utf::timeout(30)) {
   scoped_env env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_NODELIST", "localhost"}});
   corodist::event_loop loop;
   loop.start();
-  BOOST_CHECK_EXCEPTION(cs::rendezvous(loop, "env://"), corodist::store_error, [](const corodist::store_error& e) {
+  BOOST_CHECK_EXCEPTION(cs::rendezvous(loop, "env://"), corodist::store::store_error, [](const corodist::store::store_error& e) {
     return std::string(e.what()).find("missing master_port (or $MASTER_PORT)") != std::string::npos;
   });
 }

@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <asio/awaitable.hpp>
 
 #include <chrono>
@@ -45,9 +47,11 @@ public:
 
   /// Awaits `ready()` without blocking the thread: polls on a timer of the
   /// awaiting coroutine's executor, first after `first_poll`, doubling up to
-  /// `max_poll`. Throws `timeout_error` after `timeout` (the work goes on),
-  /// `cuda_error` when the work failed. Cancelling the coroutine stops the wait only.
-  [[nodiscard]] asio::awaitable<void> wait(std::chrono::milliseconds timeout,
+  /// `max_poll`. Throws `timeout_error` past `limit` (`inherit()` and
+  /// `never()`: no limit; the work goes on), `cuda_error` when the work failed.
+  /// Cancellation: terminal, partial and total (`operation_aborted`); it stops
+  /// the wait only, the work goes on.
+  [[nodiscard]] asio::awaitable<void> wait(corodist::timeout limit,
                                            std::chrono::microseconds first_poll = default_first_poll,
                                            std::chrono::microseconds max_poll = default_max_poll) const;
 

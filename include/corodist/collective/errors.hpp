@@ -14,12 +14,19 @@ namespace corodist::collective {
 
 /// Where a collective failed: its name, the reporting rank, its sequence
 /// number. A base of both collective errors (`catch (const collective_failure&)`
-/// sees either).
+/// sees either); each of them is also a `corodist::error`, whose message
+/// `what()` gives here too.
 class collective_failure {
 public:
   /// `op`: the collective's name; `rank`: the reporting rank; `seq`: its number.
   collective_failure(std::string op, int rank, std::uint64_t seq) : op_(std::move(op)), rank_(rank), seq_(seq) {}
   virtual ~collective_failure() = default;
+
+  /// The whole message (the exception's `what()`).
+  virtual const char* what() const noexcept = 0;
+  /// The exception itself, as the root of corodist's exceptions (to rethrow
+  /// or pass on as one).
+  virtual const corodist::error& as_error() const noexcept = 0;
 
   /// The collective's name ("allreduce", "broadcast", ..., or "create").
   const std::string& op() const noexcept { return op_; }
@@ -43,6 +50,9 @@ public:
   /// `message` is the whole text; `op`, `rank` and `seq` are also kept apart.
   collective_error(const std::string& message, std::string op, int rank, std::uint64_t seq)
       : error(message), collective_failure(std::move(op), rank, seq) {}
+
+  const char* what() const noexcept override { return error::what(); }
+  const corodist::error& as_error() const noexcept override { return *this; }
 };
 
 /// A rank of the group was lost: its process died (its connections were
@@ -77,6 +87,9 @@ public:
   /// `message` is the whole text; `op`, `rank` and `seq` are also kept apart.
   collective_timeout_error(const std::string& message, std::string op, int rank, std::uint64_t seq)
       : timeout_error(message), collective_failure(std::move(op), rank, seq) {}
+
+  const char* what() const noexcept override { return timeout_error::what(); }
+  const corodist::error& as_error() const noexcept override { return *this; }
 };
 
 /// A CUDA runtime call failed, or CUDA cannot be used here (this build has

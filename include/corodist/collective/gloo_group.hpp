@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/collective/process_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/store.hpp>
@@ -52,8 +54,10 @@ struct gloo_options {
   /// a store need distinct prefixes (reusing one is detected and refused).
   /// Ignored with `pytorch` (PyTorch's layout is used).
   std::string prefix = default_prefix;
-  /// Deadline of creation, and default deadline per collective (as PyTorch's 30 min).
-  std::chrono::milliseconds timeout = default_timeout;
+  /// Time limit of creation, and the default one of each collective (as
+  /// PyTorch's 30 min; `inherit()`: default_timeout). Must be a positive
+  /// length: `never()` is refused (Gloo's transport needs a finite one).
+  corodist::timeout timeout = default_timeout;
   /// Address or host name the group's TCP device listens on, which peers
   /// connect to. Empty: the interface named by `interface` or $GLOO_SOCKET_IFNAME,
   /// else this machine's host name if it resolves to a local address, else 127.0.0.1.
@@ -195,7 +199,7 @@ protected:
 
 private:
   struct impl;
-  gloo_group(int rank, int size, std::chrono::milliseconds timeout, std::unique_ptr<impl> i);
+  gloo_group(int rank, int size, corodist::timeout timeout, std::unique_ptr<impl> i);
 
   std::unique_ptr<impl> impl_;
 };

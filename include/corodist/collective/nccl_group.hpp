@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/collective/process_group.hpp>
 #include <corodist/store/store.hpp>
 
@@ -31,8 +33,10 @@ struct nccl_options {
 
   /// Key prefix of this group in the store (distinct per group sharing a store).
   std::string prefix = default_prefix;
-  /// Deadline of creation, and default deadline per collective.
-  std::chrono::milliseconds timeout = default_timeout;
+  /// Time limit of creation, and the default one of each collective
+  /// (`inherit()`: default_timeout). Must be a positive length (`never()` is
+  /// refused: the watchdog needs one).
+  corodist::timeout timeout = default_timeout;
   /// CUDA device of this rank; -1: `rank % device count`.
   int device = -1;
   /// Completion is polled on the loop's timer, first after this interval,
@@ -147,7 +151,7 @@ protected:
   work submit(collective_call call) override;
 
 private:
-  nccl_group(int rank, int size, std::chrono::milliseconds timeout, std::shared_ptr<detail::nccl_backend> backend);
+  nccl_group(int rank, int size, corodist::timeout timeout, std::shared_ptr<detail::nccl_backend> backend);
 
   std::shared_ptr<detail::nccl_backend> backend_;
 };

@@ -6,6 +6,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/collective/reduce_op.hpp>
 #include <corodist/collective/tensor_view.hpp>
 #include <corodist/collective/work.hpp>
@@ -21,9 +23,9 @@ namespace corodist::collective {
 
 /// Per-call settings of a collective.
 struct call_options {
-  /// Deadline of this collective, counted from the call. Zero (the default):
-  /// the group's timeout.
-  std::chrono::milliseconds timeout{0};
+  /// Time limit of this collective, counted from the call (`inherit()`, the
+  /// default: the group's timeout; `never()`: none).
+  corodist::timeout timeout = corodist::timeout::inherit();
   /// CUDA buffers: the collective starts after the work queued so far on this
   /// stream (a `cudaStream_t` of the buffers' device, e.g. the one that
   /// produced them); null (the default): the device's legacy default stream,
@@ -52,8 +54,10 @@ struct collective_call {
   std::vector<tensor_view> tensors;
   reduce_op op = reduce_op::sum;
   int root = 0;
-  /// Resolved deadline (never zero).
-  std::chrono::milliseconds timeout{0};
+  /// The call's time limit, resolved (never `inherit()`), for messages.
+  corodist::timeout timeout = corodist::timeout::never();
+  /// The deadline it made when it was issued.
+  corodist::deadline by;
   /// call_options::stream.
   void* stream = nullptr;
 };
@@ -87,8 +91,8 @@ public:
   int rank() const noexcept { return rank_; }
   /// The number of ranks.
   int size() const noexcept { return size_; }
-  /// The group's default deadline per collective.
-  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+  /// The group's default time limit per collective (a positive length).
+  corodist::timeout timeout() const noexcept { return timeout_; }
   /// The backend's name ("gloo", "nccl", "round_robin").
   virtual std::string_view backend() const noexcept = 0;
 
@@ -140,8 +144,13 @@ public:
   virtual bool aborted() const noexcept = 0;
 
 protected:
-  /// `timeout` is the default deadline per collective (must be positive).
-  process_group(int rank, int size, std::chrono::milliseconds timeout);
+  /// `timeout` is the default time limit per collective (must be a positive
+  /// length: usage_error otherwise).
+  process_group(int rank, int size, corodist::timeout timeout);
+
+  /// `t` resolved against `fallback` where it is `inherit()`; throws
+  /// `usage_error` naming `what` unless the result is a positive length.
+  static corodist::timeout group_timeout(corodist::timeout t, corodist::timeout fallback, std::string_view what);
 
   /// Issues a validated collective. Backends may throw `usage_error` for
   /// buffers they cannot use (wrong device) before issuing anything.
@@ -155,7 +164,7 @@ private:
 
   int rank_;
   int size_;
-  std::chrono::milliseconds timeout_;
+  corodist::timeout timeout_;
 };
 
 } // namespace corodist::collective

@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <asio/awaitable.hpp>
 
 #include <chrono>
@@ -54,9 +56,10 @@ public:
   /// thread while it is still running.
   void get() const;
 
-  /// As `get()`, but gives up after `timeout` with `timeout_error` (the
+  /// As `get()`, but gives up after `limit` (`inherit()` or `never()`: as
+  /// `get()`, bounded by the collective's own deadline) with `timeout_error` (the
   /// collective itself keeps running, bound by its own deadline).
-  void wait(std::chrono::milliseconds timeout) const;
+  void wait(corodist::timeout limit) const;
 
   /// The collective's error once it failed; null while running or after success.
   std::exception_ptr exception() const;

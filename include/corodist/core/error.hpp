@@ -1,7 +1,9 @@
 #pragma once
 /// \file
-/// corodist's exception types. Layers above net/ throw these; net/ itself
-/// reports std::error_code (see corodist/net/errors.hpp).
+/// corodist's exception types shared by every layer. Layers above net/ throw
+/// these (and their own, in each layer's errors.hpp, all derived from
+/// corodist::error); net/ itself reports std::error_code (see
+/// corodist/net/errors.hpp).
 
 #include <corodist/core/config.hpp>
 
@@ -10,7 +12,8 @@
 
 namespace corodist {
 
-/// Base of every exception corodist throws.
+/// Base of every exception corodist throws: `catch (const corodist::error& e)`
+/// sees them all, and `e.what()` says what happened.
 class error : public std::runtime_error {
 public:
   using std::runtime_error::runtime_error;
@@ -56,12 +59,6 @@ private:
 
 /// The peer broke the wire protocol (bad magic, version, frame, or payload).
 class protocol_error : public error {
-public:
-  using error::error;
-};
-
-/// A store operation failed (bad key, limit exceeded, server refused).
-class store_error : public error {
 public:
   using error::error;
 };

@@ -4,6 +4,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/collective/tensor_view.hpp>
 
 #include <chrono>
@@ -41,11 +43,12 @@ struct reducer_options {
   /// After the first synchronised iteration, rebuild the buckets once from the
   /// order in which rank 0 saw gradients become ready (all ranks switch together).
   bool rebuild_buckets = true;
-  /// Deadline of each collective of an iteration (the buckets' allreduces, the
-  /// used-parameter bitmap, the buffers' broadcast, the rebuild's order);
-  /// zero: the group's timeout. Construction's collectives always wait up to
-  /// the group's timeout: ranks reach construction at their own pace.
-  std::chrono::milliseconds timeout{0};
+  /// Time limit of each collective of an iteration (the buckets' allreduces,
+  /// the used-parameter bitmap, the buffers' broadcast, the rebuild's order);
+  /// `inherit()` (the default): the group's timeout. Construction's
+  /// collectives always wait up to the group's timeout: ranks reach
+  /// construction at their own pace.
+  corodist::timeout timeout = corodist::timeout::inherit();
   /// CUDA parameters: the stream their gradients are produced on (the
   /// backward's `cudaStream_t`; null: the device's legacy default stream).
   /// Each gradient's copy into its bucket is ordered after the work queued on

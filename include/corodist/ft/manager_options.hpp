@@ -4,6 +4,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/ft/group_request.hpp>
 
@@ -34,9 +36,10 @@ struct manager_options {
   /// every replica starts in the first quorum, and min_replicas lower so
   /// that the job goes on after a loss.
   int initial_replicas = 0;
-  /// Deadline of one `start_step` (the quorum, the group's re-forming, the
-  /// recovery) and of one `should_commit`.
-  std::chrono::milliseconds quorum_timeout = default_quorum_timeout;
+  /// Time limit of one `start_step` (the quorum, the group's re-forming, the
+  /// recovery) and of one `should_commit` (`inherit()`: default_quorum_timeout;
+  /// `never()`: none).
+  corodist::timeout quorum_timeout = default_quorum_timeout;
   /// While it waits for the others, a replica checks this often whether a
   /// replica it waits for was lost (its store connection closed).
   std::chrono::milliseconds poll_interval = default_poll_interval;

@@ -6,6 +6,7 @@
 
 #include <corodist/core/detail/io_registration.hpp>
 #include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/timeout.hpp>
 #include <corodist/net/buffer.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/net/frame.hpp>
@@ -53,9 +54,9 @@ struct segment {
 
 /// The default of `connection_options::peer_timeout`: `CORODIST_PEER_TIMEOUT_MS`
 /// from the environment when it is set to a whole number of milliseconds (0:
-/// off), else `connection_options::default_peer_timeout` (10 s); an invalid
-/// value is logged once and ignored. Read at each call; any thread.
-std::chrono::milliseconds configured_peer_timeout() noexcept;
+/// off: `timeout::never()`), else `connection_options::default_peer_timeout`
+/// (10 s); an invalid value is logged once and ignored. Read at each call; any thread.
+corodist::timeout configured_peer_timeout() noexcept;
 
 /// How a connection moves its bytes once started (after the hello).
 enum class transport : std::uint8_t {
@@ -91,19 +92,22 @@ struct connection_options {
   /// Queued, unwritten output above which the peer is deemed not to read and is
   /// dropped (a lone frame larger than this, with nothing else queued, is sent).
   std::size_t max_buffered_output = default_max_buffered_output;
-  /// Default deadline of `request()`; zero means none.
-  std::chrono::milliseconds request_timeout = default_request_timeout;
-  /// Deadline of TCP connect plus the hello exchange.
-  std::chrono::milliseconds handshake_timeout = default_handshake_timeout;
+  /// Time limit of `request()` without a deadline of its own (`never()`: none;
+  /// `inherit()` is the default, 60 s).
+  corodist::timeout request_timeout = default_request_timeout;
+  /// Time limit of TCP connect plus the hello exchange (`inherit()`: the
+  /// default, 10 s; `never()`: none).
+  corodist::timeout handshake_timeout = default_handshake_timeout;
   /// An incomplete incoming frame that receives no byte for this long closes the
-  /// connection (errc::frame_stalled); zero means never.
-  std::chrono::milliseconds frame_timeout = default_frame_timeout;
+  /// connection (errc::frame_stalled); `never()`: never (`inherit()`: 30 s).
+  corodist::timeout frame_timeout = default_frame_timeout;
   /// Failure detection once started: each side sends a heartbeat (a control
   /// frame never delivered to the request handler) when it has sent nothing
   /// for about a quarter of this, and a connection that receives no byte for
   /// this long closes with errc::peer_timed_out (a peer that hangs, or a
-  /// network that drops everything). Zero: off. Default: configured_peer_timeout().
-  std::chrono::milliseconds peer_timeout = configured_peer_timeout();
+  /// network that drops everything). `never()`: off. Default:
+  /// configured_peer_timeout() (`inherit()` is the same).
+  corodist::timeout peer_timeout = configured_peer_timeout();
   /// A cap shared with other connections on their queued output together (see
   /// output_budget); null: none.
   std::shared_ptr<output_budget> shared_output;
@@ -183,14 +187,20 @@ public:
   /// `on_close` runs once when the connection closes. Call once.
   void start(request_handler on_request = {}, close_handler on_close = {});
 
-  /// Sends a request and waits for its response, at most `timeout` (default:
-  /// options' request_timeout; zero: none). Never throws for network errors:
-  /// they come back in `response::ec` (connection_closed, request_timeout,
-  /// too_many_pending, frame_too_large, remote_failure). Cancellable through
-  /// the awaiting coroutine's cancellation slot (ec = operation_aborted).
+  /// Sends a request and waits for its response until `by` (a deadline that
+  /// has passed fails at once with request_timeout, unsent). Never throws for
+  /// network errors: they come back in `response::ec` (connection_closed,
+  /// request_timeout, too_many_pending, frame_too_large, remote_failure).
+  /// Cancellation: terminal, partial and total through the awaiting
+  /// coroutine's cancellation slot: ec = operation_aborted at once; the
+  /// request may already have been sent (the peer still handles it, and its
+  /// late response is dropped); the connection stays usable.
+  [[nodiscard]] asio::awaitable<response> request(std::uint16_t kind, bytes payload, std::vector<segment> segments,
+                                                  corodist::deadline by);
+
+  /// As above, within options' request_timeout from now.
   [[nodiscard]] asio::awaitable<response> request(std::uint16_t kind, bytes payload,
-                                                  std::vector<segment> segments = {},
-                                                  std::optional<std::chrono::milliseconds> timeout = {});
+                                                  std::vector<segment> segments = {});
 
   /// Queues the response to request `request_id`. Returns an error if closed
   /// or the payload is too large; never blocks.
@@ -240,14 +250,16 @@ private:
   struct limits {
     explicit limits(const connection_options& o)
         : max_frame_size(o.max_frame_size), max_pending_requests(o.max_pending_requests),
-          max_buffered_output(o.max_buffered_output), request_timeout(o.request_timeout),
-          frame_timeout(o.frame_timeout), peer_timeout(o.peer_timeout), shared_output(o.shared_output), io(o.io) {}
+          max_buffered_output(o.max_buffered_output),
+          request_timeout(o.request_timeout.or_else(connection_options::default_request_timeout)),
+          frame_timeout(o.frame_timeout.or_else(connection_options::default_frame_timeout)),
+          peer_timeout(o.peer_timeout.or_else(configured_peer_timeout())), shared_output(o.shared_output), io(o.io) {}
     std::size_t max_frame_size;
     std::size_t max_pending_requests;
     std::size_t max_buffered_output;
-    std::chrono::milliseconds request_timeout;
-    std::chrono::milliseconds frame_timeout;
-    std::chrono::milliseconds peer_timeout;
+    corodist::timeout request_timeout;
+    corodist::timeout frame_timeout;
+    corodist::timeout peer_timeout;
     std::shared_ptr<output_budget> shared_output;
     transport io;
   };

@@ -4,6 +4,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/core/detail/io_registration.hpp>
 #include <corodist/net/connection.hpp>
 
@@ -100,7 +102,8 @@ public:
 private:
   asio::awaitable<void> accept_loop();
   asio::awaitable<void> greet(asio::ip::tcp::socket socket, bool late_hello);
-  asio::awaitable<void> handshake(asio::ip::tcp::socket socket, std::chrono::steady_clock::time_point deadline);
+  asio::awaitable<void> handshake(asio::ip::tcp::socket socket, corodist::deadline by);
+  corodist::deadline handshake_deadline() const;
   asio::awaitable<void> sniff(asio::ip::tcp::socket socket);
   /// Whether a connection just accepted may proceed (the connection limit).
   bool admit(const asio::ip::tcp::socket& socket);

@@ -11,6 +11,7 @@
 #include <corodist/rpc/attachment.hpp>
 #include <corodist/rpc/call_context.hpp>
 #include <corodist/rpc/codec.hpp>
+#include <corodist/rpc/decode_result.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 #include <corodist/rpc/errors.hpp>
 #include <corodist/rpc/message_port.hpp>
@@ -115,41 +116,47 @@ public:
   void shutdown(bool graceful = true);
 
   /// Calls `fn` on worker `to` with `args`; returns at once. The future holds
-  /// the result, or one of the errors listed on the class. Any thread.
+  /// the result, or one of the errors listed on the class. The call's
+  /// deadline is `rpc_timeout` from now. Any thread.
   template <typename R, typename... A>
   future<R> rpc_async(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(std::nullopt, to, fn, args...);
+    return rpc_async_impl<R>(corodist::timeout::inherit(), to, fn, args...);
   }
 
-  /// As above with a deadline overriding `rpc_timeout` (zero: none).
+  /// As above within `limit` (`inherit()`: `rpc_timeout`; `never()`: no
+  /// deadline): `rpc.rpc_async<int>(500ms, "w1", "f")`.
   template <typename R, typename... A>
-  future<R> rpc_async(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(timeout.value, to, fn, args...);
+  future<R> rpc_async(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
+    return rpc_async_impl<R>(limit, to, fn, args...);
   }
 
   /// Blocking call from a plain thread; returns the result or throws. Throws
   /// `usage_error` on a loop thread (use `call`).
   template <typename R, typename... A>
   R rpc_sync(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_sync_impl<R>(std::nullopt, to, fn, args...);
+    return rpc_sync_impl<R>(corodist::timeout::inherit(), to, fn, args...);
   }
 
-  /// As above with a per-call deadline.
+  /// As above within `limit`.
   template <typename R, typename... A>
-  R rpc_sync(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_sync_impl<R>(timeout.value, to, fn, args...);
+  R rpc_sync(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
+    return rpc_sync_impl<R>(limit, to, fn, args...);
   }
 
   /// The call for coroutines: sends at once, `co_await` for the result.
+  /// Cancellation: terminal, partial and total through the awaiting
+  /// coroutine's cancellation slot: the await ends with `operation_aborted`
+  /// at once; the call was already sent, and the callee runs it to its end
+  /// or to its deadline (its result is dropped). The connection stays usable.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(std::nullopt, to, fn, args...).async_get();
+    return rpc_async_impl<R>(corodist::timeout::inherit(), to, fn, args...).async_get();
   }
 
-  /// As above with a per-call deadline.
+  /// As above within `limit`.
   template <typename R, typename... A>
-  [[nodiscard]] asio::awaitable<R> call(call_timeout timeout, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(timeout.value, to, fn, args...).async_get();
+  [[nodiscard]] asio::awaitable<R> call(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
+    return rpc_async_impl<R>(limit, to, fn, args...).async_get();
   }
 
   /// This worker. Throws `usage_error` before start(). Any thread.
@@ -174,24 +181,22 @@ public:
 
 private:
   template <typename R, typename... A>
-  future<R> rpc_async_impl(std::optional<std::chrono::milliseconds> timeout, worker_ref to, std::string_view fn,
-                           const A&... args) {
+  future<R> rpc_async_impl(corodist::timeout limit, worker_ref to, std::string_view fn, const A&... args) {
     promise<R> p;
     auto f = p.get_future();
     payload call;
     int rank = -1;
-    std::chrono::milliseconds t{0};
+    const auto by = limit.or_else(default_timeout()).from();
     try {
       rank = rank_of(to);
-      t = timeout.value_or(default_timeout());
       encoder e(&port(), self_rank(), rank);
-      call = detail::encode_call(e, fn, static_cast<std::uint64_t>(std::max<std::int64_t>(t.count(), 0)), args...);
+      call = detail::encode_call(e, fn, by, args...);
     } catch (...) {
       p.set_exception(std::current_exception());
       return f;
     }
     // The completion runs inside the agent's machinery, which keeps the port alive.
-    send_call(rank, fn, std::move(call), t,
+    send_call(rank, fn, std::move(call), by,
               [port = &port(), p = std::move(p), rank, fn = std::string(fn)](detail::reply&& r) mutable {
                 complete<R>(*port, p, std::move(r), rank, fn);
               });
@@ -199,10 +204,9 @@ private:
   }
 
   template <typename R, typename... A>
-  R rpc_sync_impl(std::optional<std::chrono::milliseconds> timeout, worker_ref to, std::string_view fn,
-                  const A&... args) {
+  R rpc_sync_impl(corodist::timeout limit, worker_ref to, std::string_view fn, const A&... args) {
     refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
-    auto f = rpc_async_impl<R>(timeout, to, fn, args...);
+    auto f = rpc_async_impl<R>(limit, to, fn, args...);
     spin_until_ready([&f] { return f.is_ready(); });
     return f.get();
   }
@@ -214,17 +218,12 @@ private:
       return;
     }
     try {
-      codec_context ctx;
-      port.decode_context(rank, ctx);
-      auto parsed = parse_payload(std::move(r.payload), ctx);
       if constexpr (std::is_void_v<R>) {
+        decode_result<R>(port, rank, std::move(r.payload), "rpc '" + fn + "'");
         p.set_value();
       } else {
-        codec_scope scope(ctx);
-        p.set_value(decode_value<R>(parsed.body.get()));
+        p.set_value(decode_result<R>(port, rank, std::move(r.payload), "rpc '" + fn + "'"));
       }
-    } catch (const value_type_error& e) {
-      p.set_exception(std::make_exception_ptr(bad_result_error(fn, port.worker(rank).name, e.what())));
     } catch (...) {
       p.set_exception(std::current_exception());
     }
@@ -237,9 +236,8 @@ private:
   void add_function(std::string name, detail::handler h);
   int rank_of(worker_ref to) const;
   int self_rank() const;
-  std::chrono::milliseconds default_timeout() const noexcept;
-  void send_call(int rank, std::string_view fn, payload call, std::chrono::milliseconds timeout,
-                 detail::reply_handler done);
+  corodist::timeout default_timeout() const noexcept;
+  void send_call(int rank, std::string_view fn, payload call, corodist::deadline by, detail::reply_handler done);
 
   event_loop& loop_;
   std::shared_ptr<detail::agent_core> impl_;

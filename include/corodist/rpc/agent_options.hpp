@@ -4,6 +4,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/net/connection.hpp>
 #include <corodist/store/store.hpp>
 
@@ -49,21 +51,24 @@ struct agent_options {
   /// later rendezvous of the same job in this process (a gloo_group's URL)
   /// shares the store it yields (see `store::async_rendezvous`).
   std::string init_method;
-  /// Default deadline of every call; zero means none. A per-call
-  /// `call_timeout` overrides it.
-  std::chrono::milliseconds rpc_timeout = default_rpc_timeout;
-  /// Deadline of start(): waiting for all workers to publish their address.
-  std::chrono::milliseconds init_timeout = default_init_timeout;
-  /// Deadline of a graceful shutdown as a whole (own calls, the join's
-  /// barriers, the upper layers' steps and the barriers behind them).
-  std::chrono::milliseconds shutdown_timeout = default_shutdown_timeout;
+  /// Time limit of every call made without one of its own (`never()`:
+  /// none; `inherit()`: default_rpc_timeout). A per-call timeout, passed
+  /// first (`rpc.call<int>(500ms, "w1", "f")`), overrides it.
+  corodist::timeout rpc_timeout = default_rpc_timeout;
+  /// Time limit of start(): waiting for all workers to publish their address
+  /// (`inherit()`: default_init_timeout).
+  corodist::timeout init_timeout = default_init_timeout;
+  /// Time limit of a graceful shutdown as a whole (own calls, the join's
+  /// barriers, the upper layers' steps and the barriers behind them;
+  /// `inherit()`: default_shutdown_timeout).
+  corodist::timeout shutdown_timeout = default_shutdown_timeout;
   /// Failure detection on the connections to peers (see
   /// net::connection_options::peer_timeout): a peer that sends nothing, not
   /// even a heartbeat, for this long is lost; so is one whose connection
   /// closes. Calls pending to a lost peer, and later ones, fail with
-  /// peer_lost_error (no retry, as PyTorch's RPC). Zero: off. Default:
+  /// peer_lost_error (no retry, as PyTorch's RPC). `never()`: off. Default:
   /// CORODIST_PEER_TIMEOUT_MS if set, else default_peer_timeout (10 s).
-  std::chrono::milliseconds peer_timeout = net::configured_peer_timeout();
+  corodist::timeout peer_timeout = net::configured_peer_timeout();
   /// Threads of the pool that runs plain (non-coroutine) functions.
   std::size_t worker_threads = default_worker_threads;
   /// Largest call or reply (msgpack body plus attachments), both directions.
@@ -91,12 +96,6 @@ struct agent_options {
   /// Token peers must prove when connecting (HMAC hello). nullopt:
   /// CORODIST_AUTH_TOKEN if set; "": none.
   std::optional<std::string> auth_token;
-};
-
-/// A per-call deadline, passed first: `rpc.rpc_async<int>(rpc::call_timeout{500ms}, "w1", "f")`.
-/// Zero means no deadline.
-struct call_timeout {
-  std::chrono::milliseconds value;
 };
 
 } // namespace corodist::rpc

@@ -4,6 +4,7 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
 #include <corodist/rpc/worker_info.hpp>
 
 #include <chrono>
@@ -22,22 +23,24 @@ public:
   using clock = std::chrono::steady_clock;
 
   call_context() = default;
-  call_context(int caller_rank, std::string caller_name, clock::time_point deadline)
-      : caller_rank_(caller_rank), caller_name_(std::move(caller_name)), deadline_(deadline) {}
+  call_context(int caller_rank, std::string caller_name, corodist::deadline by)
+      : caller_rank_(caller_rank), caller_name_(std::move(caller_name)), deadline_(by) {}
 
   /// The caller's rank (-1 when the connection did not say: a foreign client).
   int caller_rank() const noexcept { return caller_rank_; }
   /// The caller's worker name ("" when unknown).
   const std::string& caller() const noexcept { return caller_name_; }
-  /// When the caller stops waiting (time_point::max(): never).
-  clock::time_point deadline() const noexcept { return deadline_; }
+  /// When the caller stops waiting (`is_never()`: it waits without a
+  /// deadline). Pass `deadline().left()` as the timeout of calls made on the
+  /// caller's behalf to keep within it.
+  corodist::deadline deadline() const noexcept { return deadline_; }
   /// True once the deadline has passed: the result would be dropped.
-  bool expired() const noexcept { return clock::now() >= deadline_; }
+  bool expired() const noexcept { return deadline_.expired(); }
 
 private:
   int caller_rank_ = -1;
   std::string caller_name_;
-  clock::time_point deadline_ = clock::time_point::max();
+  corodist::deadline deadline_;
 };
 
 } // namespace corodist::rpc

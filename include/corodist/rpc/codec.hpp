@@ -88,9 +88,9 @@ std::string demangle(const char* mangled);
 std::string msgpack_type_name(msgpack::type::object_type t);
 
 /// Thrown by decode_value when a value does not decode to the type asked for.
-class value_type_error : public std::runtime_error {
+class value_type_error : public error {
 public:
-  using std::runtime_error::runtime_error;
+  using error::error;
 };
 
 /// Packs one value into a body; C strings and string views as msgpack str.

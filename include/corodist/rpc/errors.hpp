@@ -30,12 +30,14 @@ public:
       : remote_error(std::move(worker), "bad_arguments", std::move(message)) {}
 };
 
-/// A call's result does not decode to the type the caller asked for. Raised
-/// on the caller; names the function, the worker and what arrived instead.
+/// A reply does not decode to the type the caller asked for (an RPC's
+/// result, an RRef's value in to_here). Raised on the caller; names the
+/// operation, the worker and what arrived instead.
 class bad_result_error : public error {
 public:
-  bad_result_error(const std::string& fn, const std::string& worker, const std::string& why)
-      : error("rpc '" + fn + "' on worker '" + worker + "': " + why) {}
+  /// "<operation> on worker '<worker>': <why>", e.g. "rpc 'add' on worker 'w1': ...".
+  bad_result_error(const std::string& operation, const std::string& worker, const std::string& why)
+      : error(operation + " on worker '" + worker + "': " + why) {}
 };
 
 } // namespace corodist::rpc

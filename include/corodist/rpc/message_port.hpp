@@ -103,9 +103,9 @@ class message_port {
 public:
   /// A handler of one message kind.
   using handler = std::function<void(inbound_message&&, responder&&)>;
-  /// A step of graceful shutdown; gets the time it may take (half of what is
-  /// left of the shutdown's deadline).
-  using shutdown_step = std::function<asio::awaitable<void>(std::chrono::milliseconds budget)>;
+  /// A step of graceful shutdown; gets the deadline it must end by (half of
+  /// what is left of the shutdown's deadline).
+  using shutdown_step = std::function<asio::awaitable<void>(corodist::deadline by)>;
 
   virtual ~message_port() = default;
 
@@ -125,13 +125,14 @@ public:
   virtual void set_handler(message_kind kind, std::string name, handler h) = 0;
 
   /// Sends a request of `kind` to worker `to`; the future holds the reply's
-  /// frame payload, or timeout_error (after `timeout`; zero: none),
+  /// frame payload, or timeout_error (at `by`; the remote handler sees no
+  /// deadline: it answers or fails on its own),
   /// connection_error (unreachable, or lost with the request pending),
   /// usage_error (this worker is not running), remote_error (the handler
   /// failed). Every error but remote_error reads `<what>: <reason>`: `what`
   /// names the operation, its object and the worker, as the user knows them
   /// ("to_here of RRef R{0, 1} owned by 'w1'"). Nothing is retried.
-  virtual future<net::bytes> request(int to, message_kind kind, payload p, std::chrono::milliseconds timeout,
+  virtual future<net::bytes> request(int to, message_kind kind, payload p, corodist::deadline by,
                                      std::string what) = 0;
 
   /// Sends a one-way message of `kind` to worker `to`. A failure to deliver is

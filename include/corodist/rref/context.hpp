@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/rpc/agent.hpp>
 #include <corodist/rpc/callable_traits.hpp>
 #include <corodist/rref/rref.hpp>
@@ -26,15 +28,17 @@ struct context_options {
   static constexpr std::chrono::milliseconds default_max_retry_interval = 2s;
   static constexpr std::chrono::milliseconds default_give_up_after = 60s;
 
-  /// Deadline of to_here() and of remote()'s call when none is given.
-  std::chrono::milliseconds timeout = default_timeout;
+  /// Time limit of to_here() and of remote()'s call when none is given
+  /// (`inherit()`: default_timeout; `never()`: none).
+  corodist::timeout timeout = default_timeout;
   /// A control message not yet acknowledged is sent again after this, then
   /// after twice as long, ... up to max_retry_interval.
   std::chrono::milliseconds first_retry = default_first_retry;
   std::chrono::milliseconds max_retry_interval = default_max_retry_interval;
   /// Retries to a worker stop after this long without an acknowledgement from
-  /// it (a dead worker is not a transient failure): logged once, then dropped.
-  std::chrono::milliseconds give_up_after = default_give_up_after;
+  /// it (a dead worker is not a transient failure): logged once, then dropped
+  /// (`never()`: retried for ever; `inherit()`: default_give_up_after).
+  corodist::timeout give_up_after = default_give_up_after;
 };
 
 /// What one worker's protocol holds (PyTorch's _rref_context_get_debug_info).

@@ -17,11 +17,11 @@ namespace corodist::rref {
 namespace detail {
 /// remote() on a message port (the agent's, or a simulated one).
 template <typename R, typename... A>
-rref<R> remote_on(rpc::message_port& port, std::optional<std::chrono::milliseconds> timeout, rpc::worker_ref to,
-                  std::string_view fn, const A&... args) {
+rref<R> remote_on(rpc::message_port& port, corodist::timeout limit, rpc::worker_ref to, std::string_view fn,
+                  const A&... args) {
   auto& p = protocol::of(port);
   const int owner = port.worker(to).rank;
-  const auto t = timeout.value_or(p.default_timeout());
+  const auto by = limit.or_else(p.default_timeout()).from();
   auto h = p.new_remote(owner);
   // [R, F, fn, [args...], timeout_ms]: the RRef and its creator's fork, then the call.
   rpc::encoder e(&port, p.self(), owner);
@@ -34,8 +34,8 @@ rref<R> remote_on(rpc::message_port& port, std::optional<std::chrono::millisecon
   rpc::pack_value(pk, fn);
   pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
   (rpc::pack_value(pk, args), ...);
-  pk.pack(static_cast<std::uint64_t>(std::max<std::int64_t>(t.count(), 0)));
-  p.send_remote(h, fn, e.finish(), t);
+  pk.pack(by.to_wire());
+  p.send_remote(h, fn, e.finish(), by);
   return rref<R>(std::move(h));
 }
 
@@ -54,13 +54,14 @@ rref<std::decay_t<T>> make_rref_on(rpc::message_port& port, T&& value) {
 /// for an unknown worker or an agent without RRefs (rref::enable). Any thread.
 template <typename R, typename... A>
 rref<R> remote(rpc::agent& a, rpc::worker_ref to, std::string_view fn, A&&... args) {
-  return detail::remote_on<R>(a.port(), std::nullopt, to, fn, args...);
+  return detail::remote_on<R>(a.port(), corodist::timeout::inherit(), to, fn, args...);
 }
 
-/// As above with a deadline for the call (zero: none).
+/// As above within `limit` for the call (`inherit()`: the context's
+/// `timeout`; `never()`: none): `rref::remote<int>(agent, 5s, "w1", "f")`.
 template <typename R, typename... A>
-rref<R> remote(rpc::agent& a, rpc::call_timeout timeout, rpc::worker_ref to, std::string_view fn, A&&... args) {
-  return detail::remote_on<R>(a.port(), timeout.value, to, fn, args...);
+rref<R> remote(rpc::agent& a, corodist::timeout limit, rpc::worker_ref to, std::string_view fn, A&&... args) {
+  return detail::remote_on<R>(a.port(), limit, to, fn, args...);
 }
 
 /// An OwnerRRef here, holding `value` (PyTorch's RRef(value)): send it to

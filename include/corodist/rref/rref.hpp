@@ -7,6 +7,7 @@
 
 #include <corodist/core/future.hpp>
 #include <corodist/rpc/agent.hpp>
+#include <corodist/rpc/decode_result.hpp>
 #include <corodist/rref/detail/protocol.hpp>
 #include <corodist/rref/rref_id.hpp>
 
@@ -50,18 +51,19 @@ public:
   /// owner), waiting for it if the owner's function has not finished yet.
   /// The future (await with `co_await f.async_get()`, or `get()`) holds the
   /// value, or: `remote_error` if the function behind remote() threw (on every
-  /// later use too), `timeout_error` after `timeout` (zero: the context's
-  /// default), `connection_error` if the owner is gone. Any thread.
-  future<T> to_here(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) const {
+  /// later use too), `timeout_error` past `limit` (`inherit()`: the
+  /// context's `timeout`), `connection_error` if the owner is gone. Any
+  /// thread. Cancellation: awaiting the future (`co_await f.async_get()`)
+  /// supports terminal, partial and total cancellation of that wait
+  /// (`operation_aborted`); the fetch itself goes on to its end or deadline
+  /// and its result is dropped; the reference stays usable.
+  future<T> to_here(corodist::timeout limit = corodist::timeout::inherit()) const {
     auto p = require().protocol_of("to_here");
     const int owner = h_->owner();
+    const auto by = limit.or_else(p->default_timeout()).from();
     // The continuation holds the handle: a reference waiting for its value keeps it alive.
-    return p->fetch(h_, timeout).then([port = &p->port(), owner, keep = h_](net::bytes b) {
-      rpc::codec_context ctx;
-      port->decode_context(owner, ctx);
-      auto parsed = rpc::parse_payload(std::move(b), ctx);
-      rpc::codec_scope scope(ctx);
-      return rpc::decode_value<T>(parsed.body.get());
+    return p->fetch(h_, by).then([port = &p->port(), owner, keep = h_](net::bytes b) {
+      return rpc::decode_result<T>(*port, owner, std::move(b), "to_here of RRef R" + keep->id().str());
     });
   }
 

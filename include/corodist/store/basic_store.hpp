@@ -42,16 +42,15 @@ protected:
 private:
   asio::awaitable<void> do_set(std::string key, std::string value) final;
   asio::awaitable<void> do_set_owned(std::string key, std::string value) final;
-  asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) final;
+  asio::awaitable<std::string> do_get(std::string key, corodist::deadline by) final;
   asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) final;
   asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) final;
   asio::awaitable<bool> do_delete_key(std::string key) final;
   asio::awaitable<bool> do_check(std::vector<std::string> keys) final;
-  asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) final;
+  asio::awaitable<void> do_wait(std::vector<std::string> keys, corodist::deadline by) final;
   asio::awaitable<std::int64_t> do_num_keys() final;
   asio::awaitable<void> do_append(std::string key, std::string value) final;
-  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
-                                                         std::chrono::milliseconds timeout) final;
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys, corodist::deadline by) final;
   asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) final;
   asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) final;
   asio::awaitable<watch_stream> do_watch_key(std::string key) final;

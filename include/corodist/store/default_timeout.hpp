@@ -11,7 +11,8 @@ namespace corodist::store {
 
 using namespace std::chrono_literals;
 
-/// Default deadline of waiting store operations and of connecting (c10d's 300 s).
+/// Default time limit of waiting store operations and of connecting (c10d's
+/// 300 s): what `corodist::timeout::inherit()` means for a store.
 inline constexpr std::chrono::milliseconds default_timeout = 300s;
 
 } // namespace corodist::store

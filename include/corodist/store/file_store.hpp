@@ -46,7 +46,7 @@ namespace corodist::store {
 class file_store : public basic_store {
 public:
   /// Opens `path`, creating it (mode 0644) if missing. Does no I/O on `ex`.
-  /// Throws `corodist::store_error` naming the path and the errno text if the
+  /// Throws `corodist::store::store_error` naming the path and the errno text if the
   /// file cannot be opened or created.
   file_store(asio::any_io_executor ex, std::string path);
 

@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/store.hpp>
 
@@ -20,7 +22,7 @@ struct rendezvous_options {
   /// default timeout afterwards). A `timeout=SECONDS` URL parameter overrides
   /// it: a whole number of seconds from 1 to 31536000 (a year), so
   /// `timeout=600` is 10 minutes; any other value is a `store_error`.
-  std::chrono::milliseconds timeout = default_timeout;
+  corodist::timeout timeout = default_timeout;
   /// Token for the store server. nullopt: CORODIST_AUTH_TOKEN if set.
   std::optional<std::string> auth_token;
   /// env:// and tcp:// on rank 0: when its store goes (the last reference

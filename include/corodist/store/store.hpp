@@ -7,7 +7,9 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
 #include <corodist/store/default_timeout.hpp>
+#include <corodist/store/errors.hpp>
 #include <corodist/store/watch_stream.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -31,10 +33,23 @@ class basic_store;
 /// Keys and values are byte strings (`std::string`, binary-safe). Every
 /// operation is a coroutine that may be awaited from any executor: it runs on
 /// the store's own executor (`get_executor()`) and resumes the caller on its.
-/// Operations that wait (`get`, `wait`, `multi_get`) give up after
-/// `timeout()` (default 300 s, as c10d) with `timeout_error`. Network failures
-/// throw `connection_error`; limits and bad requests `store_error`.
-/// For plain threads use `sync_store`.
+/// Operations that wait (`get`, `wait`, `multi_get`, `barrier`) take a
+/// `corodist::timeout` (default `inherit()`: the store's `timeout()`, 300 s
+/// as c10d's), made into a deadline when the call starts; past it they throw
+/// `timeout_error` (a deadline already passed when the call starts: at once,
+/// nothing sent). Operations that do not wait are bounded by `timeout()`.
+/// Network failures throw `connection_error`; limits and bad requests
+/// `store_error`. For plain threads use `sync_store`.
+///
+/// Cancellation (every operation): terminal, partial and total, through the
+/// awaiting coroutine's cancellation slot; the operation then ends with
+/// `asio::error::operation_aborted` (a `std::system_error`). A cancelled
+/// waiting operation (`get`, `wait`, `multi_get`, `barrier`'s wait) leaves
+/// nothing behind: the store's state is unchanged and the connection stays
+/// usable. A cancelled write (`set`, `set_owned`, `add`, `compare_set`,
+/// `delete_key`, `append`, `multi_set`, `barrier`'s arrival) may or may not
+/// have been applied: it was sent before the cancellation took effect, or
+/// not; read the key to know.
 class store : public std::enable_shared_from_this<store> {
 public:
   virtual ~store() = default;
@@ -42,10 +57,12 @@ public:
   /// The executor the store's state lives on.
   virtual asio::any_io_executor get_executor() = 0;
 
-  /// Default deadline of waiting operations.
-  std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-  /// Sets the default deadline of waiting operations (not thread-safe against running ops).
-  void set_timeout(std::chrono::milliseconds t) noexcept { timeout_ = t; }
+  /// The time limit of waiting operations called without one, and of every
+  /// request that does not wait.
+  corodist::timeout timeout() const noexcept { return timeout_; }
+  /// Sets `timeout()` (`inherit()`: back to `default_timeout`). Not
+  /// thread-safe against running operations.
+  void set_timeout(corodist::timeout t) noexcept { timeout_ = t.or_else(default_timeout); }
 
   /// Stores `value` under `key`, waking waiters and watchers.
   [[nodiscard]] asio::awaitable<void> set(std::string key, std::string value) {
@@ -67,14 +84,12 @@ public:
     return on_executor(do_set_owned(std::move(key), std::move(value)));
   }
 
-  /// Returns the value of `key`, waiting up to `timeout()` for it to be set.
-  [[nodiscard]] asio::awaitable<std::string> get(std::string key) {
-    return on_executor(do_get(std::move(key), timeout_));
-  }
-
-  /// As `get(key)` with an explicit deadline (zero: wait forever).
-  [[nodiscard]] asio::awaitable<std::string> get(std::string key, std::chrono::milliseconds timeout) {
-    return on_executor(do_get(std::move(key), timeout));
+  /// Returns the value of `key`, waiting for it to be set within `limit`
+  /// (default: `timeout()`). Throws `timeout_error` naming the key.
+  [[nodiscard]] asio::awaitable<std::string> get(std::string key,
+                                                 corodist::timeout limit = corodist::timeout::inherit()) {
+    const auto by = deadline_of(limit);
+    return on_executor(do_get(std::move(key), by), by);
   }
 
   /// Atomically adds `delta` to the integer (decimal text) at `key`, creating
@@ -100,15 +115,12 @@ public:
     return on_executor(do_check(std::move(keys)));
   }
 
-  /// Waits until every key exists, up to `timeout()` (zero: forever); throws
-  /// `timeout_error` naming the missing keys.
-  [[nodiscard]] asio::awaitable<void> wait(std::vector<std::string> keys) {
-    return on_executor(do_wait(std::move(keys), timeout_));
-  }
-
-  /// As `wait(keys)` with an explicit deadline.
-  [[nodiscard]] asio::awaitable<void> wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) {
-    return on_executor(do_wait(std::move(keys), timeout));
+  /// Waits until every key exists, within `limit` (default: `timeout()`);
+  /// throws `timeout_error` naming the keys.
+  [[nodiscard]] asio::awaitable<void> wait(std::vector<std::string> keys,
+                                           corodist::timeout limit = corodist::timeout::inherit()) {
+    const auto by = deadline_of(limit);
+    return on_executor(do_wait(std::move(keys), by), by);
   }
 
   /// Returns the number of keys in the store.
@@ -119,15 +131,12 @@ public:
     return on_executor(do_append(std::move(key), std::move(value)));
   }
 
-  /// Returns the values of `keys`, waiting up to `timeout()` for all of them.
-  [[nodiscard]] asio::awaitable<std::vector<std::string>> multi_get(std::vector<std::string> keys) {
-    return on_executor(do_multi_get(std::move(keys), timeout_));
-  }
-
-  /// As `multi_get(keys)` with an explicit deadline.
-  [[nodiscard]] asio::awaitable<std::vector<std::string>> multi_get(std::vector<std::string> keys,
-                                                                    std::chrono::milliseconds timeout) {
-    return on_executor(do_multi_get(std::move(keys), timeout));
+  /// Returns the values of `keys`, waiting for all of them within `limit`
+  /// (default: `timeout()`).
+  [[nodiscard]] asio::awaitable<std::vector<std::string>>
+  multi_get(std::vector<std::string> keys, corodist::timeout limit = corodist::timeout::inherit()) {
+    const auto by = deadline_of(limit);
+    return on_executor(do_multi_get(std::move(keys), by), by);
   }
 
   /// Sets every `keys[i]` to `values[i]` as one operation. Throws
@@ -148,37 +157,40 @@ public:
   }
 
   /// A one-shot barrier of `world_size` participants named `name`, built on
-  /// `add` + `wait`: returns once all have arrived, or throws `timeout_error`.
-  [[nodiscard]] asio::awaitable<void> barrier(std::string name, std::int64_t world_size) {
-    return on_executor(do_barrier(std::move(name), world_size, timeout_));
-  }
-
-  /// As `barrier(name, world_size)` with an explicit deadline.
+  /// `add` + `wait`: returns once all have arrived within `limit` (default:
+  /// `timeout()`), or throws `timeout_error`.
   [[nodiscard]] asio::awaitable<void> barrier(std::string name, std::int64_t world_size,
-                                              std::chrono::milliseconds timeout) {
-    return on_executor(do_barrier(std::move(name), world_size, timeout));
+                                              corodist::timeout limit = corodist::timeout::inherit()) {
+    const auto by = deadline_of(limit);
+    return on_executor(do_barrier(std::move(name), world_size, by), by);
   }
 
 protected:
+  // The operations of an implementation. Waiting ones get the deadline the
+  // public call made of its timeout (never expired when they start); a
+  // client sends the server the time remaining.
   virtual asio::awaitable<void> do_set(std::string key, std::string value) = 0;
   /// Owned keys; the default throws `usage_error` naming the store's type (a
   /// store without connections of its own cannot tie a key to one).
   virtual asio::awaitable<void> do_set_owned(std::string key, std::string value);
-  virtual asio::awaitable<std::string> do_get(std::string key, std::chrono::milliseconds timeout) = 0;
+  virtual asio::awaitable<std::string> do_get(std::string key, corodist::deadline by) = 0;
   virtual asio::awaitable<std::int64_t> do_add(std::string key, std::int64_t delta) = 0;
   virtual asio::awaitable<std::string> do_compare_set(std::string key, std::string expected, std::string desired) = 0;
   virtual asio::awaitable<bool> do_delete_key(std::string key) = 0;
   virtual asio::awaitable<bool> do_check(std::vector<std::string> keys) = 0;
-  virtual asio::awaitable<void> do_wait(std::vector<std::string> keys, std::chrono::milliseconds timeout) = 0;
+  virtual asio::awaitable<void> do_wait(std::vector<std::string> keys, corodist::deadline by) = 0;
   virtual asio::awaitable<std::int64_t> do_num_keys() = 0;
   virtual asio::awaitable<void> do_append(std::string key, std::string value) = 0;
   virtual asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> keys,
-                                                                 std::chrono::milliseconds timeout) = 0;
+                                                                 corodist::deadline by) = 0;
   virtual asio::awaitable<void> do_multi_set(std::vector<std::string> keys, std::vector<std::string> values) = 0;
   virtual asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) = 0;
   virtual asio::awaitable<watch_stream> do_watch_key(std::string key) = 0;
   /// Default barrier: add(name/count) then wait(name/done); the last arrival sets done.
-  virtual asio::awaitable<void> do_barrier(std::string name, std::int64_t world_size, std::chrono::milliseconds timeout);
+  virtual asio::awaitable<void> do_barrier(std::string name, std::int64_t world_size, corodist::deadline by);
+
+  /// The deadline a call with `limit` (`inherit()`: `timeout()`) has from now.
+  corodist::deadline deadline_of(corodist::timeout limit) const noexcept { return limit.or_else(timeout_).from(); }
 
   /// Runs `op` on `get_executor()`, resuming the caller on its own executor.
   /// The store stays alive until `op` ends, even if the caller drops its last
@@ -192,10 +204,21 @@ protected:
     co_return co_await asio::co_spawn(mine, std::move(op), asio::use_awaitable);
   }
 
+  /// As above for an operation bounded by `by`: throws `timeout_error` at
+  /// once, without starting `op`, when `by` has already passed.
+  template <typename T>
+  asio::awaitable<T> on_executor(asio::awaitable<T> op, corodist::deadline by) {
+    if (by.expired())
+      throw_expired();
+    co_return co_await on_executor(std::move(op));
+  }
+
+  [[noreturn]] static void throw_expired();
+
 private:
   friend class basic_store; // forwards its operations to another store's do_ functions
 
-  std::chrono::milliseconds timeout_ = default_timeout;
+  corodist::timeout timeout_ = default_timeout;
 };
 
 } // namespace corodist::store

@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/net/connection.hpp>
 #include <corodist/store/auth_token.hpp> // resolve_auth_token, once declared here
 
@@ -64,11 +66,11 @@ struct server_options {
   std::size_t max_silent_connections = default_max_silent_connections;
   /// A native client that sends nothing, not even a heartbeat, for this long
   /// is dropped (net::connection_options::peer_timeout; its waits go with it).
-  /// Zero: never. Default: CORODIST_PEER_TIMEOUT_MS if set, else 10 s.
+  /// `never()`: never. Default: CORODIST_PEER_TIMEOUT_MS if set, else 10 s.
   /// PyTorch clients have no heartbeat and are not subject to it.
-  std::chrono::milliseconds peer_timeout = net::configured_peer_timeout();
-  /// Deadline of each client's hello (and authentication).
-  std::chrono::milliseconds handshake_timeout = net::connection_options::default_handshake_timeout;
+  corodist::timeout peer_timeout = net::configured_peer_timeout();
+  /// Time limit of each client's hello (and authentication).
+  corodist::timeout handshake_timeout = net::connection_options::default_handshake_timeout;
   /// Also serve PyTorch TCPStore clients (the 1.13 and the 2.x protocol) on
   /// the same port, recognised by a connection's first byte. They share the
   /// keys with native clients (PyTorch's client adds a "/" before its keys).
@@ -102,7 +104,9 @@ public:
 
   /// Completes with true once at most `at_most` clients are connected, or with
   /// false when `limit` has passed first. Run on the executor.
-  [[nodiscard]] asio::awaitable<bool> clients_left(std::size_t at_most, std::chrono::milliseconds limit);
+  /// Cancellation: terminal, partial and total (`operation_aborted`); nothing
+  /// of the server's changes.
+  [[nodiscard]] asio::awaitable<bool> clients_left(std::size_t at_most, corodist::timeout limit);
 
   /// Completes with true once `condition()` holds, or with false when `limit`
   /// has passed first. `condition` runs on the executor, now and after every
@@ -110,7 +114,8 @@ public:
   /// registered, completed, timed out or dropped), so that it can look at
   /// connection_count(), pending_waits() and pending_wait_bytes() without
   /// polling. Run on the executor; the server must outlive the wait.
-  [[nodiscard]] asio::awaitable<bool> wait_until(std::function<bool()> condition, std::chrono::milliseconds limit);
+  /// Cancellation: as clients_left.
+  [[nodiscard]] asio::awaitable<bool> wait_until(std::function<bool()> condition, corodist::timeout limit);
 
   /// Number of keys stored (call on the executor).
   std::size_t key_count() const noexcept;

@@ -4,6 +4,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/store/store.hpp>
 
 namespace corodist::store {
@@ -22,23 +24,22 @@ public:
   const std::shared_ptr<store>& async() const noexcept { return store_; }
 
   void set(std::string key, std::string value);
-  std::string get(std::string key);
-  std::string get(std::string key, std::chrono::milliseconds timeout);
+  std::string get(std::string key, corodist::timeout limit = corodist::timeout::inherit());
   std::int64_t add(std::string key, std::int64_t delta);
   std::string compare_set(std::string key, std::string expected, std::string desired);
   bool delete_key(std::string key);
   bool check(std::vector<std::string> keys);
-  void wait(std::vector<std::string> keys);
-  void wait(std::vector<std::string> keys, std::chrono::milliseconds timeout);
+  void wait(std::vector<std::string> keys, corodist::timeout limit = corodist::timeout::inherit());
   std::int64_t num_keys();
   void append(std::string key, std::string value);
-  std::vector<std::string> multi_get(std::vector<std::string> keys);
+  std::vector<std::string> multi_get(std::vector<std::string> keys,
+                                     corodist::timeout limit = corodist::timeout::inherit());
   void multi_set(std::vector<std::string> keys, std::vector<std::string> values);
   std::vector<std::string> list_keys(std::string prefix = {});
   watch_stream watch_key(std::string key);
   /// Blocks for the next event of `stream` (see watch_stream::next).
-  watch_event next(watch_stream& stream, std::chrono::milliseconds timeout = default_timeout);
-  void barrier(std::string name, std::int64_t world_size);
+  watch_event next(watch_stream& stream, corodist::timeout limit = corodist::timeout::inherit());
+  void barrier(std::string name, std::int64_t world_size, corodist::timeout limit = corodist::timeout::inherit());
 
 private:
   template <typename T>

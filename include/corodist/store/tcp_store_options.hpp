@@ -5,6 +5,8 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/net/connection.hpp>
 #include <corodist/store/default_timeout.hpp>
 
@@ -27,13 +29,16 @@ struct tcp_store_options {
   /// Host name or address of the store server (IPv4 or IPv6).
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;
-  /// Deadline of waiting operations and of connecting (retries included).
-  std::chrono::milliseconds timeout = default_timeout;
+  /// Time limit of connecting (retries included), and the store's
+  /// `timeout()`: of waiting operations called without one, and of every
+  /// request that does not wait. `inherit()`: `default_timeout`.
+  corodist::timeout timeout = default_timeout;
   /// How long connecting retries while the server refuses connections
   /// (nothing listens on host:port yet); past it, connect throws
-  /// connection_error "nothing is listening on HOST:PORT". nullopt: retry
-  /// until `timeout`, for ranks whose server comes up later (rendezvous).
-  std::optional<std::chrono::milliseconds> refused_retry_window;
+  /// connection_error "nothing is listening on HOST:PORT". `inherit()` (the
+  /// default) or `never()`: retry until `timeout`, for ranks whose server
+  /// comes up later (rendezvous).
+  corodist::timeout refused_retry_window = corodist::timeout::inherit();
   /// Token to authenticate with. nullopt: CORODIST_AUTH_TOKEN if set; "": none.
   /// (The PyTorch protocols have no authentication.)
   std::optional<std::string> auth_token;

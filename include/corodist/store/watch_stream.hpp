@@ -5,6 +5,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/timeout.hpp>
 #include <corodist/store/default_timeout.hpp>
 #include <corodist/store/watch_event.hpp>
 
@@ -55,10 +56,13 @@ public:
   }
   ~watch_stream() { close(); }
 
-  /// Returns the next event, waiting up to `timeout`. Throws `timeout_error`,
-  /// or `connection_error` if the store's connection was lost. Call from one
-  /// coroutine at a time.
-  [[nodiscard]] asio::awaitable<watch_event> next(std::chrono::milliseconds timeout = default_timeout);
+  /// Returns the next event, waiting for it within `limit` (`inherit()`:
+  /// `default_timeout`). Throws `timeout_error`, or `connection_error` if the
+  /// store's connection was lost. Call from one coroutine at a time.
+  /// Cancellation: terminal, partial and total through the awaiting
+  /// coroutine's cancellation slot (`operation_aborted`); no event is lost:
+  /// one that arrives later is returned by the next call.
+  [[nodiscard]] asio::awaitable<watch_event> next(corodist::timeout limit = corodist::timeout::inherit());
 
   /// Unsubscribes; events already queued are dropped. Idempotent, thread-safe.
   void close() noexcept;

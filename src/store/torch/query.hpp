@@ -3,6 +3,7 @@
 // query, decoded by our server's sessions and encoded by our client with the
 // pure functions below (bytes in, query or error out).
 
+#include <corodist/store/errors.hpp>
 #include "store/engine.hpp"
 #include "store/torch/wire.hpp"
 

@@ -12,6 +12,7 @@
 // a v2 connection opens with VALIDATE (code 0) carrying `validate_magic`.
 
 #include <corodist/core/error.hpp>
+#include <corodist/store/errors.hpp>
 
 #include <cstdint>
 #include <cstring>

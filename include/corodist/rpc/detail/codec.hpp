@@ -10,6 +10,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/core/timeout.hpp>
 #include <corodist/net/frame.hpp>
 #include <corodist/rpc/call_context.hpp>
 #include <corodist/rpc/callable_traits.hpp>
@@ -35,20 +36,21 @@
 namespace corodist::rpc::detail {
 
 /// Thrown while decoding arguments; becomes a bad_arguments reply.
-class argument_error : public std::runtime_error {
+class argument_error : public error {
 public:
-  using std::runtime_error::runtime_error;
+  using error::error;
 };
 
-/// Encodes a call body `[fn, [args...], timeout_ms]` with `e`.
+/// Encodes a call body `[fn, [args...], timeout_ms]` with `e`; timeout_ms
+/// is `by`'s wire form (the time remaining; 0: none).
 template <typename... A>
-payload encode_call(encoder& e, std::string_view fn, std::uint64_t timeout_ms, const A&... args) {
+payload encode_call(encoder& e, std::string_view fn, corodist::deadline by, const A&... args) {
   auto& pk = e.packer();
   pk.pack_array(3);
   pack_value(pk, fn);
   pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
   (pack_value(pk, args), ...);
-  pk.pack(timeout_ms);
+  pk.pack(by.to_wire());
   return e.finish();
 }
 

@@ -7,9 +7,12 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/timeout.hpp>
+
 #include <corodist/core/error.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/rpc/codec.hpp>
+#include <corodist/rpc/decode_result.hpp>
 #include <corodist/rpc/message_port.hpp>
 #include <corodist/rref/rref_id.hpp>
 
@@ -56,7 +59,7 @@ public:
 
   /// The value as a T (decoded once, then kept: changes made through it are
   /// what later readers see). Throws usage_error if it was used as another type,
-  /// bad_result-like errors if it does not decode to T.
+  /// rpc::bad_result_error if it does not decode to T.
   template <typename T>
   std::shared_ptr<T> as(rpc::message_port* port, int self) {
     std::lock_guard lk(mutex_);
@@ -66,12 +69,7 @@ public:
                           rpc::demangle(typeid(T).name()));
       return std::static_pointer_cast<T>(typed_);
     }
-    rpc::codec_context ctx;
-    ctx.port = port;
-    ctx.self = ctx.peer = self;
-    auto parsed = rpc::parse_payload(flatten(), ctx);
-    rpc::codec_scope scope(ctx);
-    auto v = std::make_shared<T>(rpc::decode_value<T>(parsed.body.get()));
+    auto v = std::make_shared<T>(rpc::decode_result<T>(*port, self, flatten(), "local_value of an RRef"));
     set_typed(v);
     encoded_.reset();
     return v;
@@ -170,8 +168,8 @@ public:
   virtual rpc::message_port& port() = 0;
   virtual int self() const = 0;
   virtual rpc::agent* agent() = 0;
-  /// The default deadline of to_here() and of remote()'s creation.
-  virtual std::chrono::milliseconds default_timeout() const = 0;
+  /// The time limit of to_here() and of remote()'s creation without one.
+  virtual corodist::timeout default_timeout() const = 0;
 
   /// A new RRef owned by `owner`, created by this worker: its handle (a
   /// UserRRef not yet confirmed, or the owner's own when `owner` is this worker).
@@ -179,7 +177,7 @@ public:
   /// Sends remote()'s call of `fn` for `h` (a body `[R, F, fn, [args], timeout]`
   /// encoded for the owner).
   virtual void send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
-                           std::chrono::milliseconds timeout) = 0;
+                           corodist::deadline by) = 0;
   /// A new OwnerRRef here holding `v` (make_rref).
   virtual std::shared_ptr<handle> new_owned(std::shared_ptr<value_slot> v) = 0;
 
@@ -189,7 +187,7 @@ public:
   virtual std::shared_ptr<handle> adopt(const fork_info& f, int from) = 0;
 
   /// The value's encoded bytes from its owner (to_here): a frame payload.
-  virtual future<net::bytes> fetch(const std::shared_ptr<handle>& h, std::chrono::milliseconds timeout) = 0;
+  virtual future<net::bytes> fetch(const std::shared_ptr<handle>& h, corodist::deadline by) = 0;
   /// The OwnerRRef's value slot, on the owner (usage_error elsewhere, or if
   /// the value is not there yet; remote_error if its function failed).
   virtual std::shared_ptr<value_slot> local_slot(const handle& h) = 0;
