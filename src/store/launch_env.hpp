@@ -29,9 +29,9 @@ struct launch_env {
 
 // The generation's names are public (corodist-run uses them):
 // <corodist/store/launch_generation.hpp>.
-using store::generation_key;
-using store::generation_prefix;
-using store::generation_variable;
+using corodist::store::generation_key;
+using corodist::store::generation_prefix;
+using corodist::store::generation_variable;
 
 /// Reads the environment now. RANK/WORLD_SIZE fall back to Slurm's only when
 /// both are absent (a half-set pair is reported as missing, not mixed).
