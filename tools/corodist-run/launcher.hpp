@@ -129,7 +129,6 @@ private:
   std::vector<std::pair<std::string, std::string>> worker_env(const rank_process& r) const;
   bool spawn_rank(rank_process& r);
   void start_ranks();
-  static int dup_read(corodist::tools::pipe_fds& p);
 
   // supervision.cpp
   bool any_running() const;

@@ -12,13 +12,17 @@
 // GROUP_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
 // TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_USE_AGENT_STORE=True and
 // CORODIST_GENERATION; stdin from /dev/null and a process group of its own;
-// every line it writes comes out prefixed "[RANK] " on our stdout or stderr.
+// every line it writes comes out prefixed "[RANK] " on our stdout or stderr
+// (its stdout is a pseudo-terminal, so C stdio line-buffers it and a killed
+// rank's printed lines still come out; --log-dir DIR also keeps each rank's
+// stdout and stderr in files).
 // SIGINT/SIGTERM/SIGHUP are passed on to every rank; when a rank fails, the
 // others get SIGTERM and, after --grace-period, SIGKILL; with --max-restarts
 // the workers of every node are then started again under a new generation.
 //
 // One file per job: options (the settings), output and prefixed_stream (what
-// ranks write, line by line, prefixed), signals (the self-pipe), launcher
+// ranks write, line by line, prefixed), rank_output (the pseudo-terminal and
+// pipe a rank writes to, the log files), signals (the self-pipe), launcher
 // (generations), store_host (the job's store), rendezvous_round (the rounds),
 // spawning (starting ranks), supervision (watching them, teardown).
 
@@ -29,6 +33,8 @@
 #include <CLI/CLI.hpp>
 
 #include <exception>
+#include <filesystem>
+#include <system_error>
 #include <string>
 #include <utility>
 
@@ -77,6 +83,9 @@ int main(int argc, char** argv) {
                  "seconds a launcher waits for the store and for a rendezvous round to close")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 86400.0));
+  app.add_option("--log-dir", s.log_dir,
+                 "also write each rank's stdout and stderr, unprefixed, to DIR/attempt_GENERATION/RANK/stdout.log "
+                 "and stderr.log (appended when a rank restarts in place)");
   app.add_option("command", s.command, "the program and its arguments, after --")->required();
   CLI11_PARSE(app, argc, argv);
 
@@ -96,6 +105,14 @@ int main(int argc, char** argv) {
   if (s.max_nodes > 1 && (!*addr || !*port || s.master_port == 0)) {
     say("with more than one node every node needs the same --master-addr and --master-port");
     return 2;
+  }
+  if (!s.log_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(s.log_dir, ec);
+    if (ec || !std::filesystem::is_directory(s.log_dir)) {
+      say("--log-dir '" + s.log_dir + "' cannot be created: " + (ec ? ec.message() : "not a directory"));
+      return 2;
+    }
   }
   try {
     return launcher(std::move(s)).run();

@@ -30,6 +30,7 @@ struct settings {
   restart_policy policy = restart_policy::all;
   double join_window_s = default_join_window_s;
   double join_timeout_s = default_join_timeout_s;
+  std::string log_dir; ///< --log-dir: per-rank stdout/stderr files under it (empty: none)
   std::vector<std::string> command;
 };
 

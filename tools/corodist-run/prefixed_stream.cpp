@@ -11,8 +11,8 @@
 
 namespace corodist::tools::launch {
 
-prefixed_stream::prefixed_stream(int fd, int dest_fd, std::string prefix, std::size_t keep_lines)
-    : fd_(fd), dest_fd_(dest_fd), prefix_(std::move(prefix)), keep_lines_(keep_lines) {
+prefixed_stream::prefixed_stream(int fd, int dest_fd, std::string prefix, std::size_t keep_lines, int log_fd)
+    : fd_(fd), dest_fd_(dest_fd), log_fd_(log_fd), prefix_(std::move(prefix)), keep_lines_(keep_lines) {
   ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_NONBLOCK);
 }
 
@@ -64,6 +64,8 @@ void prefixed_stream::emit_lines() {
     keep(start, nl);
     start = nl + 1;
   }
+  if (log_fd_ >= 0)
+    write_all(log_fd_, pending_.data(), start); // as the rank wrote it (a cut overlong line stays whole)
   pending_.erase(0, start);
   write_all(dest_fd_, out.data(), out.size());
 }
@@ -79,6 +81,8 @@ void prefixed_stream::keep(std::size_t from, std::size_t to) {
 void prefixed_stream::close() {
   if (fd_ >= 0)
     ::close(std::exchange(fd_, -1));
+  if (log_fd_ >= 0)
+    ::close(std::exchange(log_fd_, -1));
 }
 
 } // namespace corodist::tools::launch

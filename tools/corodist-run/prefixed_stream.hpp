@@ -1,7 +1,9 @@
 #pragma once
 /// \file
-/// One output stream of a rank: what the rank wrote, copied to the launcher's
-/// stdout or stderr line by line, each line prefixed with "[RANK] ".
+/// One output stream of a rank (a pipe, or the master side of the rank's
+/// pseudo-terminal): what the rank wrote, copied to the launcher's stdout or
+/// stderr line by line, each line prefixed with "[RANK] ", and, with
+/// --log-dir, to the rank's log file as written.
 
 #include <cstddef>
 #include <deque>
@@ -20,8 +22,9 @@ inline constexpr std::size_t tail_line_bytes = 1024;
 class prefixed_stream {
 public:
   /// Takes `fd` (made non-blocking, closed by this object); keeps the last
-  /// `keep_lines` lines for tail().
-  prefixed_stream(int fd, int dest_fd, std::string prefix, std::size_t keep_lines = 0);
+  /// `keep_lines` lines for tail(). `log_fd` (owned; -1 for none) receives
+  /// every complete line without the prefix.
+  prefixed_stream(int fd, int dest_fd, std::string prefix, std::size_t keep_lines = 0, int log_fd = -1);
   prefixed_stream(const prefixed_stream&) = delete;
   prefixed_stream& operator=(const prefixed_stream&) = delete;
   ~prefixed_stream();
@@ -33,7 +36,8 @@ public:
   /// False once the stream ended.
   bool open() const noexcept { return fd_ >= 0; }
 
-  /// Reads what is there; at end of stream emits the partial last line and closes.
+  /// Reads what is there; at end of stream (or EIO: a pseudo-terminal whose
+  /// last writer closed) emits the partial last line and closes.
   void on_readable();
   /// Emits the partial last line (with a newline added) and closes the stream.
   void finish();
@@ -46,6 +50,7 @@ private:
 
   int fd_;
   int dest_fd_;
+  int log_fd_;
   std::string prefix_;
   std::string pending_;
   std::size_t keep_lines_;

@@ -1,5 +1,6 @@
 #include "launcher.hpp"
 #include "output.hpp"
+#include "rank_output.hpp"
 #include "signals.hpp"
 
 #include <corodist/store/launch_generation.hpp>
@@ -32,7 +33,19 @@ std::vector<std::pair<std::string, std::string>> launcher::worker_env(const rank
 
 // Starts (or restarts) one rank; false when it could not be started (then a failure is recorded).
 bool launcher::spawn_rank(rank_process& r) {
-  corodist::tools::pipe_fds out, err;
+  // stdout on a pseudo-terminal: C stdio line-buffers it, so what a rank
+  // printed has left it when it is killed; stderr (unbuffered) on a pipe.
+  output_channel out(true), err(false);
+  int out_log = -1, err_log = -1;
+  if (!s_.log_dir.empty()) {
+    out_log = open_rank_log(s_.log_dir, generation_, r.rank, "stdout.log");
+    try {
+      err_log = open_rank_log(s_.log_dir, generation_, r.rank, "stderr.log");
+    } catch (...) {
+      ::close(out_log);
+      throw;
+    }
+  }
   corodist::tools::spawn_options o;
   o.argv = s_.command;
   o.env = worker_env(r);
@@ -42,6 +55,10 @@ bool launcher::spawn_rank(rank_process& r) {
   o.new_process_group = true;
   o.die_with_parent = true;
   o.close_other_fds = true; // the store's sockets stay ours
+  const std::string prefix = "[" + std::to_string(r.rank) + "] ";
+  // The streams exist before the spawn: a rank that cannot start still has its log files closed.
+  auto out_stream = std::make_unique<prefixed_stream>(out.release_read_end(), 1, prefix, 0, out_log);
+  auto err_stream = std::make_unique<prefixed_stream>(err.release_read_end(), 2, prefix, stderr_tail_lines, err_log);
   try {
     r.pid = corodist::tools::spawn(o);
   } catch (const std::system_error& e) {
@@ -51,9 +68,8 @@ bool launcher::spawn_rank(rank_process& r) {
     return false;
   }
   r.running = true;
-  const std::string prefix = "[" + std::to_string(r.rank) + "] ";
-  r.out = std::make_unique<prefixed_stream>(dup_read(out), 1, prefix);
-  r.err = std::make_unique<prefixed_stream>(dup_read(err), 2, prefix, stderr_tail_lines);
+  r.out = std::move(out_stream);
+  r.err = std::move(err_stream);
   return true;
 }
 
@@ -69,12 +85,5 @@ void launcher::start_ranks() {
   for (auto& r : ranks_)
     if (!spawn_rank(r))
       return;
-}
-
-int launcher::dup_read(corodist::tools::pipe_fds& p) {
-  int fd = ::fcntl(p.read_end(), F_DUPFD_CLOEXEC, 3);
-  if (fd < 0)
-    throw std::system_error(errno, std::generic_category(), "fcntl");
-  return fd;
 }
 } // namespace corodist::tools::launch
