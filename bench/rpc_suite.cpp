@@ -6,6 +6,7 @@
 /// `mesh_64_agents` (`mesh_16_agents` with --quick), run first, is a job of
 /// 64 agents as processes, each calling every other: see rpc_mesh.hpp.
 
+#include "bench_config.hpp" // CORODIST_BENCH_GRPC: whether the build found gRPC C++
 #include "closed_loop.hpp"
 #include "harness.hpp"
 #include "peers.hpp"
