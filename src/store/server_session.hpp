@@ -47,6 +47,7 @@ private:
   std::weak_ptr<net::connection> conn_;
   engine& engine_;
   engine::owner_id id_;
+  std::size_t largest_request_ = 0; // payload bytes: the heap is trimmed when a large one's connection goes
   std::unique_ptr<std::unordered_map<std::uint64_t, std::uint64_t>> watches_; // client id -> engine id; on first watch
 };
 
