@@ -644,7 +644,8 @@ BOOST_AUTO_TEST_CASE(oversized_wait_is_refused_before_its_keys_are_copied, *utf:
   } catch (const corodist::store::store_error& e) {
     BOOST_TEST(std::string(e.what()).find("over the limit") != std::string::npos, e.what());
   }
-  BOOST_TEST(corodist::test::sized_allocations() == 0u, "the server copied the refused wait's keys");
+  // (At most one: the buffer the engine looks each key up through, reused; a copy of the keys would be 300.)
+  BOOST_TEST(corodist::test::sized_allocations() <= 1u);
   BOOST_TEST(on_loop(server_loop, [&] { return server->pending_wait_bytes(); }) == 0u);
   cs::sync_store(a).set("after", "v");
   BOOST_TEST(cs::sync_store(a).get("after") == "v");
@@ -670,7 +671,7 @@ BOOST_AUTO_TEST_CASE(oversized_torch_wait_is_refused_before_its_keys_are_copied,
   corodist::test::count_allocations_of(counted_key_size + 1);
   asio::write(s, asio::buffer(query));
   BOOST_TEST(closed_by_peer(s, 20s));
-  BOOST_TEST(corodist::test::sized_allocations() == 0u, "the server copied the refused WAIT's keys");
+  BOOST_TEST(corodist::test::sized_allocations() <= 1u); // (as above)
   cs::sync_store(other).set("after", "v");
   BOOST_TEST(cs::sync_store(other).get("after") == "v");
 }
