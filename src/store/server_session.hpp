@@ -33,6 +33,8 @@ public:
   /// the engine, and deletes the keys it still owns (set_owned).
   void closed();
 
+  /// The largest request payload this session has received, in bytes.
+  std::size_t largest_request() const noexcept { return largest_request_; }
   /// Closes the connection (closed() follows from its close handler). Idempotent.
   void close();
 
