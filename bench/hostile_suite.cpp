@@ -6,7 +6,7 @@
 /// SO_RCVTIMEO / SO_SNDTIMEO), so they hold no user-space memory and the
 /// process's resident memory (/proc/self/status) is what the servers hold.
 ///
-/// Cases (one JSON record each): pending_wait_memory, idle_connection_memory,
+/// Cases (one JSON record each): pending_wait_memory, refused_wait_memory, idle_connection_memory,
 /// half_sent_frame_memory, legit_get_under_500_slow, decode_amplification,
 /// and max_loop_stall_ms (the worst lateness of a 1 ms timer on the server's
 /// loop during each case, against the same probe on the idle loop just before).
@@ -599,6 +599,80 @@ void pending_wait_memory(context& ctx, stall_log& stalls) {
                      "against its limits; registered in {:.0f} ms, all removed {:.1f} ms after the client "
                      "left; {}",
                      waits, rss_per_wait, accounted_per_wait, register_s * 1e3, drop_ms, stall_text(during, idle)));
+  server.reset();
+}
+
+// ---- 1b. refused waits ------------------------------------------------------
+
+/// 8 WAITs of 1,000 keys of 64 KiB on one connection, each over the default
+/// 16 MiB a connection's waits may hold (refused with an error reply); then
+/// the connection goes. What the server still holds 1 s later, against the
+/// baseline before the attack (target: within 2 MiB).
+void refused_wait_memory(context& ctx) {
+  constexpr std::size_t waits = 8;
+  constexpr std::size_t keys_per_wait = 1000;
+  constexpr std::size_t key_bytes = 64 * 1024;
+  constexpr double target_mib = 2.0;
+  event_loop loop;
+  loop.start();
+  auto server = cs::store_server::start(loop.get_executor(), store_options());
+  const auto port = server->local_endpoint().port();
+
+  // One WAIT frame, built before the baseline and sent `waits` times.
+  std::vector<std::byte> payload;
+  payload.reserve(4 + keys_per_wait * (4 + key_bytes) + 8);
+  append_le<std::uint32_t>(payload, static_cast<std::uint32_t>(keys_per_wait));
+  for (std::size_t i = 0; i < keys_per_wait; ++i) {
+    auto key = fmt::format("hostile/refused/{:06}/", i);
+    key.resize(key_bytes, 'k');
+    append_le<std::uint32_t>(payload, static_cast<std::uint32_t>(key.size()));
+    const auto* k = reinterpret_cast<const std::byte*>(key.data());
+    payload.insert(payload.end(), k, k + key.size());
+  }
+  append_le<std::uint64_t>(payload, 60'000);
+  std::vector<std::byte> frame;
+  append_frame(frame, store_op_wait, 0, 1, payload);
+  payload = {};
+
+  auto sock = connect_hello(port);
+  std::vector<std::byte> warm;
+  append_frame(warm, store_op_num_keys, 0, 0, {});
+  send_all(sock.fd(), warm.data(), warm.size()); // the server's read buffers exist before the baseline
+  (void)read_frame(sock.fd());
+  trim_heap();
+  const long before = resident_bytes();
+  long peak = before;
+  for (std::size_t i = 0; i < waits; ++i) {
+    send_all(sock.fd(), frame.data(), frame.size());
+    auto [h, body] = read_frame(sock.fd());
+    if (body.empty() || body[0] == std::byte{0})
+      throw std::runtime_error("the server accepted a wait over its 16 MiB per connection");
+    peak = std::max(peak, resident_bytes());
+  }
+  sock.reset();
+  const auto t0 = clock_type::now();
+  if (!poll_until([&] { return server->connection_count() == 0; }, loop_timeout))
+    throw std::runtime_error("the server kept the connection 10 s after it closed");
+  std::this_thread::sleep_until(t0 + 1s);
+  const long after = resident_bytes();
+  const double retained_mib = static_cast<double>(after - before) / (1 << 20);
+  record r;
+  r.suite = "hostile";
+  r.name = "refused_wait_memory";
+  r.extra = {{"waits", double(waits)},
+             {"keys_per_wait", double(keys_per_wait)},
+             {"key_bytes", double(key_bytes)},
+             {"rss_before", double(before)},
+             {"rss_peak", double(peak)},
+             {"rss_after_1s", double(after)},
+             {"retained_mib", retained_mib},
+             {"target_retained_mib", target_mib},
+             {"meets_target", retained_mib <= target_mib ? 1.0 : 0.0}};
+  report(ctx, std::move(r),
+         fmt::format("{} refused WAITs of {} keys of {} KiB: resident {:.1f} MiB at the peak, {:+.1f} MiB against "
+                     "the baseline 1 s after the connection closed (target <= {:.0f}: {})",
+                     waits, keys_per_wait, key_bytes / 1024, static_cast<double>(peak - before) / (1 << 20),
+                     retained_mib, target_mib, retained_mib <= target_mib ? "met" : "NOT met"));
   server.reset();
 }
 
@@ -1242,6 +1316,7 @@ void run_hostile_suite(context& ctx) {
     }
   };
   run_case("pending_wait_memory", [&] { pending_wait_memory(ctx, stalls); });
+  run_case("refused_wait_memory", [&] { refused_wait_memory(ctx); });
   run_case("idle_connection_memory", [&] { idle_connection_memory(ctx, stalls); });
   run_case("half_sent_frame_memory", [&] { half_sent_frame_memory(ctx, stalls, fd_limit); });
   run_case("legit_get_under_500_slow", [&] { legit_get_under_slow(ctx, stalls); });
