@@ -1253,7 +1253,134 @@ void decode_amplification(context& ctx, stall_log& stalls) {
                      double(small.growth) / 1048576.0, stall_text(during, idle)));
 }
 
-// ---- 6. the loop stalls, case by case ----------------------------------------
+// ---- 6. a peer that never reads its replies -----------------------------------
+
+/// A call frame of the RPC protocol to `fn`(n), as a foreign client writes it.
+std::vector<std::byte> size_call_frame(const char* fn, std::uint64_t n, std::uint64_t id) {
+  rpc::encoder e;
+  auto& pk = e.packer();
+  pk.pack_array(3);
+  rpc::pack_value(pk, fn);
+  pk.pack_array(1);
+  pk.pack(n);
+  pk.pack(std::uint64_t{0});
+  auto p = e.finish();
+  std::vector<std::byte> f;
+  append_frame(f, rpc_kind_call, 0, id, p.body);
+  return f;
+}
+
+// A raw connection that says it is rank 0 sends calls for 1 MiB results and
+// never reads a reply: the agent drops it once the output held for it would
+// pass max_buffered_output_per_peer. Measured: the process's peak resident
+// growth over the whole attack (VmHWM after clear_refs), against that cap.
+void unread_replies_memory(context& ctx, stall_log& stalls) {
+  constexpr std::size_t cap = std::size_t{256} << 20; // agent_options' default per-peer cap
+  constexpr std::uint64_t reply_size = std::uint64_t{1} << 20;
+  event_loop store_loop, client_loop, server_loop;
+  store_loop.start();
+  client_loop.start();
+  server_loop.start();
+  auto kv = std::make_shared<cs::hash_store>(store_loop.get_executor());
+  std::unique_ptr<rpc::agent> agents[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    rpc::agent_options o;
+    o.name = rank == 0 ? "client" : "server";
+    o.rank = rank;
+    o.world_size = 2;
+    o.store = kv;
+    o.auth_token = "";
+    o.rpc_timeout = 60s;
+    o.init_timeout = 60s;
+    o.shutdown_timeout = 30s;
+    o.max_buffered_output_per_peer = cap;
+    agents[rank] = std::make_unique<rpc::agent>(rank == 0 ? client_loop : server_loop, o);
+  }
+  agents[1]->register_function("blob", [](std::uint64_t n) { return std::string(n, 'z'); });
+  {
+    std::thread t([&] { agents[1]->start(); });
+    agents[0]->start();
+    t.join();
+  }
+  const asio::any_io_executor sx = server_loop.get_executor();
+  // Warm: the server's pool and buffers have served such a call once.
+  if (agents[0]->rpc_sync<std::string>(30s, "server", "blob", reply_size).size() != reply_size)
+    throw std::runtime_error("the warm-up call returned a wrong result");
+
+  auto sock = connect_hello(agents[1]->local_endpoint().port());
+  {
+    std::vector<std::byte> id(4);
+    net::detail::store_le(id.data(), std::int32_t{0});
+    std::vector<std::byte> f;
+    append_frame(f, rpc_kind_identify, net::frame_flags::one_way, 0, id);
+    send_all(sock.fd(), f.data(), f.size());
+  }
+  const auto idle = loop_probe::idle(sx, baseline_window(ctx));
+  loop_probe probe(sx);
+  trim_heap();
+  if (!reset_peak_resident())
+    throw std::runtime_error("cannot reset the peak resident memory (/proc/self/clear_refs)");
+  const long base = resident_bytes();
+  const auto t0 = clock_type::now();
+  // At most 2 x the cap's worth of calls; the agent drops us well before.
+  const std::uint64_t most = 2 * cap / reply_size;
+  std::uint64_t sent = 0;
+  bool dropped = false;
+  for (std::uint64_t id = 1; id <= most && !dropped; ++id) {
+    const auto f = size_call_frame("blob", reply_size, id);
+    const ssize_t k = ::send(sock.fd(), f.data(), f.size(), MSG_NOSIGNAL);
+    if (k != static_cast<ssize_t>(f.size())) {
+      dropped = true;
+      break;
+    }
+    ++sent;
+    pollfd p{sock.fd(), 0, 0};
+    dropped = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
+  }
+  if (!dropped) // the last calls may still be served: wait for the close
+    dropped = poll_until(
+        [&] {
+          pollfd p{sock.fd(), 0, 0};
+          return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
+        },
+        loop_timeout);
+  const double attack_s = seconds_since(t0);
+  const long growth = proc_status_bytes("VmHWM") - base;
+  const auto during = probe.stop();
+  stalls.cases.emplace_back("unread_replies_memory", during, idle);
+  if (!dropped)
+    throw std::runtime_error("the agent did not drop a peer that never reads after " + std::to_string(sent) +
+                             " calls for 1 MiB");
+  // The other peer is served as before.
+  if (agents[0]->rpc_sync<std::string>(10s, "server", "blob", std::uint64_t{16}) != std::string(16, 'z'))
+    throw std::runtime_error("the agent did not serve its other peer after dropping the one that never reads");
+  sock.reset();
+  {
+    std::thread t([&] { agents[1]->shutdown(); });
+    agents[0]->shutdown();
+    t.join();
+  }
+  const double ratio = double(growth) / double(cap);
+  record r;
+  r.suite = "hostile";
+  r.name = "unread_replies_memory";
+  r.extra = {{"cap_bytes", double(cap)},
+             {"calls_sent", double(sent)},
+             {"peak_growth_bytes", double(growth)},
+             {"peak_growth_per_cap", ratio},
+             {"target_peak_growth_per_cap", 1.10},
+             {"meets_target", ratio <= 1.10 ? 1.0 : 0.0},
+             {"attack_s", attack_s}};
+  add_stall_fields(r, during, idle);
+  report(ctx, std::move(r),
+         fmt::format("a peer that sent {} calls for 1 MiB and read nothing was dropped after {:.2f} s; the process's "
+                     "peak resident growth {:.1f} MiB = {:.3f} x the {} MiB per-peer cap (target <= 1.10: {}); the "
+                     "other peer still served; {}",
+                     sent, attack_s, growth / 1048576.0, ratio, cap >> 20, ratio <= 1.10 ? "met" : "NOT met",
+                     stall_text(during, idle)));
+}
+
+// ---- 7. the loop stalls, case by case ----------------------------------------
 
 void stall_summary(context& ctx, const stall_log& stalls) {
   record r;
@@ -1268,7 +1395,8 @@ void stall_summary(context& ctx, const stall_log& stalls) {
     r.extra.emplace_back(name + "_max_own_busy_ms", during.own_busy_ms);
     r.extra.emplace_back(name + "_max_machine_stall_ms", during.machine_ms);
     r.extra.emplace_back(name + "_idle_max_stall_ms", idle.max_ms);
-    if (name != "pending_wait_memory" && name != "idle_connection_memory") { // the cases 3 - 5
+    if (name != "pending_wait_memory" && name != "idle_connection_memory" &&
+        name != "unread_replies_memory") { // the cases 3 - 5
       worst = std::max(worst, during.max_ms);
       worst_busy = std::max(worst_busy, during.busy_ms);
       worst_own = std::max(worst_own, during.own_busy_ms);
@@ -1321,6 +1449,7 @@ void run_hostile_suite(context& ctx) {
   run_case("half_sent_frame_memory", [&] { half_sent_frame_memory(ctx, stalls, fd_limit); });
   run_case("legit_get_under_500_slow", [&] { legit_get_under_slow(ctx, stalls); });
   run_case("decode_amplification", [&] { decode_amplification(ctx, stalls); });
+  run_case("unread_replies_memory", [&] { unread_replies_memory(ctx, stalls); });
   stall_summary(ctx, stalls);
   if (!failed.empty()) {
     std::string names;
