@@ -14,6 +14,8 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
@@ -246,7 +248,10 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
   };
   try {
     auto connected = st->comm->submit(std::move(connect));
-    co_await connected.async_get();
+    // Not cancellable (an unconnected slot): the job uses `st` and `opts`
+    // until Gloo's connect ends (within opts.timeout); a cancellation takes
+    // effect at the next co_await.
+    co_await connected.async_get(asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
   } catch (const timeout_error&) {
     timed_out = true;
     failure = std::current_exception();

@@ -5,6 +5,9 @@
 #include <corodist/core/timeout.hpp>
 
 #include <asio/awaitable.hpp>
+#include <asio/cancellation_state.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/steady_timer.hpp>
@@ -17,6 +20,7 @@
 #include <exception>
 #include <optional>
 #include <utility>
+#include <system_error>
 #include <variant>
 
 namespace corodist::detail {
@@ -45,6 +49,11 @@ template <typename T>
   };
   asio::steady_timer timer(co_await asio::this_coro::executor, timeout);
   auto r = co_await (caught(std::move(op)) || timer.async_wait(use_tuple));
+  // Cancelled from outside: both branches were cancelled, and whichever ended
+  // first (the timer, maybe) says nothing; the race ends as the cancellation.
+  const asio::cancellation_state outer = co_await asio::this_coro::cancellation_state;
+  if (outer.cancelled() != asio::cancellation_type::none)
+    throw std::system_error(asio::error::operation_aborted, "operation cancelled");
   if (r.index() == 1)
     co_return std::nullopt;
   auto& [value, failure] = std::get<0>(r);

@@ -7,7 +7,10 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <algorithm>
 #include <utility>
@@ -208,7 +211,9 @@ asio::awaitable<void> reducer::finalize() {
   }
   std::exception_ptr failure;
   try {
-    co_await d.done->async_get();
+    // Not cancellable (an unconnected slot): the iteration's collectives use
+    // the reducer's memory until they end, so it may not end before them.
+    co_await d.done->async_get(asio::bind_cancellation_slot(asio::cancellation_slot(), asio::use_awaitable));
   } catch (...) {
     failure = std::current_exception();
   }

@@ -3,6 +3,8 @@
 
 #include <asio/error.hpp>
 
+#include <system_error>
+
 namespace corodist::net {
 
 namespace {
@@ -47,6 +49,9 @@ void throw_net_error(std::error_code ec, const std::string& context) {
   if (!ec)
     return;
   std::string what = context + ": " + ec.message();
+  // A cancelled operation ends as every cancelled Asio operation does.
+  if (ec == asio::error::operation_aborted)
+    throw std::system_error(ec, what);
   if (ec == errc::request_timeout || ec == errc::hello_timeout || ec == errc::frame_stalled ||
       ec == asio::error::timed_out)
     throw timeout_error(what);

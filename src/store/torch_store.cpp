@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <deque>
 #include <random>
+#include <optional>
 #include <system_error>
 #include <tuple>
 
@@ -43,14 +44,23 @@ constexpr std::string_view init_key = "init/";
 std::string where(const asio::ip::tcp::endpoint& ep) { return net::detail::endpoint_text(ep); }
 
 /// Awaits a socket transfer within `deadline` (zero: no deadline); the transfer is
-/// cancelled when the deadline passes, which gives asio::error::timed_out.
+/// cancelled when the deadline passes, which gives asio::error::timed_out, and
+/// by the caller's cancellation, which gives asio::error::operation_aborted
+/// (the caller then drops the socket: a transfer cut short leaves it out of turn).
 asio::awaitable<std::error_code> transfer_within(asio::awaitable<std::tuple<std::error_code, std::size_t>> op,
                                                  ms deadline) {
   if (deadline.count() <= 0) {
     auto [ec, n] = co_await std::move(op);
     co_return ec;
   }
-  auto r = co_await corodist::detail::within(std::move(op), deadline);
+  std::optional<std::tuple<std::error_code, std::size_t>> r;
+  try {
+    r = co_await corodist::detail::within(std::move(op), deadline);
+  } catch (const std::system_error& e) {
+    if (e.code() != asio::error::operation_aborted)
+      throw;
+    co_return asio::error::operation_aborted;
+  }
   if (!r)
     co_return asio::error::timed_out;
   co_return std::get<0>(*r);
@@ -280,6 +290,8 @@ struct torch_store::impl final : store {
     if (closed_)
       throw_closed();
     auto msg = std::string("store: ") + what + " to PyTorch TCPStore at " + where(remote) + ": ";
+    if (ec == asio::error::operation_aborted) // cancelled by the caller
+      throw std::system_error(ec, msg + "cancelled");
     if (ec == asio::error::timed_out)
       throw timeout_error(msg + "no answer within " + detail::duration_text(deadline));
     throw connection_error(msg + ec.message());

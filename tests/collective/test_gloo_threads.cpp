@@ -15,7 +15,10 @@
 #include "collective/gloo_fixtures.hpp"
 #include "support/temp_file.hpp"
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/post.hpp>
 #include <asio/detached.hpp>
 
 #include <atomic>
@@ -294,6 +297,59 @@ BOOST_AUTO_TEST_CASE(a_late_rank_is_not_a_mismatch, *utf::timeout(60)) {
       pg->allreduce(v).get();
       RANK_REQUIRE(v[0] == 6.0f && v[999] == 6.0f);
     }
+    RANK_REQUIRE(!pg->aborted());
+  }));
+}
+
+// Cancelling the await of a work ends the wait with operation_aborted, not the
+// collective: it completes once the other rank joins, and the group goes on.
+BOOST_AUTO_TEST_CASE(a_cancelled_await_of_a_work_leaves_the_collective_running, *utf::timeout(60)) {
+  thread_ranks job;
+  corodist::event_loop awaiting;
+  awaiting.start();
+  std::promise<void> cancelled;
+  std::shared_future<void> cancelled_seen = cancelled.get_future().share();
+  require_all_ok(job.run(2, [&](int r) {
+    auto pg = job.group(r, 2, gloo_test_options("cancel"));
+    std::vector<float> v(1000, static_cast<float>(r + 1));
+    if (r == 1) {
+      RANK_REQUIRE(cancelled_seen.wait_for(30s) == std::future_status::ready); // rank 0 gave up waiting first
+      pg->allreduce(v).get();
+    } else {
+      auto w = pg->allreduce(v); // cannot complete before rank 1 issues its own
+      asio::cancellation_signal cancel;
+      std::promise<std::exception_ptr> ended;
+      asio::post(awaiting.get_executor(), [&] {
+        asio::co_spawn(
+            awaiting.get_executor(), [&]() -> asio::awaitable<void> { co_await std::move(w); },
+            asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) { ended.set_value(e); }));
+        // Queued behind the coroutine's start: it is waiting on the work by then.
+        asio::post(awaiting.get_executor(), [&] { cancel.emit(asio::cancellation_type::terminal); });
+      });
+      auto outcome = ended.get_future();
+      if (outcome.wait_for(10s) != std::future_status::ready) {
+        cancelled.set_value();
+        RANK_REQUIRE(!"the cancelled await ended");
+      }
+      auto e = outcome.get();
+      bool aborted = false;
+      try {
+        if (e)
+          std::rethrow_exception(e);
+      } catch (const std::system_error& err) {
+        aborted = err.code() == asio::error::operation_aborted;
+      } catch (...) {
+      }
+      const bool still_running = !w.is_completed();
+      cancelled.set_value();
+      RANK_REQUIRE(aborted);
+      RANK_REQUIRE(still_running);
+      w.get(); // the collective itself ran to its end
+      RANK_REQUIRE(v[0] == 3.0f && v[999] == 3.0f);
+    }
+    std::vector<float> u(10, 1.0f);
+    pg->allreduce(u).get();
+    RANK_REQUIRE(u[0] == 2.0f);
     RANK_REQUIRE(!pg->aborted());
   }));
 }

@@ -19,7 +19,9 @@
 #endif
 #include "support/loop_helpers.hpp"
 
+#include <asio/bind_cancellation_slot.hpp>
 #include <asio/bind_executor.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
@@ -610,6 +612,111 @@ BOOST_AUTO_TEST_CASE(levels, *utf::timeout(10)) {
   BOOST_TEST(corodist::log_level() == "warning");
   BOOST_CHECK_THROW(corodist::set_log_level("OFFF"), std::invalid_argument);
   corodist::set_log_level(old);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(cancellation)
+
+// Each cancellation type ends a shared_future wait bound to the slot with
+// operation_aborted; the other waiter and the shared result are untouched.
+BOOST_AUTO_TEST_CASE(every_cancellation_type_ends_only_its_own_wait, *utf::timeout(30)) {
+  for (auto type : {asio::cancellation_type::terminal, asio::cancellation_type::partial,
+                    asio::cancellation_type::total}) {
+    asio::io_context ctx;
+    promise<int> p;
+    auto shared = p.get_future().share();
+    asio::cancellation_signal cancel;
+    std::exception_ptr cancelled_error;
+    bool cancelled_done = false, other_done = false;
+    int other_value = 0;
+    shared.async_get(asio::bind_cancellation_slot(cancel.slot(), asio::bind_executor(ctx, [&](std::exception_ptr e, int) {
+                                                    cancelled_error = e;
+                                                    cancelled_done = true;
+                                                  })));
+    shared.async_get(asio::bind_executor(ctx, [&](std::exception_ptr e, int v) {
+      BOOST_TEST(!e);
+      other_value = v;
+      other_done = true;
+    }));
+    cancel.emit(type);
+    while (!cancelled_done) // the cancelled wait's completion is posted at once
+      ctx.run_one();
+    BOOST_REQUIRE(cancelled_error);
+    try {
+      std::rethrow_exception(cancelled_error);
+    } catch (const std::system_error& e) {
+      BOOST_TEST(e.code() == asio::error::operation_aborted);
+    }
+    BOOST_TEST(!other_done);
+    p.set_value(9);
+    while (!other_done)
+      ctx.run_one();
+    BOOST_TEST(other_value == 9);
+    BOOST_TEST(shared.get() == 9);
+  }
+}
+
+// A wait on a future cancelled through the awaiting coroutine (terminal)
+// ends with operation_aborted; the result then set stays for the next taker.
+BOOST_AUTO_TEST_CASE(a_cancelled_coroutine_wait_leaves_the_result, *utf::timeout(30)) {
+  event_loop loop;
+  loop.start();
+  promise<int> p;
+  auto f = p.get_future();
+  asio::cancellation_signal cancel;
+  std::promise<std::exception_ptr> ended;
+  on_loop(loop, [&] {
+    asio::co_spawn(loop.get_executor(), f.async_get(),
+                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { ended.set_value(e); }));
+    // Posted behind the coroutine's start: it is waiting by then.
+    asio::post(loop.get_executor(), [&] { cancel.emit(asio::cancellation_type::terminal); });
+  });
+  auto outcome = ended.get_future();
+  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
+  auto e = outcome.get();
+  BOOST_REQUIRE(e);
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::system_error& err) {
+    BOOST_TEST(err.code() == asio::error::operation_aborted);
+  }
+  p.set_value(4);
+  BOOST_TEST(f.get() == 4);
+}
+
+// The private operation-or-deadline race, cancelled from outside while its
+// operation runs, ends with operation_aborted (never as its deadline).
+BOOST_AUTO_TEST_CASE(a_race_cancelled_from_outside_ends_with_operation_aborted, *utf::timeout(30)) {
+  asio::io_context ctx;
+  asio::cancellation_signal cancel;
+  std::exception_ptr failure;
+  bool done = false, reported = false;
+  auto op = [&]() -> asio::awaitable<int> {
+    asio::steady_timer t(co_await asio::this_coro::executor, 1h);
+    asio::post(ctx, [&] { cancel.emit(asio::cancellation_type::terminal); }); // it is running now
+    co_await t.async_wait(asio::use_awaitable);
+    co_return 1;
+  };
+  asio::co_spawn(ctx,
+                 [&]() -> asio::awaitable<void> {
+                   auto r = co_await corodist::detail::within(op(), std::chrono::steady_clock::duration(1h));
+                   reported = true; // neither a result nor a deadline may come back
+                   (void)r;
+                 },
+                 asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) {
+                   failure = e;
+                   done = true;
+                 }));
+  ctx.run_for(10s);
+  BOOST_REQUIRE(done);
+  BOOST_TEST(!reported);
+  BOOST_REQUIRE(failure);
+  try {
+    std::rethrow_exception(failure);
+  } catch (const std::system_error& e) {
+    BOOST_TEST(e.code() == asio::error::operation_aborted);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,6 +3,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/net/listener.hpp>
 #include <corodist/net/output_budget.hpp>
@@ -14,6 +15,8 @@
 #include "net/uring_service.hpp"
 #endif
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
 #include <asio/detached.hpp>
@@ -1122,3 +1125,75 @@ BOOST_AUTO_TEST_CASE(more_connections_than_descriptors, *utf::precondition(uring
 
 BOOST_AUTO_TEST_SUITE_END()
 #endif
+
+BOOST_AUTO_TEST_SUITE(cancellation)
+
+// A request cancelled while the peer holds it completes at once with
+// operation_aborted and leaves no pending entry; the peer's late response is
+// dropped and the connection goes on serving requests.
+BOOST_AUTO_TEST_CASE(a_cancelled_request_ends_at_once_and_the_connection_stays_usable, *utf::timeout(60)) {
+  event_loop server_loop, client_loop;
+  std::promise<void> arrived;
+  std::shared_ptr<net::connection> held_on; // the server's side, holding the request
+  std::uint64_t held_id = 0;
+  std::shared_ptr<net::listener> listener;
+  std::promise<tcp::endpoint> ready;
+  asio::post(server_loop.get_executor(), [&] {
+    auto [ec, l] = net::listener::listen(
+        server_loop.get_executor(), {asio::ip::make_address("127.0.0.1"), 0}, net::connection_options{},
+        [&](std::shared_ptr<net::connection> c) {
+          c->start([&](const std::shared_ptr<net::connection>& conn, net::message&& m) {
+            if (m.header.kind == kind_hold) {
+              held_on = conn;
+              held_id = m.header.request_id;
+              arrived.set_value();
+              return;
+            }
+            conn->respond(m.header.request_id, m.header.kind, std::move(m.payload));
+          });
+        });
+    BOOST_REQUIRE(!ec);
+    listener = l;
+    listener->start();
+    ready.set_value(listener->local_endpoint());
+  });
+  server_loop.start();
+  client_loop.start();
+  const auto ep = ready.get_future().get();
+  auto c = corodist::run_blocking(client_loop.get_executor(), connect_to(ep), "connect");
+
+  asio::cancellation_signal cancel;
+  std::promise<net::response> ended;
+  corodist::test::on_loop(client_loop, [&] {
+    asio::co_spawn(client_loop.get_executor(), c->request(kind_hold, make_payload(16, 3)),
+                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, net::response r) {
+                     if (e)
+                       ended.set_exception(e);
+                     else
+                       ended.set_value(std::move(r));
+                   }));
+  });
+  BOOST_REQUIRE(arrived.get_future().wait_for(10s) == std::future_status::ready); // the peer holds it
+  corodist::test::on_loop(client_loop, [&] { cancel.emit(asio::cancellation_type::terminal); });
+  auto outcome = ended.get_future();
+  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
+  auto r = outcome.get();
+  BOOST_TEST(r.ec == asio::error::operation_aborted);
+  BOOST_TEST(corodist::test::on_loop(client_loop, [&] { return c->pending_requests(); }) == 0u);
+
+  // The peer answers the cancelled request late: the answer is dropped.
+  corodist::test::on_loop(server_loop, [&] { BOOST_TEST(!held_on->respond(held_id, kind_hold, make_payload(8, 4))); });
+  const auto p = make_payload(300, 5);
+  auto echoed = corodist::run_blocking(client_loop.get_executor(), c->request(kind_echo, p), "echo");
+  BOOST_TEST(!echoed.ec);
+  BOOST_TEST((echoed.msg.payload == p));
+  BOOST_TEST(corodist::test::on_loop(client_loop, [&] { return c->is_open(); }));
+
+  corodist::test::on_loop(client_loop, [&] { c->close(); });
+  corodist::test::on_loop(server_loop, [&] {
+    listener->close();
+    held_on->close();
+  });
+}
+
+BOOST_AUTO_TEST_SUITE_END()

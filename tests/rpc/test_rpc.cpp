@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/core/shared_future.hpp>
 #include <corodist/rpc/agent.hpp>
 
 #include "rpc/protocol.hpp"
@@ -10,6 +11,8 @@
 #include "support/loop_helpers.hpp"
 #include "support/temp_file.hpp"
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
@@ -883,6 +886,54 @@ BOOST_AUTO_TEST_CASE(start_refuses_a_loop_that_is_not_running, *utf::timeout(30)
   } catch (const corodist::usage_error& e) {
     BOOST_TEST(std::string(e.what()).find("not running") != std::string::npos, e.what());
   }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(rpc_cancellation)
+
+// A call cancelled while the callee runs it ends with operation_aborted at
+// once; the callee runs it to its end (its reply is dropped), and the agent
+// and its connection go on serving calls.
+BOOST_AUTO_TEST_CASE(a_cancelled_call_ends_at_once_and_the_callee_finishes_it, *utf::timeout(60)) {
+  std::promise<void> entered;
+  std::promise<int> finished;
+  corodist::promise<void> release;
+  corodist::shared_future<void> released = release.get_future().share();
+  cluster c(2, {}, false);
+  c[1].register_function("held", [&](int x) -> asio::awaitable<int> {
+    entered.set_value();
+    co_await released.async_get();
+    finished.set_value(x + 1);
+    co_return x + 1;
+  });
+  c.start_all();
+  auto& loop0 = *c.loops[0];
+  asio::cancellation_signal cancel;
+  std::promise<std::exception_ptr> ended;
+  corodist::test::on_loop(loop0, [&] {
+    asio::co_spawn(loop0.get_executor(), c[0].call<int>("w1", "held", 41),
+                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { ended.set_value(e); }));
+  });
+  BOOST_REQUIRE(entered.get_future().wait_for(10s) == std::future_status::ready); // mid-flight at the callee
+  corodist::test::on_loop(loop0, [&] { cancel.emit(asio::cancellation_type::terminal); });
+  auto outcome = ended.get_future();
+  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
+  auto e = outcome.get();
+  BOOST_REQUIRE(e);
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::system_error& err) {
+    BOOST_TEST(err.code() == asio::error::operation_aborted);
+  } catch (const std::exception& other) {
+    BOOST_FAIL(std::string("expected operation_aborted, got: ") + other.what());
+  }
+  release.set_value();
+  auto done = finished.get_future();
+  BOOST_REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(done.get() == 42); // the callee ran the call to its end
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 2, 3) == 5);
+  c.shutdown_all();
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -18,6 +18,8 @@
 #include "support/loop_helpers.hpp"
 #include "support/program.hpp"
 
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/connect.hpp>
 #include <asio/detached.hpp>
@@ -981,6 +983,92 @@ BOOST_AUTO_TEST_CASE(stores_without_owned_keys, *utf::timeout(60)) {
   auto h = std::make_shared<cs::hash_store>(loop.get_executor());
   corodist::run_blocking(loop.get_executor(), h->set_owned("k", "v"), "set_owned");
   BOOST_TEST(cs::sync_store(h).get("k") == "v");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(cancellation)
+
+// A wait cancelled mid-flight (the server has registered it) ends with
+// operation_aborted; the connection stays usable; the server keeps the wait
+// until the key comes (the native protocol has no message that withdraws a
+// wait), and the client drops that late answer.
+BOOST_AUTO_TEST_CASE(a_cancelled_wait_ends_with_operation_aborted_and_the_store_stays_usable, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  auto server = start_server(server_loop);
+  auto port = server->local_endpoint().port();
+  auto store = corodist::run_blocking(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), client_opts(port)),
+                                      "connect");
+  asio::cancellation_signal cancel;
+  std::promise<std::exception_ptr> ended;
+  on_loop(loop, [&] {
+    std::vector<std::string> keys{"never-yet"};
+    asio::co_spawn(loop.get_executor(), store->wait(std::move(keys), 60s),
+                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) { ended.set_value(e); }));
+  });
+  BOOST_REQUIRE(corodist::run_blocking(server_loop.get_executor(),
+                                       server->wait_until([&] { return server->pending_waits() == 1; }, 20s)));
+  on_loop(loop, [&] { cancel.emit(asio::cancellation_type::terminal); });
+  auto outcome = ended.get_future();
+  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
+  auto e = outcome.get();
+  BOOST_REQUIRE(e);
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::system_error& err) {
+    BOOST_TEST(err.code() == asio::error::operation_aborted);
+  } catch (const std::exception& other) {
+    BOOST_FAIL(std::string("expected operation_aborted, got: ") + other.what());
+  }
+  // The same store (and connection) goes on working.
+  cs::sync_store s(store);
+  s.set("k", "v");
+  BOOST_TEST(s.get("k") == "v");
+  BOOST_TEST(on_loop(server_loop, [&] { return server->pending_waits(); }) == 1u);
+  s.set("never-yet", "now");
+  BOOST_TEST(corodist::run_blocking(server_loop.get_executor(),
+                                    server->wait_until([&] { return server->pending_waits() == 0; }, 20s)));
+  BOOST_TEST(s.get("never-yet") == "now");
+  BOOST_TEST(on_loop(server_loop, [&] { return server->connection_count(); }) == 1u);
+}
+
+// A get awaited from another executor than the store's (the operation hops
+// to the store's executor) is cancelled as well.
+BOOST_AUTO_TEST_CASE(a_cancelled_get_from_another_executor_ends_with_operation_aborted, *utf::timeout(60)) {
+  event_loop server_loop, loop, caller_loop;
+  server_loop.start();
+  loop.start();
+  caller_loop.start();
+  auto server = start_server(server_loop);
+  auto port = server->local_endpoint().port();
+  auto store = corodist::run_blocking(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), client_opts(port)),
+                                      "connect");
+  asio::cancellation_signal cancel;
+  std::promise<std::exception_ptr> ended;
+  on_loop(caller_loop, [&] {
+    asio::co_spawn(caller_loop.get_executor(), store->get("later", 60s),
+                   asio::bind_cancellation_slot(cancel.slot(),
+                                                [&](std::exception_ptr e, std::string) { ended.set_value(e); }));
+  });
+  BOOST_REQUIRE(corodist::run_blocking(server_loop.get_executor(),
+                                       server->wait_until([&] { return server->pending_waits() == 1; }, 20s)));
+  on_loop(caller_loop, [&] { cancel.emit(asio::cancellation_type::terminal); });
+  auto outcome = ended.get_future();
+  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
+  auto e = outcome.get();
+  BOOST_REQUIRE(e);
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::system_error& err) {
+    BOOST_TEST(err.code() == asio::error::operation_aborted);
+  } catch (const std::exception& other) {
+    BOOST_FAIL(std::string("expected operation_aborted, got: ") + other.what());
+  }
+  cs::sync_store s(store);
+  s.set("later", "v");
+  BOOST_TEST(s.get("later") == "v");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -153,6 +153,12 @@ public:
   /// arguments or a prefix already used on this store, `timeout_error` naming
   /// the ranks that never arrived within `opts.timeout`, `collective_error`
   /// if connecting fails. The group keeps `store` alive.
+  /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md) at
+  /// its store operations: ends with `operation_aborted`, no group; while the
+  /// ranks connect (Gloo's connect on the group's thread) it is not
+  /// cancellable and the cancellation takes effect when that step ends
+  /// (within `opts.timeout`). Keys it wrote stay in the store; the other
+  /// ranks' create fails at their timeout.
   /// (Name the options first: `gloo_options o; ...; co_await create(s, r, n, o)`.
   /// GCC 12 destroys a braced aggregate temporary inside `co_await` twice.)
   [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(std::shared_ptr<store::store> store,
@@ -166,6 +172,7 @@ public:
   /// `file:///PATH?...`; see store::async_rendezvous) on `ex`, then `create`.
   /// A job this process has joined already (an rpc::agent's `init_method`)
   /// is not joined again: the group shares that rendezvous' store.
+  /// Cancellation: as store::async_rendezvous, then as create.
   [[nodiscard]] static asio::awaitable<std::shared_ptr<gloo_group>> create(asio::any_io_executor ex, std::string url,
                                                                           gloo_options opts);
 

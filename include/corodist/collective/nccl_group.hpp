@@ -86,6 +86,9 @@ public:
   /// NCCL failure), or
   /// `timeout_error` (not every rank joined within `opts.timeout`).
   /// (Name the options first; see gloo_group::create.)
+  /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md) at
+  /// its store operations and between its polls of NCCL's initialisation:
+  /// ends with `operation_aborted`, no group; keys it wrote stay in the store.
   [[nodiscard]] static asio::awaitable<std::shared_ptr<nccl_group>> create(asio::any_io_executor ex,
                                                                           std::shared_ptr<store::store> store,
                                                                           int rank, int size, nccl_options opts);
@@ -131,6 +134,8 @@ public:
   /// (NCCL failure; the communicator is gone: aborted where NCCL cannot
   /// revoke, before 2.28), `timeout_error` (a remaining rank did not join in
   /// time). Any thread; resumes the caller on its own executor.
+  /// Cancellation: as create, between its polls; this group is left as the
+  /// shrink left it (check `shrink_unavailable_reason()`).
   [[nodiscard]] asio::awaitable<std::shared_ptr<nccl_group>> shrink(std::vector<int> lost, nccl_options opts);
 
   /// As above with this group's options (the prefix suffixed with "/shrunk").

@@ -26,8 +26,13 @@ class work_state;
 /// * In a coroutine: `co_await pg.allreduce(t)` or `co_await std::move(w)`
 ///   (a `work` is an `asio::awaitable<void>`, awaitable once): suspends
 ///   without blocking a thread, resumes on the awaiting coroutine's executor,
-///   and rethrows the collective's error. Cancelling the awaiting coroutine
-///   stops the wait (with `asio::error::operation_aborted`), not the collective.
+///   and rethrows the collective's error.
+///   Cancellation: terminal, partial and total through the awaiting
+///   coroutine's slot (as far as its coroutine lets them through, see
+///   docs/core.md): the await ends with `operation_aborted`; the collective
+///   is not stopped (the other ranks still need it): it runs to its end, its
+///   buffers stay in use until `is_completed()`, and `get()`/`wait()` still
+///   report its outcome. To stop a collective, abort the group.
 /// * From a plain thread: `get()` or `wait(timeout)`; both throw `usage_error`
 ///   on an event-loop thread while the collective is still running.
 ///

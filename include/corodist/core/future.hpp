@@ -127,8 +127,11 @@ public:
   /// Asynchronously takes the result: completes with `(exception_ptr, T)` (for
   /// void: `(exception_ptr)`) on the token's associated executor once ready.
   /// With `asio::use_awaitable` (the default) `co_await` returns the value or
-  /// throws. Cancellation through the token's slot completes the wait with an
-  /// `operation_aborted` system_error and leaves the result in place.
+  /// throws.
+  /// Cancellation: terminal, partial and total through the token's slot: the
+  /// wait completes with an `operation_aborted` system_error; the result is
+  /// left in place (a later `get()` / `async_get()` takes it) and the
+  /// producer is not told.
   template <typename CompletionToken = asio::use_awaitable_t<>>
   auto async_get(CompletionToken&& token = {}) {
     check_valid();
@@ -163,8 +166,9 @@ public:
   }
 
   /// Asynchronously waits for readiness without taking the result: completes
-  /// with an error_code (operation_aborted if cancelled through the token's
-  /// slot) on the token's associated executor. Then call get().
+  /// with an error_code on the token's associated executor. Then call get().
+  /// Cancellation: terminal, partial and total through the token's slot:
+  /// completes with `operation_aborted`; the result is left in place.
   template <typename CompletionToken = asio::use_awaitable_t<>>
   auto async_wait(CompletionToken&& token = {}) {
     check_valid();

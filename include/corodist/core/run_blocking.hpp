@@ -34,6 +34,8 @@ void require_running(const asio::execution_context& ctx, const char* what); // e
 /// an event_loop that is not running, where it would wait forever. The completion runs on
 /// `ex` itself (never on Asio's system executor, whose threads do not survive
 /// a fork). `what` names the caller in the error.
+/// Cancellation: none from outside (a blocked thread has no slot): `op` runs
+/// to its end under its own time limits.
 template <typename T>
 T run_blocking(const asio::any_io_executor& ex, asio::awaitable<T> op, const char* what = "blocking call") {
   if (detail::on_loop_thread())

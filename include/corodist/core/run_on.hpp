@@ -47,6 +47,9 @@ auto packaged_job(F fn) {
 /// otherwise it is posted. The future is awaited (`co_await f.async_get()`)
 /// from any executor and resumes there, so `run_on(pool, work)` is how a
 /// coroutine on a loop runs blocking work elsewhere and gets back to its loop.
+/// Cancellation: not cancellable: once posted, `fn` runs to its end;
+/// cancelling the wait on the future (see `future::async_get`) ends only the
+/// wait, and the result stays in the future.
 template <typename Executor, typename F>
 auto run_on(const Executor& ex, F fn) -> future<std::invoke_result_t<F&>> {
   auto [run, f] = detail::packaged_job(std::move(fn));

@@ -58,7 +58,10 @@ public:
 
   /// Asynchronously reads the result: completes with `(exception_ptr, T)` (a
   /// copy of the value; for void `(exception_ptr)`) on the token's associated
-  /// executor. Cancellation through the token's slot ends only this wait.
+  /// executor.
+  /// Cancellation: terminal, partial and total through the token's slot: this
+  /// wait completes with an `operation_aborted` system_error; other waiters
+  /// and the shared result are untouched.
   template <typename CompletionToken = asio::use_awaitable_t<>>
   auto async_get(CompletionToken&& token = {}) const {
     check_valid();
@@ -90,8 +93,10 @@ public:
         token, state_);
   }
 
-  /// Asynchronously waits for readiness: completes with an error_code
-  /// (operation_aborted if cancelled) on the token's associated executor.
+  /// Asynchronously waits for readiness: completes with an error_code on the
+  /// token's associated executor.
+  /// Cancellation: terminal, partial and total through the token's slot:
+  /// completes with `operation_aborted`; other waiters are untouched.
   template <typename CompletionToken = asio::use_awaitable_t<>>
   auto async_wait(CompletionToken&& token = {}) const {
     check_valid();

@@ -62,6 +62,8 @@ public:
 
   /// Queues `fn` and returns a future of its result (or of the exception it
   /// throws). Throws `usage_error` after `stop()`.
+  /// Cancellation: not cancellable: a queued job runs to its end; cancelling
+  /// the wait on the future (see `future::async_get`) ends only the wait.
   template <typename F>
   auto submit(F fn) -> future<std::invoke_result_t<F&>> {
     auto [job, f] = detail::packaged_job(std::move(fn));

@@ -56,7 +56,9 @@ private:
 /// Hooks of consecutive buckets run concurrently; each must issue its
 /// collectives on `group()` before its first suspension that waits for
 /// anything else, so that every rank issues them in bucket order.
-/// The bucket is valid until the hook's coroutine ends.
+/// The bucket is valid until the hook's coroutine ends. Cancellation: the
+/// reducer never cancels a hook (its coroutine has no cancellation slot); it
+/// runs to its end, and aborting the group is how to stop its collectives.
 using comm_hook = std::function<asio::awaitable<void>(grad_bucket&)>;
 
 } // namespace corodist::ddp

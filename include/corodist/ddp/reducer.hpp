@@ -73,6 +73,10 @@ public:
           reducer_options opts = {});
 
   /// The coroutine form of construction, for coroutines running on `ex`.
+  /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md) at
+  /// its waits on the construction's collectives: ends with
+  /// `operation_aborted` and no reducer; those collectives are not stopped
+  /// (the other ranks' construction completes or times out with them).
   /// (Name the options before the call: GCC 12 destroys a braced temporary inside `co_await` twice.)
   [[nodiscard]] static asio::awaitable<std::unique_ptr<reducer>>
   create(asio::any_io_executor ex, std::shared_ptr<collective::process_group> group, std::vector<parameter> params,
@@ -114,6 +118,10 @@ public:
   /// used (some buckets may be half reduced), and the next
   /// prepare_for_backward() starts afresh, on a new group after set_group().
   /// Usable from a coroutine on any executor; resumes there.
+  /// Cancellation: not cancellable: it runs to the end of the iteration's
+  /// collectives, which use the reducer's memory (to stop them, abort the
+  /// group: finalize then ends with the group's error); a cancellation of the
+  /// awaiting coroutine takes effect at its next `co_await`.
   [[nodiscard]] asio::awaitable<void> finalize();
 
   /// Blocking form of finalize() for plain threads (throws `usage_error` on a loop thread).

@@ -49,6 +49,9 @@ struct group_request {
 /// Throws `collective_error`/`collective_timeout_error` (or another
 /// `timeout_error`) when a member is lost meanwhile: the manager then tries
 /// the next quorum. Any other exception ends `manager::start_step`.
+/// Cancellation: the factory's coroutine is cancelled (terminal) when the
+/// awaiting `manager::start_step` is; it should then end with
+/// `operation_aborted` and leave no group behind.
 using group_factory =
     std::function<asio::awaitable<std::shared_ptr<collective::process_group>>(const group_request&)>;
 

@@ -53,6 +53,9 @@ public:
   /// support owned keys (a tcp_store of a store_server, or a hash_store).
   /// Throws `usage_error` for bad options or a store without owned keys.
   /// (Name the options first: GCC 12 destroys a braced temporary inside `co_await` twice.)
+  /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md) at
+  /// its store operations: ends with `operation_aborted` and no manager; a
+  /// liveness key already written is owned by this store connection.
   [[nodiscard]] static asio::awaitable<std::unique_ptr<manager>> create(std::shared_ptr<store::store> store,
                                                                        manager_options opts);
 
@@ -77,6 +80,12 @@ public:
   /// `timeout_error` (fewer than min_replicas, or replicas that neither came
   /// nor were lost), `connection_error` (this replica's store connection was
   /// lost: restart it), `usage_error` (a step already started).
+  /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md) at
+  /// its store waits, group creation and state transfer: ends with
+  /// `operation_aborted` and no step started; what this replica wrote to the
+  /// round stays in the store, so the other members may count it in a
+  /// quorum it then does not serve (their step fails and the next round goes
+  /// on without it); a group being formed is dropped.
   [[nodiscard]] asio::awaitable<quorum> start_step();
 
   /// Reports whether this replica's step succeeded (its reductions finished)
@@ -85,6 +94,9 @@ public:
   /// reporting. On true `step()` grows by one. Throws `timeout_error` after
   /// quorum_timeout, `connection_error` as start_step, `usage_error`
   /// without a started step.
+  /// Cancellation: terminal, as start_step: ends with `operation_aborted`;
+  /// the step is over without a decision here (`step()` unchanged), while
+  /// this replica's vote, if already written, counts for the others.
   [[nodiscard]] asio::awaitable<bool> should_commit(bool ok = true);
 
   /// The process group of the current quorum (null before the first step).

@@ -162,6 +162,9 @@ public:
 
   /// Connects to `ep` and exchanges hellos within `opts.handshake_timeout`.
   /// Returns the error (or zero) and, on success, the unstarted connection.
+  /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md):
+  /// throws `operation_aborted` (`std::system_error`); the socket is closed,
+  /// nothing is left.
   [[nodiscard]] static asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
   connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts);
 
@@ -176,6 +179,7 @@ public:
   /// Server side: reads the peer's hello from an accepted socket and answers it,
   /// within `opts.handshake_timeout`. Wrong magic or version is an error; the
   /// socket is then closed.
+  /// Cancellation: as connect (the socket is closed).
   [[nodiscard]] static asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
   accept(asio::ip::tcp::socket socket, connection_options opts);
 
@@ -199,7 +203,7 @@ public:
   [[nodiscard]] asio::awaitable<response> request(std::uint16_t kind, bytes payload, std::vector<segment> segments,
                                                   corodist::deadline by);
 
-  /// As above, within options' request_timeout from now.
+  /// As above, within options' request_timeout from now. Cancellation: as above.
   [[nodiscard]] asio::awaitable<response> request(std::uint16_t kind, bytes payload,
                                                   std::vector<segment> segments = {});
 

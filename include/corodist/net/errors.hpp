@@ -39,7 +39,9 @@ inline std::error_code make_error_code(errc e) noexcept { return {static_cast<in
 
 /// Throws the corodist exception matching `ec` (timeout_error, connection_error
 /// -- also for peer_timed_out and closed_before_hello: the connection is lost --,
-/// protocol_error or error), prefixed with `context`. No-op for a zero `ec`.
+/// protocol_error or error), prefixed with `context`; `operation_aborted` (a
+/// cancelled operation) as `std::system_error` with that code, as Asio throws
+/// it. No-op for a zero `ec`.
 void throw_net_error(std::error_code ec, const std::string& context);
 
 } // namespace corodist::net

@@ -53,6 +53,8 @@ int listen_backlog() noexcept;
 /// with `local_endpoint()`), runs the server side of the hello on each, and
 /// hands every good connection, unstarted, to the accept handler. A bad or
 /// slow hello closes that socket only, with a log line. Loop-affine.
+/// Cancellation: it has no awaitable operation; `close()` stops accepting
+/// (the handshakes under way end at their timeout).
 class listener : public std::enable_shared_from_this<listener> {
 public:
   /// Receives each connection after a successful hello; it must call start().

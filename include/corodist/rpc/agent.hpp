@@ -86,6 +86,11 @@ public:
   /// rank throws `usage_error` naming both ranks), then waits up to
   /// `init_timeout` for all workers (`timeout_error` naming the missing ranks).
   /// Runs on the loop; await from any coroutine.
+  /// Cancellation: terminal (it runs in a coroutine of its own on the loop,
+  /// which passes terminal only): ends with `operation_aborted` at the
+  /// rendezvous or store wait under way; the agent is then closed (as after a
+  /// failed start: later calls throw `usage_error`), and what it published in
+  /// the store (its worker entry) stays there.
   [[nodiscard]] asio::awaitable<void> async_start();
 
   /// Blocking start() for plain threads; throws `usage_error` on a loop thread
@@ -104,11 +109,18 @@ public:
   /// `usage_error`. A later shutdown() (while one runs or after it ended,
   /// graceful or not) shares the first one's outcome: it returns or rethrows.
   /// Throws `usage_error` while start() is running (nothing is closed then).
+  /// Cancellation: terminal (as async_start): the wait under way (for idle
+  /// workers, a step, a barrier) ends, the agent closes at once as an
+  /// immediate shutdown does, and the shutdown ends with `operation_aborted`
+  /// (also for later shutdown calls, which share its outcome); the other
+  /// workers' graceful shutdown does not see this one finish (theirs fails
+  /// at their deadline or with the lost connection).
   [[nodiscard]] asio::awaitable<void> async_shutdown();
   /// `graceful == false`: immediate — closes at once; pending calls fail with
   /// `connection_error` (here and at the peers); running coroutine functions
   /// are cancelled. Throws only `usage_error` (as above), or a failed earlier
-  /// shutdown's exception.
+  /// shutdown's exception. Cancellation: as above (an immediate shutdown does
+  /// not wait: it completes before a cancellation could matter).
   [[nodiscard]] asio::awaitable<void> async_shutdown(bool graceful);
 
   /// Blocking shutdown for plain threads (throws as async_shutdown); throws
@@ -153,7 +165,7 @@ public:
     return rpc_async_impl<R>(corodist::timeout::inherit(), to, fn, args...).async_get();
   }
 
-  /// As above within `limit`.
+  /// As above within `limit`. Cancellation: as above.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
     return rpc_async_impl<R>(limit, to, fn, args...).async_get();

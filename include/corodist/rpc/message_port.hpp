@@ -104,7 +104,8 @@ public:
   /// A handler of one message kind.
   using handler = std::function<void(inbound_message&&, responder&&)>;
   /// A step of graceful shutdown; gets the deadline it must end by (half of
-  /// what is left of the shutdown's deadline).
+  /// what is left of the shutdown's deadline). Cancellation: a step is
+  /// cancelled (terminal) only when the awaiting `agent::async_shutdown` is.
   using shutdown_step = std::function<asio::awaitable<void>(corodist::deadline by)>;
 
   virtual ~message_port() = default;

@@ -17,7 +17,7 @@ namespace corodist::store {
 
 /// Connects the client `opts.protocol` calls for: `tcp_store::connect` for
 /// wire_protocol::native, `torch_store::connect` for the PyTorch protocols.
-/// Throws what they throw.
+/// Throws what they throw. Cancellation: as theirs.
 [[nodiscard]] asio::awaitable<std::shared_ptr<store>> connect_store(asio::any_io_executor ex, tcp_store_options opts);
 
 /// Blocking `connect_store` for plain threads (throws `usage_error` on a loop thread).

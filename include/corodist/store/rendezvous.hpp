@@ -78,10 +78,16 @@ struct rendezvous_result {
 /// `timeout_error` saying how many ranks arrived and which never did. Logs a
 /// warning after 5 s, then every 30 s, naming the ranks still missing (and,
 /// for env://, where the store is).
+///
+/// Cancellation: terminal (the awaiting coroutine's, see docs/core.md),
+/// through the connect and the store operations it awaits: ends with
+/// `operation_aborted` (`std::system_error`). What it wrote stays in the
+/// store (this rank's claim, its arrival count): the other ranks may count
+/// this rank as arrived.
 [[nodiscard]] asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url,
                                                                   rendezvous_options opts);
 
-/// As above with default options.
+/// As above with default options. Cancellation: as above.
 [[nodiscard]] inline asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url) {
   return async_rendezvous(std::move(ex), std::move(url), rendezvous_options{});
 }

@@ -41,15 +41,27 @@ class basic_store;
 /// Network failures throw `connection_error`; limits and bad requests
 /// `store_error`. For plain threads use `sync_store`.
 ///
-/// Cancellation (every operation): terminal, partial and total, through the
-/// awaiting coroutine's cancellation slot; the operation then ends with
-/// `asio::error::operation_aborted` (a `std::system_error`). A cancelled
-/// waiting operation (`get`, `wait`, `multi_get`, `barrier`'s wait) leaves
-/// nothing behind: the store's state is unchanged and the connection stays
-/// usable. A cancelled write (`set`, `set_owned`, `add`, `compare_set`,
-/// `delete_key`, `append`, `multi_set`, `barrier`'s arrival) may or may not
-/// have been applied: it was sent before the cancellation took effect, or
-/// not; read the key to know.
+/// Cancellation (every operation): through the awaiting coroutine's
+/// cancellation slot. Terminal cancellation always reaches the operation;
+/// partial and total only when the caller's coroutine lets them through
+/// (`asio::this_coro::reset_cancellation_state`; Asio's coroutines pass
+/// terminal only by default) and awaits on the store's executor (awaited from
+/// another executor, the operation runs in a coroutine of its own there,
+/// which passes terminal only). The operation then ends with
+/// `asio::error::operation_aborted` (a `std::system_error`) and the store
+/// and its connection stay usable. A cancelled waiting operation (`get`,
+/// `wait`, `multi_get`, `barrier`'s wait) changes no key, but the wait it
+/// registered where the keys live (tcp_store: at the store_server, counted
+/// in `pending_waits()` and its limits; hash_store: in its own engine) stays
+/// there until its keys appear, its deadline passes or the connection
+/// closes, and its answer is then dropped: a cancelled wait without a time
+/// limit holds its place until then. torch_store instead drops its socket
+/// (the master forgets the query; the next operation reconnects). A
+/// cancelled write (`set`, `set_owned`, `add`, `compare_set`, `delete_key`,
+/// `append`, `multi_set`, `barrier`'s arrival) may or may not have been
+/// applied: it was sent before the cancellation took effect, or not; read
+/// the key to know. A cancelled `watch_key` may leave its subscription at
+/// the server (its events are ignored) until the connection closes.
 class store : public std::enable_shared_from_this<store> {
 public:
   virtual ~store() = default;
@@ -65,6 +77,7 @@ public:
   void set_timeout(corodist::timeout t) noexcept { timeout_ = t.or_else(default_timeout); }
 
   /// Stores `value` under `key`, waking waiters and watchers.
+  /// Cancellation: see the class comment; a cancelled write may have been applied.
   [[nodiscard]] asio::awaitable<void> set(std::string key, std::string value) {
     return on_executor(do_set(std::move(key), std::move(value)));
   }
@@ -80,12 +93,15 @@ public:
   /// prefix_store over one; hash_store (one handle, in-process) keeps the key
   /// for the store's life, as `set`; file_store and torch_store throw
   /// `usage_error`.
+  /// Cancellation: see the class comment; a cancelled write may have been applied.
   [[nodiscard]] asio::awaitable<void> set_owned(std::string key, std::string value) {
     return on_executor(do_set_owned(std::move(key), std::move(value)));
   }
 
   /// Returns the value of `key`, waiting for it to be set within `limit`
   /// (default: `timeout()`). Throws `timeout_error` naming the key.
+  /// Cancellation: see the class comment; no key changes, the wait stays
+  /// registered until its keys, its deadline or the connection's end.
   [[nodiscard]] asio::awaitable<std::string> get(std::string key,
                                                  corodist::timeout limit = corodist::timeout::inherit()) {
     const auto by = deadline_of(limit);
@@ -95,6 +111,7 @@ public:
   /// Atomically adds `delta` to the integer (decimal text) at `key`, creating
   /// it as 0 first; returns the new value. Throws `store_error` if the value is
   /// not an integer.
+  /// Cancellation: see the class comment; a cancelled write may have been applied.
   [[nodiscard]] asio::awaitable<std::int64_t> add(std::string key, std::int64_t delta) {
     return on_executor(do_add(std::move(key), delta));
   }
@@ -103,20 +120,25 @@ public:
   /// returns it; if `key` is missing and `expected` is empty, stores `desired`
   /// and returns it; otherwise returns the current value (or `expected` when
   /// the key is missing) unchanged.
+  /// Cancellation: see the class comment; a cancelled write may have been applied.
   [[nodiscard]] asio::awaitable<std::string> compare_set(std::string key, std::string expected, std::string desired) {
     return on_executor(do_compare_set(std::move(key), std::move(expected), std::move(desired)));
   }
 
   /// Deletes `key`; returns whether it existed.
+  /// Cancellation: see the class comment; a cancelled write may have been applied.
   [[nodiscard]] asio::awaitable<bool> delete_key(std::string key) { return on_executor(do_delete_key(std::move(key))); }
 
   /// Returns whether every key exists (no waiting).
+  /// Cancellation: see the class comment; nothing changes.
   [[nodiscard]] asio::awaitable<bool> check(std::vector<std::string> keys) {
     return on_executor(do_check(std::move(keys)));
   }
 
   /// Waits until every key exists, within `limit` (default: `timeout()`);
   /// throws `timeout_error` naming the keys.
+  /// Cancellation: see the class comment; no key changes, the wait stays
+  /// registered until its keys, its deadline or the connection's end.
   [[nodiscard]] asio::awaitable<void> wait(std::vector<std::string> keys,
                                            corodist::timeout limit = corodist::timeout::inherit()) {
     const auto by = deadline_of(limit);
@@ -124,15 +146,19 @@ public:
   }
 
   /// Returns the number of keys in the store.
+  /// Cancellation: see the class comment; nothing changes.
   [[nodiscard]] asio::awaitable<std::int64_t> num_keys() { return on_executor(do_num_keys()); }
 
   /// Appends `value` to the value at `key` (creating it).
+  /// Cancellation: see the class comment; a cancelled write may have been applied.
   [[nodiscard]] asio::awaitable<void> append(std::string key, std::string value) {
     return on_executor(do_append(std::move(key), std::move(value)));
   }
 
   /// Returns the values of `keys`, waiting for all of them within `limit`
   /// (default: `timeout()`).
+  /// Cancellation: see the class comment; no key changes, the wait stays
+  /// registered until its keys, its deadline or the connection's end.
   [[nodiscard]] asio::awaitable<std::vector<std::string>>
   multi_get(std::vector<std::string> keys, corodist::timeout limit = corodist::timeout::inherit()) {
     const auto by = deadline_of(limit);
@@ -141,17 +167,21 @@ public:
 
   /// Sets every `keys[i]` to `values[i]` as one operation. Throws
   /// `store_error` if the sizes differ.
+  /// Cancellation: see the class comment; a cancelled write may have been applied.
   [[nodiscard]] asio::awaitable<void> multi_set(std::vector<std::string> keys, std::vector<std::string> values) {
     return on_executor(do_multi_set(std::move(keys), std::move(values)));
   }
 
   /// Returns the keys that start with `prefix`, sorted (a debugging aid).
+  /// Cancellation: see the class comment; nothing changes.
   [[nodiscard]] asio::awaitable<std::vector<std::string>> list_keys(std::string prefix = {}) {
     return on_executor(do_list_keys(std::move(prefix)));
   }
 
   /// Subscribes to changes of `key`: the stream yields created / updated /
   /// deleted events in the order the store applied them, from now on.
+  /// Cancellation: see the class comment; the subscription may stay at the
+  /// server, its events ignored, until the connection closes.
   [[nodiscard]] asio::awaitable<watch_stream> watch_key(std::string key) {
     return on_executor(do_watch_key(std::move(key)));
   }
@@ -159,6 +189,8 @@ public:
   /// A one-shot barrier of `world_size` participants named `name`, built on
   /// `add` + `wait`: returns once all have arrived within `limit` (default:
   /// `timeout()`), or throws `timeout_error`.
+  /// Cancellation: see the class comment; a cancelled barrier may have
+  /// counted its arrival (the barrier name is then used up for this rank).
   [[nodiscard]] asio::awaitable<void> barrier(std::string name, std::int64_t world_size,
                                               corodist::timeout limit = corodist::timeout::inherit()) {
     const auto by = deadline_of(limit);

@@ -37,6 +37,9 @@ public:
   /// `protocol_error` at once for a peer that is not a store server or
   /// refuses the token. `opts.protocol` must be wire_protocol::native
   /// (else `usage_error`: use torch_store::connect or connect_store).
+  /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md):
+  /// ends the attempt or the pause between attempts with `operation_aborted`
+  /// (`std::system_error`); no connection is left open.
   [[nodiscard]] static asio::awaitable<std::shared_ptr<tcp_store>> connect(asio::any_io_executor ex,
                                                                            tcp_store_options opts);
 

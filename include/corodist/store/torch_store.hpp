@@ -26,13 +26,17 @@ namespace corodist::store {
 /// client drops that socket and reconnects on the next call. There is no
 /// authentication; `list_keys` and `watch_key` throw `store_error`, and so
 /// does `append` with 1.13. `multi_get`/`multi_set` are one query with 2.x
-/// and one GET/SET per key with 1.13.
+/// and one GET/SET per key with 1.13. Cancellation: see `store`; a query
+/// cancelled while on the wire drops the socket (the next query reconnects),
+/// one cancelled while queued behind another leaves the queue.
 class torch_store : public basic_store {
 public:
   /// Connects to the master at `opts.host:opts.port` as `connect` of
   /// tcp_store does (retries with backoff, progress logged, the same errors),
   /// with the protocol `opts.protocol` names (pytorch_1_13 or pytorch_2;
   /// native is a `usage_error`), then adds 1 to "init/".
+  /// Cancellation: as tcp_store::connect; cancelled after the connection was
+  /// made, the "init/" count may have been added to.
   [[nodiscard]] static asio::awaitable<std::shared_ptr<torch_store>> connect(asio::any_io_executor ex,
                                                                              tcp_store_options opts);
 
