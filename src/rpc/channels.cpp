@@ -154,7 +154,7 @@ asio::awaitable<void> channels::dial(int rank) {
   }
   // Who we are: the first frame on the connection.
   net::bytes me(4);
-  net::detail::store_le(me.data(), static_cast<std::int32_t>(registry_.self().rank));
+  corodist::store_le(me.data(), static_cast<std::int32_t>(registry_.self().rank));
   conn->send(kind_identify, std::move(me));
   conn->start(
       [](const std::shared_ptr<net::connection>& c, net::message&& m) {
@@ -251,7 +251,7 @@ void channels::on_incoming(net::connection* raw, const std::shared_ptr<net::conn
     return;
   if (m.header.kind == kind_identify) {
     if (m.payload.size() == 4)
-      it->second.rank = net::detail::load_le<std::int32_t>(m.payload.data());
+      it->second.rank = corodist::load_le<std::int32_t>(m.payload.data());
     return;
   }
   on_message_(it->second.rank, conn, std::move(m));

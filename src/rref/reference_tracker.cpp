@@ -115,7 +115,7 @@ void reference_tracker::install() {
   });
 }
 
-void reference_tracker::post(corodist::detail::unique_function<void(reference_tracker&)> f) {
+void reference_tracker::post(corodist::unique_function<void(reference_tracker&)> f) {
   // Weak: a change posted after the agent (and this context) went is dropped.
   asio::post(ex_, [w = weak_from_this(), f = std::move(f)]() mutable {
     if (auto self = w.lock()) {
