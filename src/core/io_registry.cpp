@@ -13,7 +13,7 @@ asio::execution_context::id linger_service::id;
 namespace corodist {
 
 io_registration::io_registration(asio::execution_context& ctx, std::function<void(bool final)> close)
-    : registry_(&asio::use_service<io_registry>(ctx)) {
+    : registry_(&asio::use_service<detail::io_registry>(ctx)) {
   registry_->add(this, [this, close = std::move(close)](bool final) {
     if (final)
       registry_ = nullptr; // the registry goes next (and `close` may end the owner)
