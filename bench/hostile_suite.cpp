@@ -6,7 +6,7 @@
 /// SO_RCVTIMEO / SO_SNDTIMEO), so they hold no user-space memory and the
 /// process's resident memory (/proc/self/status) is what the servers hold.
 ///
-/// Cases (one JSON record each): pending_wait_memory, idle_connection_memory,
+/// Cases (one JSON record each): pending_wait_memory, refused_wait_memory, idle_connection_memory,
 /// half_sent_frame_memory, legit_get_under_500_slow, decode_amplification,
 /// and max_loop_stall_ms (the worst lateness of a 1 ms timer on the server's
 /// loop during each case, against the same probe on the idle loop just before).
@@ -603,6 +603,80 @@ void pending_wait_memory(context& ctx, stall_log& stalls) {
   server.reset();
 }
 
+// ---- 1b. refused waits ------------------------------------------------------
+
+/// 8 WAITs of 1,000 keys of 64 KiB on one connection, each over the default
+/// 16 MiB a connection's waits may hold (refused with an error reply); then
+/// the connection goes. What the server still holds 1 s later, against the
+/// baseline before the attack (target: within 2 MiB).
+void refused_wait_memory(context& ctx) {
+  constexpr std::size_t waits = 8;
+  constexpr std::size_t keys_per_wait = 1000;
+  constexpr std::size_t key_bytes = 64 * 1024;
+  constexpr double target_mib = 2.0;
+  event_loop loop;
+  loop.start();
+  auto server = cs::store_server::start(loop.get_executor(), store_options());
+  const auto port = server->local_endpoint().port();
+
+  // One WAIT frame, built before the baseline and sent `waits` times.
+  std::vector<std::byte> payload;
+  payload.reserve(4 + keys_per_wait * (4 + key_bytes) + 8);
+  append_le<std::uint32_t>(payload, static_cast<std::uint32_t>(keys_per_wait));
+  for (std::size_t i = 0; i < keys_per_wait; ++i) {
+    auto key = fmt::format("hostile/refused/{:06}/", i);
+    key.resize(key_bytes, 'k');
+    append_le<std::uint32_t>(payload, static_cast<std::uint32_t>(key.size()));
+    const auto* k = reinterpret_cast<const std::byte*>(key.data());
+    payload.insert(payload.end(), k, k + key.size());
+  }
+  append_le<std::uint64_t>(payload, 60'000);
+  std::vector<std::byte> frame;
+  append_frame(frame, store_op_wait, 0, 1, payload);
+  payload = {};
+
+  auto sock = connect_hello(port);
+  std::vector<std::byte> warm;
+  append_frame(warm, store_op_num_keys, 0, 0, {});
+  send_all(sock.fd(), warm.data(), warm.size()); // the server's read buffers exist before the baseline
+  (void)read_frame(sock.fd());
+  trim_heap();
+  const long before = resident_bytes();
+  long peak = before;
+  for (std::size_t i = 0; i < waits; ++i) {
+    send_all(sock.fd(), frame.data(), frame.size());
+    auto [h, body] = read_frame(sock.fd());
+    if (body.empty() || body[0] == std::byte{0})
+      throw std::runtime_error("the server accepted a wait over its 16 MiB per connection");
+    peak = std::max(peak, resident_bytes());
+  }
+  sock.reset();
+  const auto t0 = clock_type::now();
+  if (!poll_until([&] { return server->connection_count() == 0; }, loop_timeout))
+    throw std::runtime_error("the server kept the connection 10 s after it closed");
+  std::this_thread::sleep_until(t0 + 1s);
+  const long after = resident_bytes();
+  const double retained_mib = static_cast<double>(after - before) / (1 << 20);
+  record r;
+  r.suite = "hostile";
+  r.name = "refused_wait_memory";
+  r.extra = {{"waits", double(waits)},
+             {"keys_per_wait", double(keys_per_wait)},
+             {"key_bytes", double(key_bytes)},
+             {"rss_before", double(before)},
+             {"rss_peak", double(peak)},
+             {"rss_after_1s", double(after)},
+             {"retained_mib", retained_mib},
+             {"target_retained_mib", target_mib},
+             {"meets_target", retained_mib <= target_mib ? 1.0 : 0.0}};
+  report(ctx, std::move(r),
+         fmt::format("{} refused WAITs of {} keys of {} KiB: resident {:.1f} MiB at the peak, {:+.1f} MiB against "
+                     "the baseline 1 s after the connection closed (target <= {:.0f}: {})",
+                     waits, keys_per_wait, key_bytes / 1024, static_cast<double>(peak - before) / (1 << 20),
+                     retained_mib, target_mib, retained_mib <= target_mib ? "met" : "NOT met"));
+  server.reset();
+}
+
 // ---- 2. idle connections ----------------------------------------------------
 
 void idle_connection_memory(context& ctx, stall_log& stalls) {
@@ -1180,7 +1254,134 @@ void decode_amplification(context& ctx, stall_log& stalls) {
                      double(small.growth) / 1048576.0, stall_text(during, idle)));
 }
 
-// ---- 6. the loop stalls, case by case ----------------------------------------
+// ---- 6. a peer that never reads its replies -----------------------------------
+
+/// A call frame of the RPC protocol to `fn`(n), as a foreign client writes it.
+std::vector<std::byte> size_call_frame(const char* fn, std::uint64_t n, std::uint64_t id) {
+  rpc::encoder e;
+  auto& pk = e.packer();
+  pk.pack_array(3);
+  rpc::pack_value(pk, fn);
+  pk.pack_array(1);
+  pk.pack(n);
+  pk.pack(std::uint64_t{0});
+  auto p = e.finish();
+  std::vector<std::byte> f;
+  append_frame(f, rpc_kind_call, 0, id, p.body);
+  return f;
+}
+
+// A raw connection that says it is rank 0 sends calls for 1 MiB results and
+// never reads a reply: the agent drops it once the output held for it would
+// pass max_buffered_output_per_peer. Measured: the process's peak resident
+// growth over the whole attack (VmHWM after clear_refs), against that cap.
+void unread_replies_memory(context& ctx, stall_log& stalls) {
+  constexpr std::size_t cap = std::size_t{256} << 20; // agent_options' default per-peer cap
+  constexpr std::uint64_t reply_size = std::uint64_t{1} << 20;
+  event_loop store_loop, client_loop, server_loop;
+  store_loop.start();
+  client_loop.start();
+  server_loop.start();
+  auto kv = std::make_shared<cs::hash_store>(store_loop.get_executor());
+  std::unique_ptr<rpc::agent> agents[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    rpc::agent_options o;
+    o.name = rank == 0 ? "client" : "server";
+    o.rank = rank;
+    o.world_size = 2;
+    o.store = kv;
+    o.auth_token = "";
+    o.rpc_timeout = 60s;
+    o.init_timeout = 60s;
+    o.shutdown_timeout = 30s;
+    o.max_buffered_output_per_peer = cap;
+    agents[rank] = std::make_unique<rpc::agent>(rank == 0 ? client_loop : server_loop, o);
+  }
+  agents[1]->register_function("blob", [](std::uint64_t n) { return std::string(n, 'z'); });
+  {
+    std::thread t([&] { agents[1]->start(); });
+    agents[0]->start();
+    t.join();
+  }
+  const asio::any_io_executor sx = server_loop.get_executor();
+  // Warm: the server's pool and buffers have served such a call once.
+  if (agents[0]->rpc_sync<std::string>(30s, "server", "blob", reply_size).size() != reply_size)
+    throw std::runtime_error("the warm-up call returned a wrong result");
+
+  auto sock = connect_hello(agents[1]->local_endpoint().port());
+  {
+    std::vector<std::byte> id(4);
+    corodist::store_le(id.data(), std::int32_t{0});
+    std::vector<std::byte> f;
+    append_frame(f, rpc_kind_identify, net::frame_flags::one_way, 0, id);
+    send_all(sock.fd(), f.data(), f.size());
+  }
+  const auto idle = loop_probe::idle(sx, baseline_window(ctx));
+  loop_probe probe(sx);
+  trim_heap();
+  if (!reset_peak_resident())
+    throw std::runtime_error("cannot reset the peak resident memory (/proc/self/clear_refs)");
+  const long base = resident_bytes();
+  const auto t0 = clock_type::now();
+  // At most 2 x the cap's worth of calls; the agent drops us well before.
+  const std::uint64_t most = 2 * cap / reply_size;
+  std::uint64_t sent = 0;
+  bool dropped = false;
+  for (std::uint64_t id = 1; id <= most && !dropped; ++id) {
+    const auto f = size_call_frame("blob", reply_size, id);
+    const ssize_t k = ::send(sock.fd(), f.data(), f.size(), MSG_NOSIGNAL);
+    if (k != static_cast<ssize_t>(f.size())) {
+      dropped = true;
+      break;
+    }
+    ++sent;
+    pollfd p{sock.fd(), 0, 0};
+    dropped = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
+  }
+  if (!dropped) // the last calls may still be served: wait for the close
+    dropped = poll_until(
+        [&] {
+          pollfd p{sock.fd(), 0, 0};
+          return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
+        },
+        loop_timeout);
+  const double attack_s = seconds_since(t0);
+  const long growth = proc_status_bytes("VmHWM") - base;
+  const auto during = probe.stop();
+  stalls.cases.emplace_back("unread_replies_memory", during, idle);
+  if (!dropped)
+    throw std::runtime_error("the agent did not drop a peer that never reads after " + std::to_string(sent) +
+                             " calls for 1 MiB");
+  // The other peer is served as before.
+  if (agents[0]->rpc_sync<std::string>(10s, "server", "blob", std::uint64_t{16}) != std::string(16, 'z'))
+    throw std::runtime_error("the agent did not serve its other peer after dropping the one that never reads");
+  sock.reset();
+  {
+    std::thread t([&] { agents[1]->shutdown(); });
+    agents[0]->shutdown();
+    t.join();
+  }
+  const double ratio = double(growth) / double(cap);
+  record r;
+  r.suite = "hostile";
+  r.name = "unread_replies_memory";
+  r.extra = {{"cap_bytes", double(cap)},
+             {"calls_sent", double(sent)},
+             {"peak_growth_bytes", double(growth)},
+             {"peak_growth_per_cap", ratio},
+             {"target_peak_growth_per_cap", 1.10},
+             {"meets_target", ratio <= 1.10 ? 1.0 : 0.0},
+             {"attack_s", attack_s}};
+  add_stall_fields(r, during, idle);
+  report(ctx, std::move(r),
+         fmt::format("a peer that sent {} calls for 1 MiB and read nothing was dropped after {:.2f} s; the process's "
+                     "peak resident growth {:.1f} MiB = {:.3f} x the {} MiB per-peer cap (target <= 1.10: {}); the "
+                     "other peer still served; {}",
+                     sent, attack_s, growth / 1048576.0, ratio, cap >> 20, ratio <= 1.10 ? "met" : "NOT met",
+                     stall_text(during, idle)));
+}
+
+// ---- 7. the loop stalls, case by case ----------------------------------------
 
 void stall_summary(context& ctx, const stall_log& stalls) {
   record r;
@@ -1195,7 +1396,8 @@ void stall_summary(context& ctx, const stall_log& stalls) {
     r.extra.emplace_back(name + "_max_own_busy_ms", during.own_busy_ms);
     r.extra.emplace_back(name + "_max_machine_stall_ms", during.machine_ms);
     r.extra.emplace_back(name + "_idle_max_stall_ms", idle.max_ms);
-    if (name != "pending_wait_memory" && name != "idle_connection_memory") { // the cases 3 - 5
+    if (name != "pending_wait_memory" && name != "idle_connection_memory" &&
+        name != "unread_replies_memory") { // the cases 3 - 5
       worst = std::max(worst, during.max_ms);
       worst_busy = std::max(worst_busy, during.busy_ms);
       worst_own = std::max(worst_own, during.own_busy_ms);
@@ -1243,10 +1445,12 @@ void run_hostile_suite(context& ctx) {
     }
   };
   run_case("pending_wait_memory", [&] { pending_wait_memory(ctx, stalls); });
+  run_case("refused_wait_memory", [&] { refused_wait_memory(ctx); });
   run_case("idle_connection_memory", [&] { idle_connection_memory(ctx, stalls); });
   run_case("half_sent_frame_memory", [&] { half_sent_frame_memory(ctx, stalls, fd_limit); });
   run_case("legit_get_under_500_slow", [&] { legit_get_under_slow(ctx, stalls); });
   run_case("decode_amplification", [&] { decode_amplification(ctx, stalls); });
+  run_case("unread_replies_memory", [&] { unread_replies_memory(ctx, stalls); });
   stall_summary(ctx, stalls);
   if (!failed.empty()) {
     std::string names;

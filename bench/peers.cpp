@@ -134,28 +134,29 @@ std::string built_program(const std::string& relative) {
   return exists(p) ? p : std::string();
 }
 
+bool command_succeeds(const std::vector<std::string>& argv) {
+  tools::spawn_options o;
+  o.argv = argv;
+  int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  o.stdout_fd = devnull;
+  o.stderr_fd = devnull;
+  int status = -1;
+  try {
+    pid_t pid = tools::spawn(o);
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  } catch (const std::exception&) {
+  }
+  ::close(devnull);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 std::optional<std::string> torch_unavailable() {
   static std::once_flag once;
   static std::optional<std::string> why;
   std::call_once(once, [] {
-    if (!exists("/usr/bin/python3")) {
+    if (!exists("/usr/bin/python3") || !command_succeeds({"/usr/bin/python3", "-c", "import torch.distributed.rpc"}))
       why = "not installed";
-      return;
-    }
-    tools::spawn_options o;
-    o.argv = {"/usr/bin/python3", "-c", "import torch.distributed.rpc"};
-    int devnull = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-    o.stdout_fd = devnull;
-    o.stderr_fd = devnull;
-    int status = -1;
-    try {
-      pid_t pid = tools::spawn(o);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-    } catch (const std::exception&) {
-    }
-    ::close(devnull);
-    if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0)) why = "not installed";
   });
   return why;
 }

@@ -38,6 +38,10 @@ struct peer_output {
 /// cannot `import torch`), or nullopt when it can. Checked once per process.
 std::optional<std::string> torch_unavailable();
 
+/// Whether `argv` (argv[0] looked up in PATH) runs and exits 0; its output is
+/// discarded. Blocks until it exits.
+bool command_succeeds(const std::vector<std::string>& argv);
+
 /// The path of a peer script in bench/ ($CORODIST_BENCH_DIR, else the source
 /// tree this binary was built from); "" when it is not there.
 std::string bench_script(const std::string& name);

@@ -6,6 +6,7 @@
 /// `mesh_64_agents` (`mesh_16_agents` with --quick), run first, is a job of
 /// 64 agents as processes, each calling every other: see rpc_mesh.hpp.
 
+#include "bench_config.hpp" // CORODIST_BENCH_GRPC: whether the build found gRPC C++
 #include "closed_loop.hpp"
 #include "harness.hpp"
 #include "peers.hpp"
@@ -242,10 +243,25 @@ peer_output torch_rpc_peer(context& ctx) {
 namespace {
 
 /// gRPC C++ (Debian's libgrpc++, built only when found): sync unary 64 B, 64 in flight, echo.
+/// "not installed" only when gRPC is not installed; throws (the suite fails,
+/// naming the peer) when it is but its program is not built.
 peer_output grpc_peer(context& ctx) {
   if (!ctx.peers) return {{}, "skipped"};
   const auto program = built_program("bench/corodist-grpc-peer");
-  if (program.empty()) return {{}, "not installed"};
+  if (program.empty()) {
+#if CORODIST_BENCH_GRPC
+    throw std::runtime_error("peer gRPC C++: the build found gRPC but bench/corodist-grpc-peer is not built "
+                             "(ninja -C BUILD benchmarks builds it)");
+#else
+    // What bench/meson.build looks for: installed after this build was configured?
+    if (command_succeeds({"/bin/sh", "-c",
+                          "pkg-config --exists grpc++ protobuf && command -v protoc && command -v grpc_cpp_plugin"}))
+      throw std::runtime_error("peer gRPC C++: gRPC C++ is installed but this build was configured before it was, "
+                               "so bench/corodist-grpc-peer was not built (meson setup --reconfigure BUILD, then "
+                               "ninja -C BUILD benchmarks)");
+    return {{}, "not installed"};
+#endif
+  }
   return run_peer(ctx, "gRPC C++",
                   {program, "--samples", ctx.quick ? "20000" : "100000", "--calls", ctx.quick ? "100000" : "500000",
                    "--echo-bytes", std::to_string(echo_bytes), "--rounds", ctx.quick ? "3" : "10"},

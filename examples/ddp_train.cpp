@@ -12,6 +12,8 @@
 // Every rank also trains the same model alone on the full batch, and checks
 // that both end at the same parameters (within 1e-6 relative); it exits 1
 // otherwise. Rank 0 prints the loss and the reducer's figures.
+#include "usage.hpp"
+
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/ddp/reducer.hpp>
@@ -19,7 +21,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <charconv>
 #include <cstdio>
+#include <string>
+#include <string_view>
 #include <cstdlib>
 #include <exception>
 #include <random>
@@ -134,8 +139,23 @@ void sgd(mlp& m, std::span<double*, 4> g) {
 int main(int argc, char** argv) {
   namespace cc = corodist::collective;
   namespace dd = corodist::ddp;
+  constexpr const char* usage = "[STEPS]";
+  constexpr const char* about = "Data-parallel training of a small model with the DDP reducer (STEPS: 50 unless given).\n"
+                                "Run it under corodist-run: corodist-run --nproc 4 -- corodist-ddp-train [STEPS]";
+  int steps = 50;
+  if (argc > 1 && examples::is_help(argv[1]))
+    return examples::print_usage(argv[0], usage, about);
+  if (argc > 2)
+    return examples::print_usage(argv[0], usage, about, "too many arguments");
+  if (argc == 2) {
+    const std::string_view text = argv[1];
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), steps);
+    if (ec != std::errc{} || end != text.data() + text.size() || steps < 1) {
+      const std::string error = "STEPS must be a positive integer, not '" + std::string(text) + "'";
+      return examples::print_usage(argv[0], usage, about, error.c_str());
+    }
+  }
   try {
-    const int steps = argc > 1 ? std::atoi(argv[1]) : 50;
     corodist::event_loop loop;
     loop.start();
     // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from corodist-run (its launcher hosts the store).

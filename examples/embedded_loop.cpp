@@ -2,6 +2,8 @@
 // server and an RPC agent share the program's loop, which the program runs.
 //
 //   embedded_loop
+#include "usage.hpp"
+
 #include <corodist/core/event_loop.hpp>
 #include <corodist/rpc/agent.hpp>
 #include <corodist/store/store_server.hpp>
@@ -34,7 +36,9 @@ asio::awaitable<void> serve_and_call(corodist::event_loop& loop, corodist::store
   server.stop(); // with nothing left to do, ctx.run() returns
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto status = examples::no_arguments(argc, argv, "corodist inside the program's own asio::io_context: a store server and an RPC agent on the program's loop (one process, no launcher)."))
+    return *status;
   asio::io_context ctx;           // the program's loop (it may serve other things too)
   corodist::event_loop loop(ctx); // corodist's objects run on it; the program runs it
   auto server = corodist::store::store_server::start(ctx.get_executor(), {});

@@ -24,6 +24,8 @@
 // fault in place at a known step.
 //
 // The store: MASTER_ADDR and MASTER_PORT (corodist-run's, or any store_server).
+#include "usage.hpp"
+
 #include <corodist/collective/errors.hpp>
 #include <corodist/core/error.hpp>
 #include <corodist/ddp/reducer.hpp>
@@ -44,6 +46,7 @@
 #include <functional>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -229,24 +232,41 @@ int replay(const settings& s) {
 int main(int argc, char** argv) {
   settings s;
   s.replica = std::string("r") + env_or("LOCAL_RANK", "0");
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i], v = argv[i + 1];
-    if (k == "--replica") s.replica = v;
-    else if (k == "--steps") s.steps = std::stoull(v);
-    else if (k == "--min-replicas") s.min_replicas = std::stoi(v);
-    else if (k == "--initial-replicas") s.initial_replicas = std::stoi(v);
-    else if (k == "--finish-with") s.finish_with = std::stoi(v);
-    else if (k == "--step-ms") s.step_ms = std::stoi(v);
-    else if (k == "--group-timeout-ms") s.group_timeout_ms = std::stoi(v);
-    else if (k == "--out") s.out = v;
-    else if (k == "--replay") s.replay = v;
-    else if (k == "--hold-after") s.hold_after = std::stoull(v);
-    else if (k == "--hold-file") s.hold_file = v;
-    else {
-      std::fprintf(stderr, "usage: %s [--replica ID] [--steps N] [--min-replicas K] [--initial-replicas K] [--finish-with K] "
-                           "[--step-ms MS] "
-                           "[--group-timeout-ms MS] [--out FILE] [--replay LOG] [--hold-after N --hold-file PATH]\n", argv[0]);
-      return 2;
+  constexpr const char* usage =
+      "[--replica ID] [--steps N] [--min-replicas K] [--initial-replicas K] [--finish-with K] [--step-ms MS] "
+      "[--group-timeout-ms MS] [--out FILE] [--replay LOG] [--hold-after N --hold-file PATH]";
+  constexpr const char* about =
+      "Fault-tolerant data-parallel training with ft::manager and the DDP reducer: one replica per process.\n"
+      "Run it under corodist-run: corodist-run --nproc 4 --restart-policy worker -- corodist-ft-train --steps 60\n"
+      "--replay LOG recomputes the weights from a run's \"committed\" lines in one process.";
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (examples::is_help(k))
+      return examples::print_usage(argv[0], usage, about);
+    if (i + 1 >= argc) {
+      const std::string error = k.starts_with("--") ? "option '" + k + "' needs a value" : "unknown argument '" + k + "'";
+      return examples::print_usage(argv[0], usage, about, error.c_str());
+    }
+    const std::string v = argv[i + 1];
+    try {
+      if (k == "--replica") s.replica = v;
+      else if (k == "--steps") s.steps = std::stoull(v);
+      else if (k == "--min-replicas") s.min_replicas = std::stoi(v);
+      else if (k == "--initial-replicas") s.initial_replicas = std::stoi(v);
+      else if (k == "--finish-with") s.finish_with = std::stoi(v);
+      else if (k == "--step-ms") s.step_ms = std::stoi(v);
+      else if (k == "--group-timeout-ms") s.group_timeout_ms = std::stoi(v);
+      else if (k == "--out") s.out = v;
+      else if (k == "--replay") s.replay = v;
+      else if (k == "--hold-after") s.hold_after = std::stoull(v);
+      else if (k == "--hold-file") s.hold_file = v;
+      else {
+        const std::string error = "unknown option '" + k + "'";
+        return examples::print_usage(argv[0], usage, about, error.c_str());
+      }
+    } catch (const std::logic_error&) { // std::invalid_argument, std::out_of_range
+      const std::string error = "option '" + k + "' wants a number, not '" + v + "'";
+      return examples::print_usage(argv[0], usage, about, error.c_str());
     }
   }
   if (!s.replay.empty()) return replay(s);

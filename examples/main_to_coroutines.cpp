@@ -3,6 +3,8 @@
 // exception) back to the plain thread that called it.
 //
 //   main_to_coroutines
+#include "usage.hpp"
+
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/run_blocking.hpp>
@@ -25,7 +27,9 @@ asio::awaitable<std::string> get_missing(corodist::store::store& s) {
   co_return co_await s.get("never-set", 50ms); // throws corodist::timeout_error after 50 ms
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto status = examples::no_arguments(argc, argv, "From main() into coroutines with corodist::run_blocking (one process, no launcher)."))
+    return *status;
   corodist::event_loop loop;
   loop.start(); // the loop runs on its own thread; main() stays a plain thread
   auto store = std::make_shared<corodist::store::hash_store>(loop.get_executor());

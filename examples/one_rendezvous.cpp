@@ -8,6 +8,8 @@
 // beside the program's own. Each rank asks the next one, through an RRef, for
 // a vector that stays there, fetches it, and sums the fetched vectors with an
 // allreduce.
+#include "usage.hpp"
+
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/rpc/agent.hpp>
@@ -22,7 +24,9 @@
 
 namespace rr = corodist::rref;
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto status = examples::no_arguments(argc, argv, "One rendezvous for a job's store, RPC agent, RRef and gloo group: run it under corodist-run,\n  corodist-run --nproc-per-node 2 one_rendezvous"))
+    return *status;
   corodist::event_loop loop;
   loop.start();
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT come from corodist-run (or torchrun).

@@ -4,6 +4,8 @@
 //
 // Rank 0 ("server") registers "echo"; rank 1 ("client") calls it three ways:
 // rpc_sync (blocking), rpc_async (a future) and co_await (in a coroutine).
+#include "usage.hpp"
+
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/rpc/agent.hpp>
@@ -17,7 +19,9 @@ asio::awaitable<std::string> echo_from_a_coroutine(corodist::rpc::agent& rpc) {
   co_return co_await rpc.call<std::string>("server", "echo", "co_await");
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto status = examples::no_arguments(argc, argv, "An RPC echo server (rank 0) and its client (rank 1): run it under corodist-run,\n  corodist-run --nproc-per-node 2 rpc_echo"))
+    return *status;
   corodist::event_loop loop;
   loop.start();
   corodist::rpc::agent_options o;

@@ -5,6 +5,8 @@
 // Every rank finds the others through env:// (corodist-run's launcher hosts the store server;
 // without one, rank 0 does),
 // publishes a key, waits at a barrier, and reads what the others published.
+#include "usage.hpp"
+
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>
@@ -12,7 +14,9 @@
 #include <cstdio>
 #include <string>
 
-int main() {
+int main(int argc, char** argv) {
+  if (auto status = examples::no_arguments(argc, argv, "Store rendezvous and barrier across processes: run it under corodist-run,\n  corodist-run --nproc-per-node 3 store_barrier"))
+    return *status;
   corodist::event_loop loop;
   loop.start();
   // RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT come from corodist-run (or torchrun).

@@ -9,6 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --bench
+# A build/ configured before the set-up installed a peer (scripts/test.sh first,
+# then this) would build without it: Meson looks dependencies up only when it
+# configures, so reconfigure an existing build/ (a few seconds) before building.
+if [[ -f build/build.ninja ]]; then
+  meson setup --reconfigure build >/dev/null
+fi
 bash scripts/build.sh build
 ninja -C build benchmarks >/dev/null   # not built by default (meson_options.txt: benchmarks)
 for a in "$@"; do

@@ -13,6 +13,10 @@ if command -v ccache >/dev/null; then export CXX=${CXX:-"ccache g++"}; fi
 if [[ ! -f "$dir/build.ninja" ]]; then
   # The tests are off in a plain `meson setup` (an install builds no tests): on here.
   [[ " $* " == *" -Dtests="* ]] || set -- -Dtests=enabled "$@"
+  # The CUDA plugin (NCCL backend) is off in a plain `meson setup` too (an install
+  # builds it only when asked): here, whenever CUDA and NCCL are found.
+  [[ " $* " == *" -Dcuda="* ]] || set -- -Dcuda=auto "$@"
+  [[ " $* " == *" -Dnccl="* ]] || set -- -Dnccl=auto "$@"
   meson setup "$dir" "$@" >/dev/null
 fi
 ninja -C "$dir" >/dev/null || ninja -C "$dir"

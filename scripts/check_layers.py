@@ -32,7 +32,7 @@ DETAIL_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]corodist/([a-z_]+)/detail/')
 ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
 # Whether tools_use_public_headers() fails the check (True) or only reports
 # what it finds (False, printed as notes; the exit code ignores them).
-ENFORCE_TOOLS_RULE = False
+ENFORCE_TOOLS_RULE = True
 
 
 def includes(f: pathlib.Path):

@@ -184,7 +184,10 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
       socket.set_option(asio::socket_base::keep_alive(true), ignored);
       foreign_->take(std::move(socket), true);
     } else {
-      CORODIST_LOG_WARN("rejected connection from {}: {}", endpoint_text(peer), make_error_code(errc::hello_timeout).message());
+      CORODIST_LOG_WARN("rejected connection from {}: it sent nothing within the handshake timeout{}",
+                        endpoint_text(peer),
+                        !socket.is_open() ? " (and its socket was closed meanwhile)"
+                                          : " (silent connections are not served here)");
     }
     co_return;
   }

@@ -69,6 +69,30 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
   h.payload_len = static_cast<std::uint32_t>(len);
   CORODIST_LOG_TRACE("net: to {}: kind {}, request {}, flags 0x{:x}, {} bytes", detail::endpoint_text(remote_), h.kind,
                      h.request_id, unsigned(h.flags), len);
+  // Everything this connection holds unwritten counts: what is queued and the
+  // write in flight (a peer that does not read holds that one forever). The
+  // caps are checked before the frame is copied into the queue, so a refused
+  // frame never grows it. A frame alone, with nothing else unwritten, is
+  // always accepted.
+  const std::size_t frame_bytes = header_size + len;
+  const std::size_t held = queued_bytes_ + writing_bytes_ + frame_bytes;
+  if (held > opts_.max_buffered_output && held > frame_bytes) {
+    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output unwritten, cap {})",
+                      detail::endpoint_text(remote_), held, opts_.max_buffered_output);
+    close(errc::output_overflow);
+    return errc::output_overflow;
+  }
+  const std::size_t shared = opts_.shared_output ? opts_.shared_output->add(frame_bytes) : 0;
+  if (opts_.shared_output && shared > opts_.shared_output->limit() && held >= opts_.shared_output->limit() / 4 &&
+      held > frame_bytes) {
+    opts_.shared_output->remove(frame_bytes);
+    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output unwritten for it; its "
+                      "group of connections holds {}, cap {})",
+                      detail::endpoint_text(remote_), held, shared, opts_.shared_output->limit());
+    close(errc::output_overflow);
+    return errc::output_overflow;
+  }
+  queued_bytes_ += frame_bytes;
   auto hdr = encode(h);
   auto& st = queued_.stage;
   if (segments.empty() && body.size() <= copy_threshold) {
@@ -77,23 +101,6 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
   } else {
     st.insert(st.end(), hdr.begin(), hdr.end());
     queued_.large.push_back(large_frame{st.size(), std::move(body), std::move(segments)});
-  }
-  queued_bytes_ += header_size + len;
-  const std::size_t shared = opts_.shared_output ? opts_.shared_output->add(header_size + len) : 0;
-  // A frame alone in the queue is always accepted, whatever its size.
-  if (queued_bytes_ > opts_.max_buffered_output && queued_bytes_ > header_size + len) {
-    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued, cap {})",
-                      detail::endpoint_text(remote_), queued_bytes_, opts_.max_buffered_output);
-    close(errc::output_overflow);
-    return errc::output_overflow;
-  }
-  if (opts_.shared_output && shared > opts_.shared_output->limit() &&
-      queued_bytes_ >= opts_.shared_output->limit() / 4 && queued_bytes_ > header_size + len) {
-    CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output queued for it; its "
-                      "group of connections holds {}, cap {})",
-                      detail::endpoint_text(remote_), queued_bytes_, shared, opts_.shared_output->limit());
-    close(errc::output_overflow);
-    return errc::output_overflow;
   }
   if (++queued_frames_ >= eager_send_frames && !writing_ && queued_.large.empty())
     send_queued_now();
@@ -139,8 +146,7 @@ void connection::start_write() {
   sent_at_ = clock::now(); // (heartbeats: this side is not silent)
   queued_frames_ = 0;
   std::swap(queued_, writing_batch_);
-  if (opts_.shared_output)
-    opts_.shared_output->remove(queued_bytes_); // handed to the socket
+  writing_bytes_ = queued_bytes_; // still held (and counted) until written
   queued_bytes_ = 0;
   // Asio's completion (the ring path ends in write_done() itself).
   auto on_asio = [this] {
@@ -181,6 +187,9 @@ void connection::start_write() {
 void connection::write_done(std::error_code ec) {
   writing_ = false;
   writing_batch_.clear();
+  if (opts_.shared_output)
+    opts_.shared_output->remove(writing_bytes_); // written (or dropped): no longer held
+  writing_bytes_ = 0;
   if (ec) {
     if (open_)
       CORODIST_LOG_DEBUG("write to {} failed: {}", detail::endpoint_text(remote_), ec.message());

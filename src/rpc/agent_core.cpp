@@ -75,10 +75,10 @@ asio::awaitable<void> agent_core::start() {
           auto p = d.lock();
           return p ? p->kind_name(k) : std::string("a message");
         },
-        [w = std::weak_ptr<dispatcher>(dispatcher_)](int from, const std::shared_ptr<net::connection>& c,
-                                                     net::message&& m) {
+        [w = std::weak_ptr<dispatcher>(dispatcher_)](int from, const std::string& from_name,
+                                                     const std::shared_ptr<net::connection>& c, net::message&& m) {
           if (auto d = w.lock())
-            d->on_message(from, c, std::move(m));
+            d->on_message(from, from_name, c, std::move(m));
         });
     auto [lec, l] = net::listener::listen(ex_, {addr, opts_.port}, copts,
                                           [w = std::weak_ptr<channels>(channels_)](std::shared_ptr<net::connection> c) {

@@ -71,6 +71,7 @@ public:
                             call_context ctx) override;
   void add_shutdown_step(std::string name, shutdown_step step) override;
   void decode_context(int from, codec_context& ctx) override;
+  std::weak_ptr<const void> lifetime() const override { return weak_from_this(); }
 
   // (any thread)
   const asio::any_io_executor ex_;

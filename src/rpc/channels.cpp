@@ -18,6 +18,22 @@ using clock = std::chrono::steady_clock;
 bool passed(clock::time_point deadline) { return corodist::deadline(deadline).expired(); }
 } // namespace
 
+net::bytes encode_identity(const worker_info& self) {
+  net::bytes b(4 + self.name.size());
+  corodist::store_le(b.data(), static_cast<std::int32_t>(self.rank));
+  std::copy(self.name.begin(), self.name.end(), reinterpret_cast<char*>(b.data()) + 4);
+  return b;
+}
+
+std::optional<std::pair<int, std::string>> decode_identity(const net::bytes& b) {
+  if (b.size() < 4)
+    return std::nullopt;
+  const auto rank = corodist::load_le<std::int32_t>(b.data());
+  if (rank < 0)
+    return std::nullopt;
+  return std::pair<int, std::string>(rank, std::string(reinterpret_cast<const char*>(b.data()) + 4, b.size() - 4));
+}
+
 channels::channels(asio::any_io_executor ex, const worker_registry& registry, net::connection_options options,
                    kind_name_fn kind_name, message_fn on_message)
     : ex_(std::move(ex)), registry_(registry), options_(std::move(options)), kind_name_(std::move(kind_name)),
@@ -152,10 +168,9 @@ asio::awaitable<void> channels::dial(int rank) {
     }
     co_return;
   }
-  // Who we are: the first frame on the connection.
-  net::bytes me(4);
-  corodist::store_le(me.data(), static_cast<std::int32_t>(registry_.self().rank));
-  conn->send(kind_identify, std::move(me));
+  // Who we are, rank and name: the first frame on the connection (the callee
+  // may not have the worker table yet when our first call arrives).
+  conn->send(kind_identify, encode_identity(registry_.self()));
   conn->start(
       [](const std::shared_ptr<net::connection>& c, net::message&& m) {
         // Nothing is served on a connection this worker dialled.
@@ -250,11 +265,13 @@ void channels::on_incoming(net::connection* raw, const std::shared_ptr<net::conn
   if (it == incoming_.end())
     return;
   if (m.header.kind == kind_identify) {
-    if (m.payload.size() == 4)
-      it->second.rank = corodist::load_le<std::int32_t>(m.payload.data());
+    if (auto id = decode_identity(m.payload)) {
+      it->second.rank = id->first;
+      it->second.name = std::move(id->second);
+    }
     return;
   }
-  on_message_(it->second.rank, conn, std::move(m));
+  on_message_(it->second.rank, it->second.name, conn, std::move(m));
 }
 
 void channels::close_all() {

@@ -19,17 +19,28 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace corodist::rpc::detail {
+
+/// The first frame of a dialled connection: the dialler's rank (int32 LE)
+/// then its worker name (the rest of the frame).
+net::bytes encode_identity(const worker_info& self);
+/// Its rank and name, or nullopt if the frame is not one (too short, a negative rank).
+std::optional<std::pair<int, std::string>> decode_identity(const net::bytes& frame);
 
 /// Loop-affine: every member runs on the agent's loop.
 class channels : public std::enable_shared_from_this<channels> {
 public:
   /// Receives each request or notification that arrives, with the sender's
-  /// rank (-1 if its connection did not identify itself).
-  using message_fn = std::function<void(int from, const std::shared_ptr<net::connection>&, net::message&&)>;
+  /// rank (-1) and worker name ("") as its connection's first frame gave them
+  /// (a connection that did not identify itself: unknown). Known before this
+  /// worker has the worker table: a peer may call while it still waits for it.
+  using message_fn = std::function<void(int from, const std::string& from_name,
+                                        const std::shared_ptr<net::connection>&, net::message&&)>;
   /// Completes a request: the response, or an error in it.
   using response_fn = corodist::unique_function<void(net::response&&)>;
 
@@ -94,6 +105,7 @@ private:
   struct accepted_conn {
     std::weak_ptr<net::connection> conn;
     int rank = -1;
+    std::string name; // the worker name the peer identified itself by
   };
 
   void send(const std::shared_ptr<net::connection>& conn, waiting&& w);

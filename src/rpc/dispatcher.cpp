@@ -114,13 +114,14 @@ std::function<std::unique_ptr<encoder>()> dispatcher::result_encoder(int to) {
   return [port = env_.port, self = env_.self_rank, to] { return std::make_unique<encoder>(port, self, to); };
 }
 
-void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& conn, net::message&& m) {
+void dispatcher::on_message(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
+                            net::message&& m) {
   ++received_;
   const bool one_way = (m.header.flags & net::frame_flags::one_way) != 0;
   const auto id = m.header.request_id;
   if (m.header.kind == kind_call) {
     if (!one_way)
-      serve_call(from, conn, id, std::move(m.payload), clock::now());
+      serve_call(from, from_name, conn, id, std::move(m.payload), clock::now());
     return;
   }
   auto it = handlers_.find(m.header.kind);
@@ -158,8 +159,8 @@ void dispatcher::on_message(int from, const std::shared_ptr<net::connection>& co
   it->second.h(inbound_message{from, m.header.kind, one_way, std::move(m.payload)}, std::move(r));
 }
 
-void dispatcher::serve_call(int from, std::weak_ptr<net::connection> conn, std::uint64_t id, net::bytes&& frame,
-                            clock::time_point arrived) {
+void dispatcher::serve_call(int from, const std::string& from_name, std::weak_ptr<net::connection> conn,
+                            std::uint64_t id, net::bytes&& frame, clock::time_point arrived) {
   // Replies leave from the loop, whichever thread produced them.
   auto reply = [loop = env_.loop, conn, id, max = env_.max_message_size,
                 self_name = env_.worker_name](payload&& p, std::exception_ptr e) mutable {
@@ -183,18 +184,20 @@ void dispatcher::serve_call(int from, std::weak_ptr<net::connection> conn, std::
     reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
     return;
   }
-  start_call(from, std::move(frame), arrived,
+  start_call(from, from_name.empty() && env_.name_of ? env_.name_of(from) : from_name, std::move(frame), arrived,
              [this, self = shared_from_this(), reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
                reply(std::move(p), std::move(e));
                serving_.leave();
              });
 }
 
-void dispatcher::start_call(int from, net::bytes&& frame, clock::time_point arrived, reply_fn reply) {
+void dispatcher::start_call(int from, std::string from_name, net::bytes&& frame, clock::time_point arrived,
+                            reply_fn reply) {
   // Parse, find the function, check the deadline, decode the arguments: on the
   // loop for small messages, on the pool for large ones (no single message may
   // hold the loop for long).
-  auto bind = [this, self = shared_from_this(), from, arrived](net::bytes&& frame, reply_fn& reply) -> bool {
+  auto bind = [this, self = shared_from_this(), from, from_name = std::move(from_name),
+               arrived](net::bytes&& frame, reply_fn& reply) mutable -> bool {
     std::string name;
     try {
       codec_context ctx;
@@ -211,7 +214,7 @@ void dispatcher::start_call(int from, net::bytes&& frame, clock::time_point arri
       if (deadline.expired())
         throw call_failure(failure::deadline, "'" + name + "' was not started: its caller's deadline (" +
                                                   deadline_text(arrived, deadline.at()) + ") had passed");
-      call_context cc(from, env_.name_of ? env_.name_of(from) : std::string(), deadline);
+      call_context cc(from, std::move(from_name), deadline);
       bound_call b;
       {
         codec_scope scope(ctx);

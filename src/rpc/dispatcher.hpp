@@ -34,7 +34,8 @@ struct dispatch_env {
   std::size_t max_message_size = 0;
   /// Payloads at least this large are parsed and bound off the loop.
   std::size_t offload_size = 0;
-  /// The caller's name for a rank (-1, unknown: "").
+  /// A rank's worker name from the worker table (-1, unknown, or no table yet: ""),
+  /// for a caller whose connection did not give its name.
   std::function<std::string(int)> name_of;
 };
 
@@ -53,8 +54,10 @@ public:
   /// What a message of `kind` is, for logs: its handler's name, or rpc's own.
   std::string kind_name(message_kind kind) const;
 
-  /// Serves one message that arrived from worker `from` (-1: unknown) on `conn`.
-  void on_message(int from, const std::shared_ptr<net::connection>& conn, net::message&& m);
+  /// Serves one message that arrived on `conn` from worker `from` (-1: unknown)
+  /// named `from_name` ("": unknown; then the worker table names it, if it can).
+  void on_message(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
+                  net::message&& m);
 
   /// Runs function `fn` here on `args` (alive through `keep`); any thread.
   future<payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
@@ -78,10 +81,11 @@ public:
 private:
   using reply_fn = corodist::unique_function<void(payload&&, std::exception_ptr)>;
 
-  void serve_call(int from, std::weak_ptr<net::connection> conn, std::uint64_t id, net::bytes&& frame,
-                  std::chrono::steady_clock::time_point arrived);
+  void serve_call(int from, const std::string& from_name, std::weak_ptr<net::connection> conn, std::uint64_t id,
+                  net::bytes&& frame, std::chrono::steady_clock::time_point arrived);
   // Parses a call and starts it; `reply` gets the encoded result or the error payload.
-  void start_call(int from, net::bytes&& frame, std::chrono::steady_clock::time_point arrived, reply_fn reply);
+  void start_call(int from, std::string from_name, net::bytes&& frame, std::chrono::steady_clock::time_point arrived,
+                  reply_fn reply);
   void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply);
   std::function<std::unique_ptr<encoder>()> result_encoder(int to);
 

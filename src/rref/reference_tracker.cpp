@@ -47,6 +47,36 @@ std::exception_ptr as_remote_error(const std::exception_ptr& e, const std::strin
 
 std::atomic<bool> break_g2_for_tests{false};
 
+namespace {
+// A promise posted to the tracker's loop that fails with usage_error(`why`) if
+// the work carrying it is dropped unrun (the tracker went first: its agent was
+// destroyed), instead of breaking.
+template <typename T>
+class failed_if_dropped {
+public:
+  failed_if_dropped(promise<T> p, std::string why) : p_(std::move(p)), why_(std::move(why)) {}
+  failed_if_dropped(failed_if_dropped&& o) noexcept : p_(std::move(o.p_)), why_(std::move(o.why_)) { o.why_.clear(); }
+  failed_if_dropped& operator=(failed_if_dropped&&) = delete;
+  ~failed_if_dropped() {
+    if (!why_.empty())
+      p_.set_exception(std::make_exception_ptr(usage_error(why_)));
+  }
+  /// The promise, now answered by its taker.
+  promise<T> take() {
+    why_.clear();
+    return std::move(p_);
+  }
+
+private:
+  promise<T> p_;
+  std::string why_;
+};
+
+std::string context_gone(const std::string& what) {
+  return what + ": this worker's RRef context is gone (its agent was destroyed)";
+}
+} // namespace
+
 // A to_here() on the owner, waiting for the value until its deadline.
 struct reference_tracker::local_fetch {
   promise<net::bytes> p;
@@ -64,7 +94,8 @@ struct reference_tracker::owner_extra {
 
 reference_tracker::reference_tracker(rpc::message_port& port, rpc::agent* agent, context_options opts,
                                      std::function<clock::time_point()> now)
-    : port_(port), agent_(agent), opts_(opts), now_(std::move(now)), ex_(port.get_executor()),
+    : port_(port), port_life_(port.lifetime()), port_tracked_(!port_life_.expired()), agent_(agent), opts_(opts),
+      now_(std::move(now)), ex_(port.get_executor()),
       channel_([&port](int to, rpc::payload p) { port.notify(to, kind_control, std::move(p)); }, opts) {
   if (!now_) { // the real clock: retries on a timer of the loop
     now_ = [] { return clock::now(); };
@@ -81,7 +112,17 @@ reference_tracker::reference_tracker(rpc::message_port& port, rpc::agent* agent,
   }
 }
 
-reference_tracker::~reference_tracker() = default;
+reference_tracker::~reference_tracker() {
+  // Waits on the owner that never got their value: they fail, not break.
+  for (auto& [id, e] : owners_) {
+    if (!e.extra)
+      continue;
+    for (auto& f : e.extra->waiting_here)
+      f.p.set_exception(std::make_exception_ptr(usage_error(context_gone("to_here of RRef R" + id.str()))));
+    for (auto& p : e.extra->waiting_slots)
+      p.set_exception(std::make_exception_ptr(usage_error(context_gone("local_value of RRef R" + id.str()))));
+  }
+}
 
 void reference_tracker::arm_retry() {
   if (!retry_timer_ || retry_armed_ || channel_.unacked() == 0)
@@ -113,6 +154,15 @@ void reference_tracker::install() {
     if (auto self = w.lock())
       self->on_control(m);
   });
+}
+
+std::shared_ptr<const void> reference_tracker::hold_port(std::string_view op) const {
+  if (!port_tracked_)
+    return nullptr;
+  auto p = port_life_.lock();
+  if (!p)
+    throw usage_error(std::string(op) + ": this worker's agent is gone");
+  return p;
 }
 
 void reference_tracker::post(corodist::unique_function<void(reference_tracker&)> f) {
@@ -289,7 +339,9 @@ future<net::bytes> reference_tracker::fetch(const std::shared_ptr<handle>& h, co
   // The time left, kept on this tracker's clock (a simulated one in tests).
   const auto timeout = std::chrono::ceil<std::chrono::milliseconds>(
       std::min<clock::duration>(by.remaining(), std::chrono::hours(24 * 365)));
-  post([id, p = std::move(p), timeout](reference_tracker& self) mutable {
+  failed_if_dropped<net::bytes> answer(std::move(p), context_gone("to_here of RRef R" + id.str()));
+  post([id, answer = std::move(answer), timeout](reference_tracker& self) mutable {
+    auto p = answer.take();
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) { // (a handle keeps its entry: not expected)
       p.set_exception(std::make_exception_ptr(
@@ -340,7 +392,10 @@ std::shared_ptr<value_slot> reference_tracker::local_slot(const handle& h) {
   // The value, once its function has finished (as PyTorch's OwnerRRef::getValue).
   promise<std::shared_ptr<value_slot>> p;
   auto f = p.get_future();
-  post([id = h.id(), p = std::move(p)](reference_tracker& self) mutable {
+  failed_if_dropped<std::shared_ptr<value_slot>> answer(std::move(p),
+                                                       context_gone("local_value of RRef R" + h.id().str()));
+  post([id = h.id(), answer = std::move(answer)](reference_tracker& self) mutable {
+    auto p = answer.take();
     auto it = self.owners_.find(id);
     if (it == self.owners_.end()) {
       p.set_exception(std::make_exception_ptr(usage_error("local_value of RRef R" + id.str() + " on its owner '" +

@@ -58,6 +58,7 @@ public:
 
   // ---- protocol ----
   rpc::message_port& port() override { return port_; }
+  std::shared_ptr<const void> hold_port(std::string_view op) const override;
   int self() const override { return port_.self().rank; }
   rpc::agent* agent() override { return agent_; }
   corodist::timeout default_timeout() const override {
@@ -141,6 +142,8 @@ private:
   void expire_local_fetches();
 
   rpc::message_port& port_;
+  std::weak_ptr<const void> port_life_; // the port's owner (empty: a simulated port)
+  bool port_tracked_ = false;           // port_life_ was set: lock it before using port_ off the loop
   rpc::agent* agent_;
   context_options opts_;
   std::function<clock::time_point()> now_;

@@ -103,30 +103,40 @@ public:
     constexpr auto max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
     return std::chrono::milliseconds(static_cast<std::int64_t>(std::min(v, max)));
   }
-  std::string str() {
+  std::string str() { return std::string(str_view()); }
+  /// As str(), viewing the bytes in place (valid while the payload is).
+  std::string_view str_view() {
     auto n = u32();
     need(n);
-    std::string s(reinterpret_cast<const char*>(p_), n);
+    std::string_view s(reinterpret_cast<const char*>(p_), n);
     p_ += n;
     return s;
   }
-  std::vector<std::string> strs() {
-    auto n = u32();
-    if (n > left() / 4) // each string takes at least its 4-byte length
-      throw protocol_error("store: a list of " + std::to_string(n) + " strings in " + std::to_string(left()) +
-                           " bytes");
-    std::vector<std::string> v;
-    v.reserve(n);
-    for (std::uint32_t i = 0; i < n; ++i)
-      v.push_back(str());
-    return v;
-  }
+  std::vector<std::string> strs() { return strs_as<std::string>(); }
+  /// As strs(), viewing the strings in place (valid while the payload is).
+  std::vector<std::string_view> str_views() { return strs_as<std::string_view>(); }
   /// Throws protocol_error unless every byte was read.
   void end() const {
     if (p_ != end_)
       throw protocol_error("store: " + std::to_string(left()) + " unexpected bytes after the fields");
   }
   std::size_t left() const noexcept { return static_cast<std::size_t>(end_ - p_); }
+
+private:
+  template <typename S>
+  std::vector<S> strs_as() {
+    auto n = u32();
+    if (n > left() / 4) // each string takes at least its 4-byte length
+      throw protocol_error("store: a list of " + std::to_string(n) + " strings in " + std::to_string(left()) +
+                           " bytes");
+    std::vector<S> v;
+    v.reserve(n);
+    for (std::uint32_t i = 0; i < n; ++i)
+      v.emplace_back(str_view());
+    return v;
+  }
+
+public:
 
 private:
   template <typename T>

@@ -1,4 +1,5 @@
 #include "store/engine.hpp"
+#include "store/heap_trim.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/store/errors.hpp>
@@ -6,7 +7,6 @@
 #include <algorithm>
 #include <charconv>
 
-#include <malloc.h>
 
 namespace corodist::store::detail {
 
@@ -65,6 +65,18 @@ std::int64_t added(const std::string& key, const std::string* current, std::int6
   return sum;
 }
 
+std::int64_t added_like_stoll(const std::string& key, const std::string* current, std::int64_t delta) {
+  std::int64_t v = 0;
+  if (current) {
+    try {
+      v = std::stoll(*current);
+    } catch (const std::logic_error&) { // invalid_argument, out_of_range
+      throw store_error("add: the value of key '" + key + "' does not start with an integer in the int64 range");
+    }
+  }
+  return static_cast<std::int64_t>(static_cast<std::uint64_t>(v) + static_cast<std::uint64_t>(delta));
+}
+
 bool compare_set_stores(const std::string* current, const std::string& expected) {
   return current ? *current == expected : expected.empty();
 }
@@ -96,11 +108,13 @@ const std::string* engine::find(const std::string& key) const {
   return it == data_.end() ? nullptr : &it->second;
 }
 
-void engine::store(const std::string& key, std::string value) {
+void engine::store(const std::string& key, std::string value, bool wake_waiters) {
   disown(key);
   auto [it, created] = data_.insert_or_assign(key, std::move(value));
   changed(created ? watch_event::kind::created : watch_event::kind::updated, key, it->second);
-  if (created)
+  // Waits on a key that exists are left only by a compare_set that created it
+  // without waking them: the next write wakes them.
+  if (wake_waiters && (created || !waiting_on_.empty()))
     key_created(key);
 }
 
@@ -170,20 +184,22 @@ void engine::disown(const std::string& key) {
   key_owner_.erase(it);
 }
 
-std::int64_t engine::add(const std::string& key, std::int64_t delta) {
+std::int64_t engine::add(const std::string& key, std::int64_t delta, counter_text text) {
   rules::check_key(key, limits_);
-  const auto v = rules::added(key, find(key), delta);
+  const auto v = text == counter_text::strict ? rules::added(key, find(key), delta)
+                                              : rules::added_like_stoll(key, find(key), delta);
   store(key, std::to_string(v));
   return v;
 }
 
-std::string engine::compare_set(const std::string& key, const std::string& expected, std::string desired) {
+std::string engine::compare_set(const std::string& key, const std::string& expected, std::string desired,
+                                bool wake_waiters) {
   rules::check_key(key, limits_);
   rules::check_value(desired, limits_);
   auto* cur = find(key);
   if (!rules::compare_set_stores(cur, expected))
     return rules::compare_set_unchanged(cur, expected);
-  store(key, desired);
+  store(key, desired, wake_waiters);
   return desired;
 }
 
@@ -246,37 +262,35 @@ std::size_t engine::queue_len(const std::string& key) const {
 }
 
 namespace {
-// Dropping an owner that held this much of waits trims the heap.
-constexpr std::size_t trim_after_bytes = std::size_t{16} << 20;
 // What a pending wait holds per key beyond the key's bytes: its copy in the
 // waiter, its entry in the key index, and the index's set node.
 constexpr std::size_t wait_bytes_per_key = 160;
 constexpr std::size_t wait_bytes_per_waiter = 256;
 } // namespace
 
-void engine::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner,
-                  wait_done done) {
+template <typename Keys>
+std::size_t engine::wait_cost(const Keys& keys, owner_id owner) const {
   rules::check_key_count(keys.size(), limits_);
   for (auto& k : keys)
     rules::check_key(k, limits_);
-  // A deadline from the wire may be anything: past a year it means "never" (and
-  // would overflow the clock's arithmetic).
-  if (timeout > std::chrono::hours(24 * 365))
-    timeout = std::chrono::milliseconds(0);
   std::size_t missing = 0;
   std::size_t bytes = wait_bytes_per_waiter;
+  std::string probe; // (a view's key is looked up through one reused copy)
   for (auto& k : keys) {
-    if (!present(k)) {
+    bool here = false;
+    if constexpr (std::is_same_v<std::decay_t<decltype(k)>, std::string>)
+      here = present(k);
+    else
+      here = present(probe.assign(k));
+    if (!here) {
       ++missing;
       bytes += 2 * k.size() + wait_bytes_per_key; // the waiter's copy and the index's
     } else {
       bytes += k.size() + sizeof(std::string);
     }
   }
-  if (missing == 0) {
-    done(std::move(keys), {});
-    return;
-  }
+  if (missing == 0)
+    return 0;
   auto oit = owners_.find(owner);
   const std::size_t owner_waits = oit == owners_.end() ? 0 : oit->second.waits.size();
   const std::size_t owner_bytes = oit == owners_.end() ? 0 : oit->second.wait_bytes;
@@ -289,6 +303,22 @@ void engine::wait(std::vector<std::string> keys, std::chrono::milliseconds timeo
   if (bytes > limits_.max_wait_bytes || wait_bytes_ > limits_.max_wait_bytes - bytes)
     throw store_error("the server's pending waits would hold " + std::to_string(wait_bytes_ + bytes) +
                       " bytes of keys, over its limit of " + std::to_string(limits_.max_wait_bytes));
+  return bytes;
+}
+
+void engine::admit_wait(std::span<const std::string_view> keys, owner_id owner) const { (void)wait_cost(keys, owner); }
+
+void engine::wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner,
+                  wait_done done) {
+  const std::size_t bytes = wait_cost(keys, owner);
+  // A deadline from the wire may be anything: past a year it means "never" (and
+  // would overflow the clock's arithmetic).
+  if (timeout > std::chrono::hours(24 * 365))
+    timeout = std::chrono::milliseconds(0);
+  if (bytes == 0) {
+    done(std::move(keys), {});
+    return;
+  }
   const auto id = next_id_++;
   auto& w = waiters_[id];
   w.keys = std::move(keys);
@@ -564,8 +594,7 @@ void engine::drop_waits_and_watches(owner_id owner) {
   }
   for (auto id : mine.watches)
     unwatch(id);
-  if (freed >= trim_after_bytes)
-    ::malloc_trim(0); // give a departed client's large waits back to the system, not just to malloc
+  trim_heap_after(freed); // a departed client's large waits go back to the system, not just to malloc
   if (!mine.waits.empty())
     waits_changed();
 }

@@ -24,6 +24,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -78,6 +79,12 @@ std::int64_t parse_counter(const std::string& key, const std::string& text);
 /// plus `delta`. Throws store_error if the value is not an integer or the sum overflows.
 std::int64_t added(const std::string& key, const std::string* current, std::int64_t delta);
 
+/// As added(), reading the value as PyTorch's TCPStore master does
+/// (std::stoll: leading white space, a sign, and bytes after the digits are
+/// ignored), and wrapping a sum past the int64 range as that master does.
+/// Throws store_error for a value with no leading integer or one outside int64.
+std::int64_t added_like_stoll(const std::string& key, const std::string* current, std::int64_t delta);
+
 /// Whether c10d's compareSet stores `desired`: when `current` equals
 /// `expected`, or when the key is missing (null) and `expected` is empty.
 bool compare_set_stores(const std::string* current, const std::string& expected);
@@ -128,10 +135,19 @@ public:
   void set_owned(std::string key, std::string value, owner_id owner);
   /// The owner of `key`, or 0 when it has none (or is missing).
   owner_id owner_of(const std::string& key) const;
-  /// See rules::added.
-  std::int64_t add(const std::string& key, std::int64_t delta);
+  /// How add reads the stored counter.
+  enum class counter_text {
+    strict,    ///< rules::added: a decimal integer and nothing else; no overflow
+    like_stoll ///< rules::added_like_stoll: as PyTorch's master
+  };
+  /// See rules::added (or rules::added_like_stoll).
+  std::int64_t add(const std::string& key, std::int64_t delta, counter_text text = counter_text::strict);
   /// c10d's compareSet (see rules::compare_set_stores); returns its answer.
-  std::string compare_set(const std::string& key, const std::string& expected, std::string desired);
+  /// A key it creates completes the waits on it unless `wake_waiters` is
+  /// false (PyTorch's master wakes none; they complete at the key's next
+  /// set or add).
+  std::string compare_set(const std::string& key, const std::string& expected, std::string desired,
+                          bool wake_waiters = true);
   /// Deletes `key`; returns whether it existed.
   bool erase(const std::string& key);
   /// See rules::appended.
@@ -150,6 +166,11 @@ public:
   /// `done(keys, missing)` when `timeout` passes (zero: never). Throws
   /// store_error, registering nothing, if the wait would pass a limit.
   void wait(std::vector<std::string> keys, std::chrono::milliseconds timeout, owner_id owner, wait_done done);
+  /// Throws store_error when wait(keys, ..., owner) would be refused for a
+  /// limit (key count, key size, the bytes its keys would hold); registers
+  /// nothing. Lets a decoder refuse a wait while the keys are still views
+  /// into the request, before it copies them.
+  void admit_wait(std::span<const std::string_view> keys, owner_id owner) const;
   /// Waits of `owner` still pending.
   std::size_t pending_waits(owner_id owner) const;
   /// Waits pending, of every owner.
@@ -206,8 +227,13 @@ private:
   };
 
   const std::string* find(const std::string& key) const;
-  void store(const std::string& key, std::string value);
+  void store(const std::string& key, std::string value, bool wake_waiters = true);
   bool present(const std::string& key) const;
+  /// The bytes a wait on `keys` would hold (0 when every key exists, as it
+  /// then completes at once); throws store_error if that passes a limit of
+  /// `owner` or of the server.
+  template <typename Keys>
+  std::size_t wait_cost(const Keys& keys, owner_id owner) const;
   void drop_waits_and_watches(owner_id owner);
   /// Takes `key`'s ownership away from its owner, if it has one.
   void disown(const std::string& key);

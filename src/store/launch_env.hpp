@@ -4,6 +4,7 @@
 // SLURM_LOCALID, the first host of the step's or job's node list).
 
 #include <corodist/store/errors.hpp>
+#include <corodist/store/launch_generation.hpp>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -26,15 +27,11 @@ struct launch_env {
   std::optional<std::string> restart_count; ///< TORCHELASTIC_RESTART_COUNT
 };
 
-/// The variables corodist-run sets for its workers beyond torchrun's.
-inline constexpr const char* generation_variable = "CORODIST_GENERATION";
-/// The store key (not under any prefix) where corodist-run keeps the job's
-/// current generation, as decimal text; an env:// rendezvous of an older
-/// generation is refused.
-inline constexpr const char* generation_key = "corodist/run/generation";
-/// The prefix of every key of generation `g`'s workers (their env://
-/// rendezvous hands them a prefix_store on it): "corodist/gen/G".
-inline std::string generation_prefix(std::int64_t g) { return "corodist/gen/" + std::to_string(g); }
+// The generation's names are public (corodist-run uses them):
+// <corodist/store/launch_generation.hpp>.
+using corodist::store::generation_key;
+using corodist::store::generation_prefix;
+using corodist::store::generation_variable;
 
 /// Reads the environment now. RANK/WORLD_SIZE fall back to Slurm's only when
 /// both are absent (a half-set pair is reported as missing, not mixed).

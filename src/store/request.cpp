@@ -95,6 +95,14 @@ std::optional<request> decode_request(std::uint16_t kind, std::span<const std::b
   return r;
 }
 
+std::optional<std::vector<std::string_view>> wait_keys_of(std::uint16_t kind, std::span<const std::byte> payload) {
+  const auto o = static_cast<op>(kind);
+  if (o != op::wait && o != op::multi_get)
+    return std::nullopt;
+  reader in(payload);
+  return in.str_views(); // (the timeout after them is decode_request's to check)
+}
+
 net::bytes encode_watch_event(std::uint64_t watch_id, const watch_event& e) {
   return writer()
       .reserve(17 + e.key.size() + e.value.size())

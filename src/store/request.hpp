@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -127,6 +128,13 @@ net::bytes encode_request(const request& r);
 /// executor) and allocates at most about the payload's size: this is the
 /// fuzzing entry point of the native store protocol.
 std::optional<request> decode_request(std::uint16_t kind, std::span<const std::byte> payload);
+
+/// The keys a request frame of kind `kind` waits for (op::wait,
+/// op::multi_get), as views into `payload`, or nullopt for any other kind.
+/// Throws protocol_error for a malformed key list. Copies no key: the server
+/// checks a wait against its limits with these before decode_request copies
+/// the keys, so a refused wait never holds their memory.
+std::optional<std::vector<std::string_view>> wait_keys_of(std::uint16_t kind, std::span<const std::byte> payload);
 
 /// A watch event frame (one-way, server to client, kind op::watch_event).
 struct watch_event_frame {

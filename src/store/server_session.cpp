@@ -4,8 +4,10 @@
 
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "store/heap_trim.hpp"
 #include "store/reply.hpp"
 
+#include <algorithm>
 #include <type_traits>
 
 namespace corodist::store::detail {
@@ -17,6 +19,7 @@ std::uint16_t code(op o) { return static_cast<std::uint16_t>(o); }
 void server_session::closed() {
   engine_.drop_owner(id_); // its waits and watches go with it
   watches_.reset();
+  trim_heap_after(largest_request_);
 }
 
 void server_session::close() {
@@ -27,10 +30,22 @@ void server_session::close() {
 void server_session::handle(const std::shared_ptr<net::connection>& conn, net::message&& m) {
   const auto kind = m.header.kind;
   const auto rid = m.header.request_id;
+  largest_request_ = std::max(largest_request_, m.payload.size());
   if (m.header.flags & net::frame_flags::one_way)
     return; // clients send none
   std::optional<request> r;
   try {
+    // A wait over this connection's limits is refused while its keys are
+    // still views into the frame: their copies would outlive the refusal as
+    // heap the allocator keeps.
+    if (auto keys = wait_keys_of(kind, m.payload)) {
+      try {
+        engine_.admit_wait(*keys, id_);
+      } catch (const store_error& e) {
+        conn->respond(rid, kind, failed_reply(status::error, e.what()));
+        return;
+      }
+    }
     r = decode_request(kind, m.payload);
   } catch (const protocol_error& e) {
     CORODIST_LOG_WARN("store: malformed request from {}: {}", net::detail::endpoint_text(conn->remote_endpoint()),

@@ -33,6 +33,8 @@ public:
   /// the engine, and deletes the keys it still owns (set_owned).
   void closed();
 
+  /// The largest request payload this session has received, in bytes.
+  std::size_t largest_request() const noexcept { return largest_request_; }
   /// Closes the connection (closed() follows from its close handler). Idempotent.
   void close();
 
@@ -47,6 +49,7 @@ private:
   std::weak_ptr<net::connection> conn_;
   engine& engine_;
   engine::owner_id id_;
+  std::size_t largest_request_ = 0; // payload bytes: the heap is trimmed when a large one's connection goes
   std::unique_ptr<std::unordered_map<std::uint64_t, std::uint64_t>> watches_; // client id -> engine id; on first watch
 };
 

@@ -5,6 +5,7 @@
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
 #include "store/engine.hpp"
+#include "store/heap_trim.hpp"
 #include "store/server_session.hpp"
 #include "store/torch/session.hpp"
 
@@ -82,14 +83,19 @@ void store_server::impl::accept(std::shared_ptr<net::connection> conn) {
         if (!self)
           return;
         CORODIST_LOG_DEBUG("store server: client connection {} closed: {}", sid, ec.message());
-        if (auto it = self->sessions.find(sid); it != self->sessions.end())
+        std::size_t largest = 0;
+        if (auto it = self->sessions.find(sid); it != self->sessions.end()) {
           it->second.closed();
+          largest = it->second.largest_request();
+        }
         // Erased in a later turn: the close may come from inside the session's own handle().
-        asio::post(self->executor, [w = std::weak_ptr<impl>(self), sid] {
+        // The heap is trimmed then too, once the connection's own buffers are gone.
+        asio::post(self->executor, [w = std::weak_ptr<impl>(self), sid, largest] {
           if (auto self = w.lock()) {
             self->sessions.erase(sid);
             self->changed();
           }
+          detail::trim_heap_after(largest);
         });
       });
 }

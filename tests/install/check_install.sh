@@ -6,7 +6,8 @@
 # (g++, and clang++ when present) and with CMake's find_package, each run; no
 # CUDA library needed by the library or the programs (the CUDA plugin, when
 # built, is installed beside the library and found there); a translation unit
-# without the library's flags fails with corodist's #error.
+# without the library's flags fails with corodist's #error; and before all that,
+# the consumer built against the build tree with meson-uninstalled/'s .pc.
 # Usage: check_install.sh BUILD_DIR SOURCE_DIR PREFIX LIBDIR BINDIR   (run by `meson test`)
 set -euo pipefail
 build=$1 src=$2 prefix=$3 libdir=$4 bindir=$5
@@ -14,6 +15,24 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 step() { echo "== $*"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
+
+step "the build tree through meson-uninstalled/corodist-uninstalled.pc, before any install"
+# Its flags name the folder the library is built in and the source headers: the
+# consumer compiles, links and runs from the build tree (the library found
+# through the -L folder of pkg-config's --libs, nothing installed).
+uninstalled_libs=$(PKG_CONFIG_PATH=$build/meson-uninstalled pkg-config --libs corodist)
+uninstalled_cflags=$(PKG_CONFIG_PATH=$build/meson-uninstalled pkg-config --cflags corodist)
+echo "cflags: $uninstalled_cflags"
+echo "libs:   $uninstalled_libs"
+uninstalled_dir=
+for f in $uninstalled_libs; do [[ $f == -L* ]] && uninstalled_dir=${f#-L}; done
+[[ -n $uninstalled_dir && -e $uninstalled_dir/libcorodist.so ]] ||
+  fail "corodist-uninstalled.pc names no folder that holds libcorodist.so: $uninstalled_libs"
+# shellcheck disable=SC2086
+g++ -std=c++20 "$src/tests/install/consumer.cpp" $uninstalled_cflags $uninstalled_libs \
+  -Wl,-rpath,"$uninstalled_dir" -o "$tmp/consumer-uninstalled" ||
+  fail "g++ could not build a program with corodist-uninstalled.pc's flags"
+env -u LD_LIBRARY_PATH "$tmp/consumer-uninstalled" || fail "the consumer built against the build tree failed"
 
 step "meson install --destdir"
 meson install -C "$build" --no-rebuild --destdir "$tmp/root" >"$tmp/install.log" 2>&1 ||

@@ -5,6 +5,7 @@
 #include <corodist/core/event_loop.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/net/listener.hpp>
+#include <corodist/net/output_budget.hpp>
 
 #include "support/coro_test.hpp"
 #include "support/loop_helpers.hpp"
@@ -21,6 +22,7 @@
 #include <asio/post.hpp>
 #include <asio/read.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/write.hpp>
 
@@ -668,6 +670,47 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
   client_done.set_value();
   peer.join();
   BOOST_TEST((ec == net::errc::output_overflow)); // the peer never closed: only the cap can end this
+}
+
+// The cap bounds everything a connection holds unwritten, the write in flight
+// included: a peer that never reads holds that write's frames forever. 48 MiB
+// queued in one turn go into one write (far more than the kernel's socket
+// buffers take); 48 MiB more in the next turn take the connection past its
+// 64 MiB cap even though only they are queued.
+BOOST_AUTO_TEST_CASE(output_cap_counts_the_write_in_flight, *utf::timeout(60)) {
+  asio::io_context ctx;
+  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
+  std::promise<void> client_done;
+  std::thread peer([&, done = client_done.get_future()] {
+    tcp::socket s(ctx);
+    acc.accept(s);
+    std::array<std::byte, net::hello_size> h;
+    asio::read(s, asio::buffer(h));
+    auto mine = net::encode(net::hello{});
+    asio::write(s, asio::buffer(mine));
+    done.wait_for(60s);
+  });
+  net::connection_options opts;
+  opts.max_buffered_output = 64 << 20;
+  auto budget = std::make_shared<net::output_budget>(std::size_t{1} << 40); // counts; never the cap that acts
+  opts.shared_output = budget;
+  std::error_code first, second;
+  std::size_t held_in_flight = 0;
+  run_coro(ctx, [&]() -> asio::awaitable<void> {
+    auto c = co_await connect_to(acc.local_endpoint(), opts);
+    auto chunk = std::make_shared<net::bytes>(1 << 20);
+    for (int i = 0; i < 48 && !first; ++i)
+      first = c->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
+    co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable); // the write starts
+    held_in_flight = budget->used();
+    for (int i = 0; i < 48 && !second; ++i)
+      second = c->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
+  }());
+  client_done.set_value();
+  peer.join();
+  BOOST_TEST(!first, first.message());
+  BOOST_TEST(held_in_flight >= std::size_t{48} << 20); // the write in flight is still held
+  BOOST_TEST((second == net::errc::output_overflow), second.message());
 }
 
 // Asio 1.22 leaves the cancel SQE's user_data as the slot's previous owner's;

@@ -15,6 +15,7 @@
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
 #include <asio/read.hpp>
 #include <asio/write.hpp>
 
@@ -276,6 +277,46 @@ BOOST_AUTO_TEST_CASE(rpc_sync_with_spin, *utf::timeout(30)) {
   BOOST_TEST(c[0].rpc_sync<int>("w1", "sleep_ms", 20) == 20);
   BOOST_CHECK_THROW(c[0].rpc_sync<int>(10ms, "w1", "co_sleep_ms", 200), corodist::timeout_error);
   c.shutdown_all();
+}
+
+// A call that arrives while its callee still waits for the worker table names
+// its caller all the same: the caller's name travels with its connection. Each
+// agent meets the other through its own store, and the test copies the records
+// across: the caller's record reaches the callee's store only after the call.
+BOOST_AUTO_TEST_CASE(caller_is_named_before_the_callee_has_the_worker_table, *utf::timeout(60)) {
+  event_loop store_loop;
+  store_loop.start();
+  auto caller_store = std::make_shared<corodist::store::hash_store>(store_loop.get_executor());
+  auto callee_store = std::make_shared<corodist::store::hash_store>(store_loop.get_executor());
+  caller_store->set_timeout(20s);
+  callee_store->set_timeout(20s);
+  auto copy_record = [&](corodist::store::hash_store& from, corodist::store::hash_store& to, int rank) {
+    const std::string key = std::string(rpc::agent_options::default_key_prefix) + "workers/" + std::to_string(rank);
+    auto record = asio::co_spawn(store_loop.get_executor(), from.get(key), asio::use_future).get();
+    asio::co_spawn(store_loop.get_executor(), to.set(key, record), asio::use_future).get();
+  };
+  event_loop l0, l1;
+  l0.start();
+  l1.start();
+  {
+    rpc::agent caller(l0, corodist::test::worker_options(0, 2, caller_store));
+    rpc::agent callee(l1, corodist::test::worker_options(1, 2, callee_store));
+    callee.register_function("who", [](const rpc::call_context& ctx) {
+      return ctx.caller() + "/" + std::to_string(ctx.caller_rank());
+    });
+    caller.register_function("who", [](const rpc::call_context& ctx) {
+      return ctx.caller() + "/" + std::to_string(ctx.caller_rank());
+    });
+    auto callee_started = std::async(std::launch::async, [&] { callee.start(); });
+    copy_record(*callee_store, *caller_store, 1); // the callee listens and waits for rank 0's record
+    caller.start();
+    BOOST_TEST(caller.rpc_sync<std::string>("w1", "who") == "w0/0");
+    BOOST_TEST((callee_started.wait_for(0s) == std::future_status::timeout)); // still without the table
+    copy_record(*caller_store, *callee_store, 0);
+    callee_started.get();
+    BOOST_TEST(caller.rpc_sync<std::string>("w1", "who") == "w0/0");
+    BOOST_TEST(callee.rpc_sync<std::string>("w0", "who") == "w1/1");
+  } // (destroyed without a graceful shutdown: the two stores share no barrier)
 }
 
 BOOST_AUTO_TEST_SUITE_END()

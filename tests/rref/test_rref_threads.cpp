@@ -34,14 +34,19 @@ namespace {
 
 constexpr int creator = 0, owner = 1, third = 2;
 
-// The message of `f`'s failure, if it fails with E ("" if it succeeds or fails otherwise).
+// The message of `f`'s failure, if it fails with E; otherwise "" (it
+// succeeded) or "not E: <what>" (it failed otherwise), so that a check on the
+// message says what happened instead.
 template <typename E, typename F>
 std::string failure_of(F&& f) {
   try {
     f();
   } catch (const E& e) {
     return e.what();
+  } catch (const std::exception& e) {
+    return std::string("not the expected type: ") + typeid(e).name() + ": " + e.what();
   } catch (...) {
+    return "not the expected type: not a std::exception";
   }
   return {};
 }

@@ -9,7 +9,9 @@
 #include <corodist/store/sync_store.hpp>
 
 #include "store/log_capture.hpp"
+#include "store/sized_allocations.hpp"
 #include "store/store_fixtures.hpp"
+#include "store/torch/query.hpp"
 #include "support/child_process.hpp"
 #include "support/coro_test.hpp"
 #include "support/free_port.hpp"
@@ -603,6 +605,75 @@ BOOST_AUTO_TEST_CASE(pending_waits_are_bounded_in_bytes, *utf::timeout(60)) {
   BOOST_TEST(server_reaches(server_loop, *server, [&] { return server->pending_wait_bytes() == 0; }));
   BOOST_CHECK_THROW(a1.get(), corodist::connection_error);
   BOOST_CHECK_THROW(a2.get(), corodist::connection_error);
+}
+
+namespace {
+// Keys of an odd length, so that the copies of them can be counted (a
+// std::string of this length allocates length + 1 bytes).
+constexpr std::size_t counted_key_size = 65'003;
+// 300 of them: a wait that would hold about 39 MB, over the default 16 MiB per connection.
+std::vector<std::string> oversized_wait_keys() {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 300; ++i) {
+    auto k = "refused/" + std::to_string(i) + "/";
+    k.resize(counted_key_size, 'k');
+    keys.push_back(std::move(k));
+  }
+  return keys;
+}
+} // namespace
+
+// A wait over the connection's byte limit is refused with a store_error while
+// its keys are still views into the frame: the server makes no copy of them
+// (a copy is what kept the memory of refused waits resident). The connection
+// serves on.
+BOOST_AUTO_TEST_CASE(oversized_wait_is_refused_before_its_keys_are_copied, *utf::timeout(60)) {
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  auto a = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(server->local_endpoint().port()));
+  auto keys = oversized_wait_keys();
+  corodist::test::count_allocations_of(counted_key_size + 1);
+  auto refused = asio::co_spawn(loop.get_executor(), a->wait(std::move(keys), 30s), asio::use_future);
+  try {
+    refused.get();
+    BOOST_FAIL("a wait over the connection's byte limit was accepted");
+  } catch (const corodist::store::store_error& e) {
+    BOOST_TEST(std::string(e.what()).find("over the limit") != std::string::npos, e.what());
+  }
+  // (At most one: the buffer the engine looks each key up through, reused; a copy of the keys would be 300.)
+  BOOST_TEST(corodist::test::sized_allocations() <= 1u);
+  BOOST_TEST(on_loop(server_loop, [&] { return server->pending_wait_bytes(); }) == 0u);
+  cs::sync_store(a).set("after", "v");
+  BOOST_TEST(cs::sync_store(a).get("after") == "v");
+}
+
+// The same on the PyTorch 1.13 protocol (no error reply there: the
+// connection is closed), and other connections are unaffected.
+BOOST_AUTO_TEST_CASE(oversized_torch_wait_is_refused_before_its_keys_are_copied, *utf::timeout(60)) {
+  namespace t = cs::detail::torch;
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  auto server = cs::store_server::start(server_loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  auto other = cs::tcp_store::connect_sync(loop.get_executor(), client_opts(port));
+  std::string query;
+  t::encode_query(t::version::v1, t::wait_query{oversized_wait_keys()}, query);
+  asio::io_context ctx;
+  tcp::socket s(ctx);
+  s.connect({asio::ip::make_address("127.0.0.1"), port});
+  corodist::test::count_allocations_of(counted_key_size + 1);
+  asio::write(s, asio::buffer(query));
+  BOOST_TEST(closed_by_peer(s, 20s));
+  BOOST_TEST(corodist::test::sized_allocations() <= 1u); // (as above)
+  cs::sync_store(other).set("after", "v");
+  BOOST_TEST(cs::sync_store(other).get("after") == "v");
 }
 
 // max_connections: connections over the limit are closed at once, the ones in

@@ -4,6 +4,8 @@
 // 1.13 and 2.x modes against our server; and bad or unwanted first bytes.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/net/frame.hpp>
@@ -230,6 +232,79 @@ BOOST_FIXTURE_TEST_CASE(pytorch_rpc_initialised_through_our_server, served, *utf
   run_job("rpc", port);
   // torchelastic's agent-store layout: PyTorch RPC's keys under /worker/attempt_0/.
   BOOST_TEST(on_loop(loop, [&] { return srv->key_count(); }) > 2u);
+}
+
+namespace {
+
+// Runs torch_job.py edges against `port` (0: a PyTorch 1.13 master of its
+// own); returns its lines before "OK".
+std::vector<std::string> edge_answers(std::uint16_t port) {
+  program p({"timeout", "150", python(), job_script, "edges", std::to_string(port)});
+  std::vector<std::string> lines;
+  while (auto line = p.read_line(120s)) {
+    if (*line == "OK")
+      break;
+    lines.push_back(*line);
+  }
+  int rc = p.wait(60s);
+  BOOST_TEST_INFO("torch_job.py edges output:\n" << p.output());
+  BOOST_TEST(rc == 0);
+  return lines;
+}
+
+} // namespace
+
+// ADD as PyTorch 1.13's master does it, the same client calls against both:
+// a stored value read as std::stoll reads it ("12abc" is 12, " 7" is 7, "+5"
+// is 5), a sum past INT64_MAX wraps, and a value with no integer in it (or
+// one outside int64) closes the connection on both.
+BOOST_AUTO_TEST_CASE(add_edge_cases_answer_as_pytorch_master, *utf::precondition(torch_available) * utf::timeout(300)) {
+  served s;
+  const auto ours = edge_answers(s.port);
+  const auto theirs = edge_answers(0);
+  BOOST_TEST(theirs.size() == 11u);
+  BOOST_TEST(ours == theirs, boost::test_tools::per_element());
+  auto has = [&](const std::string& line) { return std::find(ours.begin(), ours.end(), line) != ours.end(); };
+  BOOST_TEST(has("add '12abc' 1: 13 b'13'"));
+  BOOST_TEST(has("add '9223372036854775807' 1: -9223372036854775808 b'-9223372036854775808'"));
+  BOOST_TEST(has("add 'abc' 1: error"));
+  // The native protocol stays strict.
+  auto native = connect(s.loop, s.port);
+  native.set("edge/native", "12abc");
+  BOOST_CHECK_THROW(native.add("edge/native", 1), cs::store_error);
+  native.set("edge/native", "9223372036854775807");
+  BOOST_CHECK_THROW(native.add("edge/native", 1), cs::store_error);
+}
+
+// A COMPARE_SET that creates a key wakes no WAIT on it, as in PyTorch's
+// master (1.13 and 2.x); the key is there for later WAITs, and the next SET
+// wakes the waits left pending.
+BOOST_AUTO_TEST_CASE(compare_set_creating_a_key_wakes_no_waiter, *utf::precondition(torch_available) * utf::timeout(200)) {
+  served s;
+  program p({"timeout", "150", python(), job_script, "cas_wait", std::to_string(s.port)});
+  auto expect = [&](const std::string& want) {
+    auto line = p.read_line(60s);
+    BOOST_REQUIRE_MESSAGE(line, "torch_job.py cas_wait ended early: " << p.output());
+    BOOST_TEST(*line == want);
+  };
+  expect("waiting");
+  BOOST_REQUIRE_MESSAGE(s.pending_waits_reach(1), "no wait registered; output: " << p.drain());
+  p.write_line("go");
+  expect("compare_set b'v'");
+  expect("first waiter timed out");
+  expect("later wait returns");
+  // The first waiter's WAIT stays at the server (a 1.13 client that times out
+  // leaves it there, as with PyTorch's master): the second one makes two.
+  expect("waiting");
+  BOOST_REQUIRE(s.pending_waits_reach(2));
+  p.write_line("go");
+  expect("compare_set b'v'");
+  expect("waiting");
+  BOOST_TEST(s.pending_waits() == 2u); // still waiting after the compare_set's answer
+  p.write_line("go");
+  expect("second waiter after set woken");
+  expect("OK");
+  BOOST_TEST(p.wait(60s) == 0);
 }
 
 BOOST_AUTO_TEST_CASE(our_client_against_a_pytorch_master, *utf::precondition(torch_available) * utf::timeout(200)) {

@@ -32,6 +32,7 @@ public:
     tools::spawn_options o;
     o.argv = argv;
     o.env = env;
+    o.stdin_fd = input_.read_end();
     o.stdout_fd = pipe_.write_end();
     o.stderr_fd = pipe_.write_end();
     try {
@@ -40,6 +41,7 @@ public:
       BOOST_FAIL(e.what());
     }
     pipe_.close_write();
+    input_.close_read();
   }
   ~program() {
     if (pid_ > 0) {
@@ -67,6 +69,22 @@ public:
       if (!fill(deadline))
         return std::nullopt;
     }
+  }
+
+  /// Writes `line` and a newline to the program's stdin; returns false if it
+  /// could not (the program has closed it or exited).
+  bool write_line(const std::string& line) {
+    const std::string text = line + "\n";
+    std::size_t done = 0;
+    while (done < text.size()) {
+      ssize_t n = ::write(input_.write_end(), text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return false;
+      done += static_cast<std::size_t>(n);
+    }
+    return true;
   }
 
   /// Waits for the process to exit (killing it after `timeout`); returns its
@@ -124,6 +142,7 @@ private:
     return status;
   }
 
+  tools::pipe_fds input_; // the child's stdin (declared first: closes last, after the child is reaped)
   tools::pipe_fds pipe_; // closes after the child is reaped
   pid_t pid_ = -1;
   std::string buf_;

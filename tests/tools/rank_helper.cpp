@@ -222,6 +222,19 @@ int main(int argc, char** argv) {
     wait_for_signal();
     return 0;
   }
+  if (mode.rfind("print-and-pause:", 0) == 0) {
+    // A line on stdout through C stdio, not flushed, and one on stderr; then
+    // the pid into the FIFO (the test kills us after reading it).
+    std::printf("printed before the end\n");
+    std::fprintf(stderr, "err before the end\n");
+    int fd = ::open(arg(1).c_str(), O_WRONLY);
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (fd < 0 || ::write(fd, pid.data(), pid.size()) != static_cast<ssize_t>(pid.size()))
+      return 3;
+    ::close(fd);
+    for (;;)
+      ::pause();
+  }
   if (mode.rfind("fail-after:", 0) == 0) {
     int fd = ::open(arg(1).c_str(), O_RDONLY);
     char c;

@@ -20,6 +20,9 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <optional>
 #include <set>
@@ -308,6 +311,79 @@ BOOST_AUTO_TEST_CASE(a_rank_that_ignores_sigterm_is_killed_after_the_grace_perio
   BOOST_TEST(l.err().find("failed: exit status 5") != std::string::npos);
   BOOST_TEST(l.run_time().count() >= 0.5);
   BOOST_TEST(l.run_time().count() < 15.0);
+}
+
+// Reads the pid a print-and-pause rank wrote into `fifo`.
+pid_t read_pid(const std::string& fifo) {
+  int fd = ::open(fifo.c_str(), O_RDONLY);
+  BOOST_REQUIRE(fd >= 0);
+  std::string text;
+  char buf[32];
+  ssize_t n;
+  while (text.find('\n') == std::string::npos && (n = ::read(fd, buf, sizeof buf)) > 0)
+    text.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return static_cast<pid_t>(std::atol(text.c_str()));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_ranks_printed_lines_reach_the_output, *utf::timeout(60)) {
+  // The rank printed a line with printf and did not flush: its stdout must
+  // not be a fully buffered pipe, or the line dies with it.
+  for (int sig : {SIGTERM, SIGKILL}) {
+    BOOST_TEST_CONTEXT("signal " << sig) {
+      temp_fifo fifo;
+      launched l({"--nproc", "1", "--", rank_path, "print-and-pause:" + fifo.path});
+      const pid_t pid = read_pid(fifo.path);
+      BOOST_REQUIRE(pid > 0);
+      BOOST_REQUIRE(::kill(pid, sig) == 0);
+      int st = l.finish();
+      BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 128 + sig));
+      BOOST_TEST(l.out() == "[0] printed before the end\n");
+      BOOST_TEST(l.err().find("[0] err before the end\n") != std::string::npos);
+      BOOST_TEST(l.err().find("killed by signal " + std::to_string(sig)) != std::string::npos);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(log_dir_keeps_each_ranks_output_even_when_killed, *utf::timeout(60)) {
+  temp_fifo fifo;
+  const std::string killed_dir = fifo.dir + "/killed", ended_dir = fifo.dir + "/ended";
+  {
+    launched l({"--nproc", "1", "--log-dir", killed_dir, "--", rank_path, "print-and-pause:" + fifo.path});
+    const pid_t pid = read_pid(fifo.path);
+    BOOST_REQUIRE(pid > 0);
+    BOOST_REQUIRE(::kill(pid, SIGKILL) == 0);
+    int st = l.finish();
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGKILL));
+    BOOST_TEST(read_file(killed_dir + "/attempt_0/0/stdout.log") == "printed before the end\n");
+    BOOST_TEST(read_file(killed_dir + "/attempt_0/0/stderr.log") == "err before the end\n");
+    // The console still gets every line, prefixed.
+    BOOST_TEST(l.out() == "[0] printed before the end\n");
+  }
+  {
+    launched l({"--nproc", "2", "--log-dir", ended_dir, "--", rank_path, "output"});
+    int st = l.finish();
+    BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0));
+    for (const char* rank : {"0", "1"}) {
+      BOOST_TEST(read_file(ended_dir + "/attempt_0/" + rank + "/stdout.log") == "out 1\ntail\n");
+      BOOST_TEST(read_file(ended_dir + "/attempt_0/" + rank + "/stderr.log") == "err 1\n");
+    }
+  }
+  std::filesystem::remove_all(killed_dir);
+  std::filesystem::remove_all(ended_dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_log_dir_that_cannot_be_made_is_refused, *utf::timeout(60)) {
+  launched l({"--nproc", "1", "--log-dir", "/proc/corodist-no-such-dir", "--", rank_path, "env"});
+  int st = l.finish();
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 2));
+  BOOST_TEST(l.err().find("--log-dir '/proc/corodist-no-such-dir' cannot be created") != std::string::npos);
+  BOOST_TEST(l.out().empty());
 }
 
 BOOST_AUTO_TEST_CASE(a_program_that_cannot_start_is_reported, *utf::timeout(60)) {

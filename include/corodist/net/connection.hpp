@@ -84,8 +84,9 @@ struct connection_options {
   std::size_t max_frame_size = default_max_frame_size;
   /// Most requests this side may have awaiting a response at once.
   std::size_t max_pending_requests = default_max_pending_requests;
-  /// Queued, unwritten output above which the peer is deemed not to read and is
-  /// dropped (a lone frame larger than this, with nothing else queued, is sent).
+  /// Unwritten output (queued, or in the write in flight) above which the peer
+  /// is deemed not to read and is dropped (a lone frame larger than this, with
+  /// nothing else unwritten, is sent).
   std::size_t max_buffered_output = default_max_buffered_output;
   /// Time limit of `request()` without a deadline of its own (`never()`: none;
   /// `inherit()` is the default, 60 s).
@@ -341,6 +342,7 @@ private:
   batch writing_batch_; // frames of the write in flight
   std::vector<asio::const_buffer> iov_; // a write's buffers when it has more than one
   std::size_t queued_bytes_ = 0; // bytes in queued_ (also counted in opts_.shared_output)
+  std::size_t writing_bytes_ = 0; // bytes of writing_batch_ (counted in opts_.shared_output until written)
   std::size_t queued_frames_ = 0; // frames queued since the last send
   bytes carry_;                  // the start of an incomplete incoming frame
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light

@@ -158,6 +158,14 @@ public:
   /// A codec_context for decoding a message from `from` on this port.
   virtual void decode_context(int from, codec_context& ctx) = 0;
 
+  /// A weak reference to what owns this port's life (an agent's core, which
+  /// may outlive the agent object and be destroyed on another thread). An
+  /// upper layer that calls into the port from its own threads locks it
+  /// first: while locked, the port is not destroyed; once it cannot be locked,
+  /// the port is gone (or going). Empty (the default): the port outlives its
+  /// users (a simulated one).
+  virtual std::weak_ptr<const void> lifetime() const { return {}; }
+
   /// Attaches an upper layer's per-worker object (found again by its type).
   template <typename T>
   void set_extension(std::shared_ptr<T> ext) {

@@ -17,8 +17,9 @@ std::optional<version> detect_version(std::span<const std::uint8_t> input) noexc
   return magic == validate_magic ? version::v2 : version::v1;
 }
 
-std::optional<decoded_query> decode_query(version v, std::span<const std::uint8_t> input,
-                                          const engine_limits& limits) {
+std::optional<decoded_query>
+decode_query(version v, std::span<const std::uint8_t> input, const engine_limits& limits,
+             const std::function<void(std::span<const std::string_view>)>& admit_wait) {
   cursor in(input.data(), input.size());
   std::uint8_t code = 0;
   if (!in.u8(code))
@@ -82,7 +83,16 @@ std::optional<decoded_query> decode_query(version v, std::span<const std::uint8_
     return whole(std::move(q));
   }
   case query_kind::check: return key_list(check_query{});
-  case query_kind::wait: return key_list(wait_query{});
+  case query_kind::wait: {
+    if (admit_wait) {
+      cursor scan = in;
+      std::vector<std::string_view> views;
+      if (!scan.key_views(views, max_keys, max_key))
+        return std::nullopt;
+      admit_wait(views);
+    }
+    return key_list(wait_query{});
+  }
   case query_kind::multi_get: return key_list(multi_get_query{});
   case query_kind::num_keys: return whole(num_keys_query{});
   case query_kind::cancel_wait: return whole(cancel_wait_query{});

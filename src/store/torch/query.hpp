@@ -8,6 +8,7 @@
 #include "store/torch/wire.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -128,9 +129,13 @@ struct decoded_query {
 /// WATCH_KEY (not served), and for a length or count over `limits` as soon as
 /// it is read (an absurd length is refused before its bytes arrive). Pure (no
 /// I/O, no executor); allocates at most about input.size(): this is the
-/// fuzzing entry point of the PyTorch TCPStore protocol.
-std::optional<decoded_query> decode_query(version v, std::span<const std::uint8_t> input,
-                                          const engine_limits& limits);
+/// fuzzing entry point of the PyTorch TCPStore protocol. `admit_wait`, when
+/// given, sees a complete WAIT's keys as views into `input` before they are
+/// copied, and may throw to refuse the query (the server checks its wait
+/// limits there, so a refused wait never holds copies of its keys).
+std::optional<decoded_query>
+decode_query(version v, std::span<const std::uint8_t> input, const engine_limits& limits,
+             const std::function<void(std::span<const std::string_view>)>& admit_wait = {});
 
 /// Appends the bytes of `q` in protocol `v` to `out`; throws store_error when
 /// `v` has no such query (e.g. MULTI_SET in 1.13).

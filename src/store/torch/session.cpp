@@ -5,6 +5,7 @@
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "store/heap_trim.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
@@ -105,6 +106,7 @@ asio::awaitable<void> session::run(std::function<void(asio::ip::tcp::socket)> la
         break;
       }
       buf.resize(std::min(max_query, buf.size() * 2));
+      largest_buffer_ = std::max(largest_buffer_, buf.size());
     }
     auto [ec, n] = co_await socket_.async_read_some(asio::buffer(buf.data() + end, buf.size() - end), use_tuple);
     if (ec) {
@@ -115,6 +117,8 @@ asio::awaitable<void> session::run(std::function<void(asio::ip::tcp::socket)> la
     end += n;
   }
   close();
+  buf = {};
+  trim_heap_after(largest_buffer_);
 }
 
 std::size_t session::serve_one(std::span<const std::uint8_t> input) {
@@ -124,7 +128,10 @@ std::size_t session::serve_one(std::span<const std::uint8_t> input) {
       return 0;
     CORODIST_LOG_DEBUG("store: {} speaks the PyTorch {} TCPStore protocol", peer_, version_name(*version_));
   }
-  auto d = decode_query(*version_, input, engine_->limits());
+  // A WAIT over this connection's limits is refused (the connection closed:
+  // the protocol has no error reply) before its keys are copied.
+  auto d = decode_query(*version_, input, engine_->limits(),
+                        [this](std::span<const std::string_view> keys) { engine_->admit_wait(keys, id_); });
   if (!d)
     return 0;
   // Responses are encoded straight into the output queue, and only once the
@@ -152,12 +159,15 @@ void session::serve(query&& next) {
         } else if constexpr (std::is_same_v<Q, append_query>) {
           eng.append(q.key, q.value); // no response
         } else if constexpr (std::is_same_v<Q, compare_set_query>) {
-          reply.bytes(eng.compare_set(q.key, q.expected, std::move(q.desired)));
+          // As PyTorch's master: a key it creates wakes no WAIT (the next SET or ADD does).
+          reply.bytes(eng.compare_set(q.key, q.expected, std::move(q.desired), false));
         } else if constexpr (std::is_same_v<Q, get_query>) {
           auto* v = eng.get(q.key); // the client WAITs first; a key deleted since reads as empty
           reply.bytes(v ? std::string_view(*v) : std::string_view());
         } else if constexpr (std::is_same_v<Q, add_query>) {
-          reply.i64(eng.add(q.key, q.delta)); // a non-integer value throws: the protocol has no error reply
+          // Read and summed as PyTorch's master does; a value with no leading integer
+          // throws (the connection closes, as that master's does: no error reply).
+          reply.i64(eng.add(q.key, q.delta, engine::counter_text::like_stoll));
         } else if constexpr (std::is_same_v<Q, check_query>) {
           reply.u8(eng.check(q.keys) ? check_ready : check_not_ready);
         } else if constexpr (std::is_same_v<Q, wait_query>) {

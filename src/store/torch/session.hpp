@@ -61,6 +61,7 @@ private:
   std::optional<version> version_;
   std::string out_;      // responses not yet handed to the socket
   std::string sending_;  // the write in flight
+  std::size_t largest_buffer_ = 0; // the read buffer's peak: the heap is trimmed when a large one's connection goes
   bool writing_ = false;
   bool closed_ = false;
   corodist::io_registration registration_; // closes us at context shutdown; last: goes first

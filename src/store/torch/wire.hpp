@@ -132,6 +132,23 @@ public:
         return false;
     return true;
   }
+  /// As keys(), viewing the keys in place (valid while the input is).
+  bool key_views(std::vector<std::string_view>& out, std::size_t max_count, std::size_t max_key) {
+    std::uint64_t n = 0;
+    if (!u64(n))
+      return false;
+    if (n > max_count)
+      throw protocol_error(std::to_string(n) + " keys in one query exceed the limit of " + std::to_string(max_count));
+    cursor scan = *this;
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (!scan.skip(max_key, "key"))
+        return false;
+    out.resize(n);
+    for (auto& k : out)
+      if (!field(k, max_key, "key"))
+        return false;
+    return true;
+  }
   std::size_t consumed() const noexcept { return off_; }
 
 private:

@@ -9,6 +9,14 @@ Usage: torch_job.py MODE PORT [N]
          (torchelastic's agent-store mode: every rank is a store client)
   master a PyTorch TCPStore master on a free port (PORT ignored): prints the
          port, then talks to a corodist client (see test_torch_compat.cpp)
+  edges  the edge cases of ADD (values std::stoll reads leniently, a sum past
+         int64, a value with no integer) against the server at PORT, or, with
+         PORT 0, against a PyTorch master of this process: prints one line per
+         case, for the test to compare the two servers' answers
+  cas_wait  against the server at PORT: a WAIT on a key, then (after a line
+         on stdin: the test saw the wait registered) a COMPARE_SET that
+         creates the key, which wakes no waiter in PyTorch's master; the
+         next SET does. Prints what the waiter saw
 Prints "OK" and exits 0 when every check passed.
 """
 import datetime
@@ -126,6 +134,65 @@ def run_master():
     assert m.get("multi/a") == b"A" and m.get("multi/b") == b"B"
 
 
+def run_edges(port):
+    master = None
+    if port == 0:
+        master = dist.TCPStore(HOST, 0, 1, True, TIMEOUT, wait_for_workers=False)
+        port = master.port
+    short = datetime.timedelta(seconds=10)
+    for i, v in enumerate(["12abc", " 7", "+5", "-3x", "\t4", "0x10", str(2**63 - 1), "abc", "", "99999999999999999999"]):
+        c = dist.TCPStore(HOST, port, 1, False, short)  # one connection a case: a bad value may close it
+        key = f"edge/{i}"
+        c.set(key, v)
+        delta = 1
+        try:
+            got = c.add(key, delta)
+            print(f"add {v!r} {delta}: {got} {c.get(key)!r}", flush=True)
+        except RuntimeError:
+            print(f"add {v!r} {delta}: error", flush=True)
+    c = dist.TCPStore(HOST, port, 1, False, short)
+    c.set("edge/max", str(2**63 - 1))
+    print(f"add max {2**63 - 1}: {c.add('edge/max', 2**63 - 1)}", flush=True)
+    del master
+
+
+def run_cas_wait(port):
+    short = datetime.timedelta(seconds=3)
+    waiter = dist.TCPStore(HOST, port, 1, False, short)
+    c = dist.TCPStore(HOST, port, 1, False, TIMEOUT)
+    results = []
+
+    def wait_for(key):
+        try:
+            waiter.wait([key])
+            results.append("woken")
+        except RuntimeError as e:
+            results.append("timed out" if "imeout" in str(e) else f"error {e}")
+
+    import threading
+    t = threading.Thread(target=wait_for, args=("cas/created",))
+    t.start()
+    print("waiting", flush=True)
+    sys.stdin.readline()  # the test saw the WAIT registered at the server
+    print("compare_set", c.compare_set("cas/created", "", "v"), flush=True)
+    t.join()
+    print("first waiter", results[0], flush=True)
+    # A key created by compare_set is there for a new WAIT.
+    c.wait(["cas/created"])
+    print("later wait returns", flush=True)
+    w2 = dist.TCPStore(HOST, port, 1, False, TIMEOUT)
+    t = threading.Thread(target=lambda: (w2.wait(["cas/second"]), results.append("woken")))
+    t.start()
+    print("waiting", flush=True)
+    sys.stdin.readline()
+    print("compare_set", c.compare_set("cas/second", "", "v"), flush=True)
+    print("waiting", flush=True)
+    sys.stdin.readline()  # the test saw the WAIT still pending
+    c.set("cas/second", "w")
+    t.join()
+    print("second waiter after set", results[1], flush=True)
+
+
 def main():
     mode, port = sys.argv[1], int(sys.argv[2])
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 2
@@ -137,6 +204,10 @@ def main():
         run_ranks(rpc_worker, port, 2)
     elif mode == "master":
         run_master()
+    elif mode == "edges":
+        run_edges(port)
+    elif mode == "cas_wait":
+        run_cas_wait(port)
     else:
         sys.exit(f"unknown mode {mode}")
     print("OK", flush=True)

@@ -145,8 +145,9 @@ public:
   /// True once the owner knows this UserRRef (always, on the owner).
   bool confirmed() const noexcept { return confirmed_.load(std::memory_order_acquire); }
   void set_confirmed() noexcept { confirmed_.store(true, std::memory_order_release); }
-  /// The protocol it belongs to; throws usage_error naming `op` ("to_here")
-  /// and the RRef once that is gone (agent destroyed).
+  /// The protocol it belongs to, with its worker's port kept alive as long
+  /// as the pointer is held; throws usage_error naming `op` ("to_here") and
+  /// the RRef once that is gone (agent destroyed, or being destroyed).
   std::shared_ptr<protocol> protocol_of(std::string_view op) const;
 
 private:
@@ -168,6 +169,11 @@ public:
   virtual rpc::message_port& port() = 0;
   virtual int self() const = 0;
   virtual rpc::agent* agent() = 0;
+  /// A reference that keeps the worker's port alive while a call into this
+  /// protocol runs on a thread of the application (null where the port
+  /// outlives the protocol). Throws usage_error naming `op` once the port is
+  /// gone: its agent was destroyed, perhaps while this call was on its way.
+  virtual std::shared_ptr<const void> hold_port(std::string_view op) const = 0;
   /// The time limit of to_here() and of remote()'s creation without one.
   virtual corodist::timeout default_timeout() const = 0;
 
@@ -206,10 +212,27 @@ inline handle::~handle() {
 
 inline std::shared_ptr<protocol> handle::protocol_of(std::string_view op) const {
   auto p = protocol_.lock();
+  const auto gone = [&] {
+    return usage_error(std::string(op) + " of RRef R" + id_.str() +
+                       ": this worker's RRef context is gone (its agent was destroyed)");
+  };
   if (!p)
-    throw usage_error(std::string(op) + " of RRef R" + id_.str() +
-                      ": this worker's RRef context is gone (its agent was destroyed)");
-  return p;
+    throw gone();
+  std::shared_ptr<const void> port;
+  try {
+    port = p->hold_port(op);
+  } catch (const usage_error&) {
+    throw gone();
+  }
+  if (!port)
+    return p;
+  // One pointer that holds both: the protocol and the port it calls into.
+  struct both {
+    std::shared_ptr<protocol> p;
+    std::shared_ptr<const void> port;
+  };
+  auto b = std::make_shared<both>(both{p, std::move(port)});
+  return std::shared_ptr<protocol>(b, b->p.get());
 }
 
 } // namespace corodist::rref::detail

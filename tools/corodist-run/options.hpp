@@ -1,0 +1,44 @@
+#pragma once
+/// \file
+/// corodist-run's settings, as its command line gives them.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace corodist::tools::launch {
+
+/// Once MIN nodes are in, how long node 0's launcher waits for more (torchrun's last call).
+inline constexpr double default_join_window_s = 30.0;
+/// How long a launcher waits for a rendezvous round to close (torchrun's join timeout).
+inline constexpr double default_join_timeout_s = 600.0;
+
+/// all: every node's workers start again under a new generation; worker: only the failed one, in place.
+enum class restart_policy { all, worker };
+
+/// What the command line asked for.
+struct settings {
+  int nproc = 1;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  bool elastic = false; ///< --nnodes MIN:MAX: node ranks come from the rendezvous
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  double grace_s = 5.0;
+  int max_restarts = 0;
+  restart_policy policy = restart_policy::all;
+  double join_window_s = default_join_window_s;
+  double join_timeout_s = default_join_timeout_s;
+  std::string log_dir; ///< --log-dir: per-rank stdout/stderr files under it (empty: none)
+  std::vector<std::string> command;
+};
+
+/// Parses "N" or "MIN:MAX" into `s` (min_nodes, max_nodes, elastic); returns
+/// an error text, empty when it parsed.
+std::string parse_nnodes(const std::string& text, settings& s);
+
+/// Seconds as milliseconds, rounded.
+std::chrono::milliseconds to_ms(double s);
+
+} // namespace corodist::tools::launch
