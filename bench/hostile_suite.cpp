@@ -15,6 +15,7 @@
 #include "process_resources.hpp"
 
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/little_endian.hpp>
 #include <corodist/core/logging.hpp>
 #include <corodist/core/run_on.hpp>
 #include <corodist/net/connection.hpp>
@@ -390,7 +391,7 @@ std::vector<raw_socket> open_hello_connections(std::uint16_t port, int n) {
 template <typename T>
 void append_le(std::vector<std::byte>& out, T v) {
   std::array<std::byte, sizeof(T)> b;
-  net::detail::store_le(b.data(), v);
+  corodist::store_le(b.data(), v);
   out.insert(out.end(), b.begin(), b.end());
 }
 
@@ -1055,7 +1056,7 @@ call_frame make_call_frame(std::size_t body_len, std::size_t objects, std::uint6
     rpc::pack_value(pk, padding);
     pk.pack(std::uint64_t{0});
     auto p = e.finish();
-    const std::size_t got = net::detail::load_le<std::uint32_t>(p.body.data());
+    const std::size_t got = corodist::load_le<std::uint32_t>(p.body.data());
     if (got == body_len && p.attachments.empty()) {
       f.pad = pad;
       f.payload = std::move(p.body);
@@ -1165,7 +1166,7 @@ void decode_amplification(context& ctx, stall_log& stalls) {
   auto sock = connect_hello(agents[1]->local_endpoint().port());
   {
     std::vector<std::byte> id(4);
-    net::detail::store_le(id.data(), std::int32_t{0});
+    corodist::store_le(id.data(), std::int32_t{0});
     std::vector<std::byte> f;
     append_frame(f, rpc_kind_identify, net::frame_flags::one_way, 0, id);
     send_all(sock.fd(), f.data(), f.size());
@@ -1310,7 +1311,7 @@ void unread_replies_memory(context& ctx, stall_log& stalls) {
   auto sock = connect_hello(agents[1]->local_endpoint().port());
   {
     std::vector<std::byte> id(4);
-    net::detail::store_le(id.data(), std::int32_t{0});
+    corodist::store_le(id.data(), std::int32_t{0});
     std::vector<std::byte> f;
     append_frame(f, rpc_kind_identify, net::frame_flags::one_way, 0, id);
     send_all(sock.fd(), f.data(), f.size());

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""The build's check of corodist's layering: a layer includes only itself and the
-layers below it (include/corodist/<layer>/ and src/<layer>/, public and private
-headers alike), and tools/ include only public headers. Run by meson at configure time; exits 1 naming each violation.
+"""The build's check of corodist's layering, run by meson at configure time; exits
+1 naming each violation:
+* a layer includes only itself and the layers below it (include/corodist/<layer>/
+  and src/<layer>/, public and private headers alike);
+* a layer's detail/ headers (include/corodist/<layer>/detail/) are included only
+  by that layer: they are its implementation, not an interface for the others;
+* tools/ includes only public headers (<corodist/...> outside any detail/, or
+  its own files): see tools_use_public_headers() and ENFORCE_TOOLS_RULE.
 With --config-include (the test), also checks that every public header includes
 corodist/core/config.hpp. Also prints the public headers, one per line, relative to include/ (the list the
 build installs and compiles one by one) when given --list-headers."""
@@ -21,6 +26,41 @@ ALLOWED = {
     "ft": {"core", "net", "store", "collective", "ft"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:corodist/)?([a-z_]+)/')
+# A header of a layer's detail/ folder: the layer it belongs to.
+DETAIL_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]corodist/([a-z_]+)/detail/')
+# Any include: its path.
+ANY_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]')
+# Whether tools_use_public_headers() fails the check (True) or only reports
+# what it finds (False, printed as notes; the exit code ignores them).
+ENFORCE_TOOLS_RULE = True
+
+
+def includes(f: pathlib.Path):
+    """(line number, line) of each line of `f`."""
+    return enumerate(f.read_text(errors="replace").splitlines(), 1)
+
+
+def tools_use_public_headers(root: pathlib.Path) -> list:
+    """tools/ (the launcher) is a client of the library like any user: it
+    includes public headers only, never src/<layer>/ (private) nor a detail/
+    header. Its own files (found next to the includer) are fine."""
+    bad = []
+    tools = root / "tools"
+    if not tools.exists():
+        return bad
+    for f in sorted(tools.rglob("*.[hc]pp")):
+        for n, line in includes(f):
+            m = ANY_INCLUDE.match(line)
+            if not m:
+                continue
+            path = m.group(1)
+            first = path.split("/", 1)[0]
+            where = f"{f.relative_to(root)}:{n}"
+            if path.startswith("corodist/") and "/detail/" in path:
+                bad.append(f"{where}: tools/ includes {path} (a detail/ header)")
+            elif first in ALLOWED and "/" in path and not (f.parent / path).exists():
+                bad.append(f"{where}: tools/ includes src/{path} (private to {first}/)")
+    return bad
 
 
 def main() -> int:
@@ -35,21 +75,20 @@ def main() -> int:
             if not base.exists():
                 continue
             for f in sorted(base.rglob("*.[hc]pp")):
-                for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
+                for n, line in includes(f):
                     m = INCLUDE.match(line)
                     if m and m.group(1) in ALLOWED and m.group(1) not in allowed:
                         bad.append(f"{f.relative_to(root)}:{n}: {layer}/ includes {m.group(1)}/ (above it)")
-    # tools/ are programs built on the installed interface: only public
-    # headers (include/corodist/...), and their own files by a relative name.
-    for f in sorted((root / "tools").rglob("*.[hc]pp")):
-        for n, line in enumerate(f.read_text(errors="replace").splitlines(), 1):
-            m = INCLUDE.match(line)
-            if not m or m.group(1) not in ALLOWED:
-                continue
-            path = re.match(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', line).group(1)
-            if not path.startswith("corodist/") or not (root / "include" / path).is_file():
-                bad.append(f"{f.relative_to(root)}:{n}: tools/ includes the private header {path} "
-                           "(tools/ use only the public headers, <corodist/LAYER/...>)")
+                    d = DETAIL_INCLUDE.match(line)
+                    if d and d.group(1) != layer:
+                        bad.append(f"{f.relative_to(root)}:{n}: {layer}/ includes {d.group(1)}/detail/ "
+                                   f"(private to {d.group(1)}/)")
+    tools = tools_use_public_headers(root)
+    if ENFORCE_TOOLS_RULE:
+        bad += tools
+    else:
+        for t in tools:
+            print(f"note (tools rule not enforced yet): {t}", file=sys.stderr)
     if "--config-include" in sys.argv:
         # Every public header includes core/config.hpp (its C++20 and flag checks) itself.
         for h in sorted((root / "include").glob("corodist/**/*.hpp")):

@@ -35,7 +35,7 @@ worker_thread::~worker_thread() {
       t.detach(); // only when stopped from one of its own threads
 }
 
-void worker_thread::post(detail::unique_function<void()> job) {
+void worker_thread::post(unique_function<void()> job) {
   std::unique_lock lk(mutex_);
   if (stopping_)
     throw usage_error("worker_thread '" + opts_.name + "': post() after stop()");
@@ -75,7 +75,7 @@ std::size_t worker_thread::queued() const {
 void worker_thread::run() noexcept {
   using clock = std::chrono::steady_clock;
   for (;;) {
-    detail::unique_function<void()> job;
+    unique_function<void()> job;
     {
       std::unique_lock lk(mutex_);
       if (jobs_.empty() && !stopping_ && opts_.spin.count() > 0) {

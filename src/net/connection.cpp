@@ -7,12 +7,13 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
+#include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
 
 namespace corodist::net {
 
 connection::connection(asio::ip::tcp::socket socket, connection_options opts)
-    : socket_(std::move(socket)), opts_(opts), registration_(socket_.get_executor(), [this](bool final) {
+    : socket_(std::move(socket)), opts_(opts), io_(std::make_unique<io_state>()), registration_(socket_.get_executor(), [this](bool final) {
         close(errc::connection_closed);
         if (final) { // destroyed while the timer service is alive
           timer_.reset();

@@ -5,6 +5,7 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
 
 #include <asio/bind_allocator.hpp>
@@ -70,7 +71,7 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
   close(errc::connection_closed);
 }
 
-// The posted read's operation is made in the connection's read_memory_ (one
+// The posted read's operation is made in the connection's io_->read_memory (one
 // read is posted at a time); a larger one (another build of Asio) falls back
 // to the heap. Without it the operation came from Asio's per-thread recycling
 // cache, which hands out any cached block large enough: an idle connection's
@@ -120,7 +121,7 @@ private:
 };
 
 // An idle connection holds a 512-byte read buffer (head_) and its posted read:
-// the operation, in read_memory_, and nothing else (no coroutine frame).
+// the operation, in io_->read_memory, and nothing else (no coroutine frame).
 // What follows a full head_ is drained into a per-thread scratch buffer, and
 // frames are parsed straight from there. Only the bytes of an incomplete
 // frame are kept, in carry_, and completed by a coroutine (read_incomplete)
@@ -135,13 +136,13 @@ void connection::post_read() {
   // into the 512-byte head_ while traffic is light, into a 64 KiB buffer of
   // the connection's own while reads keep filling the small one.
   const bool big = !big_.empty();
-  auto done = asio::bind_allocator(read_op_allocator<void>(read_memory_),
+  auto done = asio::bind_allocator(read_op_allocator<void>(io_->read_memory),
                                    [self = shared_from_this(), big](std::error_code ec, std::size_t got) {
                                      self->on_read(ec, got, big);
                                    });
 #if CORODIST_IO_URING
   if (uring_ != nullptr) {
-    uring_->async_recv(detail::uring_file{ufile_.ring, ufile_.slot}, big ? asio::buffer(big_) : asio::buffer(head_),
+    uring_->async_recv(detail::uring_file{io_->ring, io_->slot}, big ? asio::buffer(big_) : asio::buffer(head_),
                        std::move(done));
     return;
   }

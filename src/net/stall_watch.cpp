@@ -4,6 +4,7 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/deadline.hpp"
+#include "net/connection_io.hpp"
 
 #include <asio/read.hpp>
 #include <asio/use_awaitable.hpp>
@@ -82,7 +83,7 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_
   std::size_t n = 0;
 #if CORODIST_IO_URING
   if (uring_ != nullptr) {
-    const detail::uring_file f{ufile_.ring, ufile_.slot};
+    const detail::uring_file f{io_->ring, io_->slot};
     auto* ring = uring_;
     do { // until `b` is full (all) or once, noting each step of progress
       auto [e, k] = co_await ring->async_recv(f, b + n, use_tuple);

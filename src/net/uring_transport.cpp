@@ -5,6 +5,7 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
+#include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
 
 #if CORODIST_IO_URING
@@ -57,12 +58,6 @@ std::string uring_unavailable_reason() {
   return why;
 }
 
-namespace {
-
-detail::uring_file as_file(const detail::uring_file_slot& s) noexcept { return {s.ring, s.slot}; }
-
-} // namespace
-
 void connection::adopt_into_uring() {
   if (const auto why = uring_unavailable_reason(); !why.empty()) {
     stay_on_asio(why);
@@ -89,16 +84,16 @@ void connection::adopt_into_uring() {
     return;
   }
   uring_ = &svc;
-  ufile_.ring = f.ring;
-  ufile_.slot = f.slot;
+  io_->ring = f.ring;
+  io_->slot = f.slot;
 }
 
-void connection::cancel_on_uring() noexcept { uring_->cancel(as_file(ufile_)); }
+void connection::cancel_on_uring() noexcept { uring_->cancel(detail::uring_file{io_->ring, io_->slot}); }
 
 void connection::close_on_uring() noexcept {
-  uring_->close(as_file(ufile_));
+  uring_->close(detail::uring_file{io_->ring, io_->slot});
   uring_ = nullptr;
-  ufile_ = {};
+  io_->ring = io_->slot = ~std::uint32_t{0};
 }
 
 void connection::uring_write() {
@@ -112,7 +107,7 @@ void connection::uring_write() {
   }
   // A send of more than IOV_MAX buffers takes the first IOV_MAX: what is left
   // goes again, as after a short count.
-  uring_->async_send_all(as_file(ufile_), std::span<const asio::const_buffer>(iov_),
+  uring_->async_send_all(detail::uring_file{io_->ring, io_->slot}, std::span<const asio::const_buffer>(iov_),
                          [self = shared_from_this()](std::error_code ec, std::size_t n) {
                            if (ec) {
                              self->write_done(ec);

@@ -92,7 +92,7 @@ int agent::self_rank() const { return impl_->opts_.rank; }
 corodist::timeout agent::default_timeout() const noexcept { return impl_->default_timeout(); }
 
 void agent::send_call(int rank, std::string_view fn, payload call, corodist::deadline by,
-                      detail::reply_handler done) {
+                      completion done) {
   impl_->start_call(rank, fn, std::move(call), by, std::move(done));
 }
 

@@ -146,11 +146,11 @@ future<net::bytes> agent_core::request(int to, message_kind kind, payload p, cor
   auto f = pr.get_future();
   start_message(
       to, kind, std::move(p), by,
-      [pr = std::move(pr)](reply&& r) mutable {
-        if (r.error)
-          pr.set_exception(std::move(r.error));
+      [pr = std::move(pr)](std::exception_ptr error, net::bytes&& reply) mutable {
+        if (error)
+          pr.set_exception(std::move(error));
         else
-          pr.set_value(std::move(r.payload));
+          pr.set_value(std::move(reply));
       },
       std::move(what));
   return f;

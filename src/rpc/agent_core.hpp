@@ -6,6 +6,7 @@
 
 #include <corodist/core/future.hpp>
 #include <corodist/core/gate.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/net/listener.hpp>
 #include <corodist/rpc/agent.hpp>
 #include <corodist/rpc/agent_options.hpp>
@@ -26,6 +27,10 @@
 namespace corodist::rpc::detail {
 
 enum class agent_state : int { created, starting, running, stopped };
+
+/// What a call or message's sender gets back, once: the error, or the reply
+/// payload (the same type as agent's completion).
+using reply_handler = corodist::unique_function<void(std::exception_ptr error, net::bytes&& reply)>;
 
 class agent_core final : public message_port, public std::enable_shared_from_this<agent_core> {
 public:

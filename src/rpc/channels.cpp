@@ -20,7 +20,7 @@ bool passed(clock::time_point deadline) { return corodist::deadline(deadline).ex
 
 net::bytes encode_identity(const worker_info& self) {
   net::bytes b(4 + self.name.size());
-  net::detail::store_le(b.data(), static_cast<std::int32_t>(self.rank));
+  corodist::store_le(b.data(), static_cast<std::int32_t>(self.rank));
   std::copy(self.name.begin(), self.name.end(), reinterpret_cast<char*>(b.data()) + 4);
   return b;
 }
@@ -28,7 +28,7 @@ net::bytes encode_identity(const worker_info& self) {
 std::optional<std::pair<int, std::string>> decode_identity(const net::bytes& b) {
   if (b.size() < 4)
     return std::nullopt;
-  const auto rank = net::detail::load_le<std::int32_t>(b.data());
+  const auto rank = corodist::load_le<std::int32_t>(b.data());
   if (rank < 0)
     return std::nullopt;
   return std::pair<int, std::string>(rank, std::string(reinterpret_cast<const char*>(b.data()) + 4, b.size() - 4));

@@ -5,7 +5,7 @@
 // other at once both succeed), and serves what arrives on connections it
 // accepted. A dialled connection's first frame says who dialled it.
 
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/rpc/message_port.hpp>
 
@@ -42,7 +42,7 @@ public:
   using message_fn = std::function<void(int from, const std::string& from_name,
                                         const std::shared_ptr<net::connection>&, net::message&&)>;
   /// Completes a request: the response, or an error in it.
-  using response_fn = corodist::detail::unique_function<void(net::response&&)>;
+  using response_fn = corodist::unique_function<void(net::response&&)>;
 
   /// What a message of a kind is, for logs (the dispatcher's kind_name).
   using kind_name_fn = std::function<std::string(message_kind)>;

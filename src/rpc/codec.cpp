@@ -74,12 +74,12 @@ payload encoder::finish() {
   if (body_len > 0xffffffffu)
     throw usage_error("rpc: message body of " + std::to_string(body_len) + " bytes is too large");
   auto& segs = ctx_.out_attachments;
-  net::detail::store_le(out_.data(), static_cast<std::uint32_t>(body_len));
-  net::detail::store_le(out_.data() + 4, static_cast<std::uint32_t>(segs.size()));
+  corodist::store_le(out_.data(), static_cast<std::uint32_t>(body_len));
+  corodist::store_le(out_.data() + 4, static_cast<std::uint32_t>(segs.size()));
   const std::size_t table = out_.size();
   out_.resize(table + 8 * segs.size());
   for (std::size_t i = 0; i < segs.size(); ++i)
-    net::detail::store_le(out_.data() + table + 8 * i, static_cast<std::uint64_t>(segs[i].data.size()));
+    corodist::store_le(out_.data() + table + 8 * i, static_cast<std::uint64_t>(segs[i].data.size()));
   return payload{std::move(out_), std::move(segs), std::move(ctx_.records)};
 }
 
@@ -98,8 +98,8 @@ parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
   };
   if (n < prefix_size)
     throw bad("shorter than its 8-byte header");
-  const auto body_len = net::detail::load_le<std::uint32_t>(d);
-  const auto count = net::detail::load_le<std::uint32_t>(d + 4);
+  const auto body_len = corodist::load_le<std::uint32_t>(d);
+  const auto count = corodist::load_le<std::uint32_t>(d + 4);
   std::size_t pos = prefix_size;
   if (body_len > n - pos)
     throw bad("body length " + std::to_string(body_len) + " exceeds the message");
@@ -112,7 +112,7 @@ parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
   std::vector<std::span<const std::byte>> attachments;
   attachments.reserve(count);
   for (std::uint32_t i = 0; i < count; ++i) {
-    const auto len = net::detail::load_le<std::uint64_t>(d + table + 8 * i);
+    const auto len = corodist::load_le<std::uint64_t>(d + table + 8 * i);
     if (len > n - pos)
       throw bad("attachment " + std::to_string(i) + " exceeds the message");
     attachments.emplace_back(d + pos, static_cast<std::size_t>(len));

@@ -79,7 +79,7 @@ public:
   asio::thread_pool::executor_type pool_executor() { return pool_->get_executor(); }
 
 private:
-  using reply_fn = corodist::detail::unique_function<void(payload&&, std::exception_ptr)>;
+  using reply_fn = corodist::unique_function<void(payload&&, std::exception_ptr)>;
 
   void serve_call(int from, const std::string& from_name, std::weak_ptr<net::connection> conn, std::uint64_t id,
                   net::bytes&& frame, std::chrono::steady_clock::time_point arrived);

@@ -25,12 +25,12 @@ void agent_core::start_call(worker_ref to, std::string_view fn, payload call, co
     rank = registry_.lookup(to).rank;
   } catch (...) {
     const auto st = state_.load();
-    done(reply{st == agent_state::running ? std::current_exception()
-                                          : std::make_exception_ptr(usage_error(
-                                                st == agent_state::stopped ? "rpc: agent '" + opts_.name + "' is shut down"
-                                                                           : "rpc: agent '" + opts_.name +
-                                                                                 "' is not started")),
-               {}});
+    done(st == agent_state::running
+             ? std::current_exception()
+             : std::make_exception_ptr(usage_error(st == agent_state::stopped
+                                                       ? "rpc: agent '" + opts_.name + "' is shut down"
+                                                       : "rpc: agent '" + opts_.name + "' is not started")),
+         {});
     return;
   }
   start_message(rank, kind_call, std::move(call), by, std::move(done),
@@ -52,7 +52,7 @@ void agent_core::start_message(int rank, message_kind kind, payload p, corodist:
     if (!outgoing_.try_enter())
       throw usage_error(what + ": agent '" + opts_.name + "' is shut down");
   } catch (...) {
-    done(reply{std::current_exception(), {}});
+    done(std::current_exception(), {});
     return;
   }
   ++calls_sent_;
@@ -69,7 +69,10 @@ void agent_core::start_message(int rank, message_kind kind, payload p, corodist:
 
 void agent_core::finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done) {
   const auto& worker = registry_.lookup(rank).name;
-  reply out;
+  struct {
+    std::exception_ptr error;
+    net::bytes payload;
+  } out;
   const auto* lost = (r.ec == net::errc::connection_closed || r.ec == net::errc::peer_timed_out) && channels_
                          ? channels_->lost(rank)
                          : nullptr;
@@ -88,7 +91,7 @@ void agent_core::finish_message(int rank, const std::string& what, net::response
   }
   const bool large = out.payload.size() >= offload_size;
   auto deliver = [self = shared_from_this(), out = std::move(out), done = std::move(done)]() mutable {
-    done(std::move(out));
+    done(std::move(out.error), std::move(out.payload));
     self->outgoing_.leave(); // after the reply: wait_idle sees the caller's continuation done
   };
   if (large)

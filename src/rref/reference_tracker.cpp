@@ -165,7 +165,7 @@ std::shared_ptr<const void> reference_tracker::hold_port(std::string_view op) co
   return p;
 }
 
-void reference_tracker::post(corodist::detail::unique_function<void(reference_tracker&)> f) {
+void reference_tracker::post(corodist::unique_function<void(reference_tracker&)> f) {
   // Weak: a change posted after the agent (and this context) went is dropped.
   asio::post(ex_, [w = weak_from_this(), f = std::move(f)]() mutable {
     if (auto self = w.lock()) {

@@ -20,7 +20,7 @@
 #include <asio/awaitable.hpp>
 #include <asio/steady_timer.hpp>
 
-#include <corodist/core/detail/io_registration.hpp>
+#include <corodist/core/io_registration.hpp>
 
 #include <atomic>
 #include <functional>
@@ -120,7 +120,7 @@ private:
 
   global_id next_id() { return {self(), next_local_.fetch_add(1, std::memory_order_relaxed)}; }
   /// Runs `f` on the loop, if this context still exists then.
-  void post(corodist::detail::unique_function<void(reference_tracker&)> f);
+  void post(corodist::unique_function<void(reference_tracker&)> f);
   void send_control(int to, const control_msg& m);
   void on_control(const rpc::inbound_message& m);
   void process(int from, const control_msg& m);
@@ -160,7 +160,7 @@ private:
   bool retry_armed_ = false;
   std::unique_ptr<asio::steady_timer> fetch_timer_; // real clock only; armed while a local to_here waits
   bool fetch_armed_ = false;
-  std::optional<corodist::detail::io_registration> registration_; // drops the timer at the context's shutdown
+  std::optional<corodist::io_registration> registration_; // drops the timer at the context's shutdown
 };
 
 } // namespace corodist::rref::detail

@@ -11,7 +11,7 @@
 // store_error and changes nothing. Loop-affine: call it on its executor only.
 
 #include <corodist/store/errors.hpp>
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/store/watch_event.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -105,7 +105,7 @@ public:
   /// Who registered a wait or watch (a connection id; 0 = in-process).
   using owner_id = std::uint64_t;
   /// Completion of a wait: gets its keys back, and the missing ones (none: every key exists).
-  using wait_done = corodist::detail::unique_function<void(std::vector<std::string>&& keys,
+  using wait_done = corodist::unique_function<void(std::vector<std::string>&& keys,
                                                            std::vector<std::string>&& missing)>;
   using watch_fn = std::function<void(const watch_event&)>;
 

@@ -1,7 +1,7 @@
 // torch_store: a client of a PyTorch TCPStore master (the 1.13 or the 2.x
 // protocol), behaving as PyTorch's own client.
 
-#include <corodist/core/detail/io_registration.hpp>
+#include <corodist/core/io_registration.hpp>
 #include <corodist/core/error.hpp>
 #include <corodist/store/errors.hpp>
 #include <corodist/core/run_blocking.hpp>
@@ -433,7 +433,7 @@ struct torch_store::impl final : store {
   std::string closed_why_;
   std::deque<std::shared_ptr<turn>> queue_;
   detail::wait_log waits;
-  corodist::detail::io_registration registration_; // last: goes first
+  corodist::io_registration registration_; // last: goes first
 };
 
 asio::awaitable<std::shared_ptr<torch_store>> torch_store::connect(asio::any_io_executor ex, tcp_store_options opts) {

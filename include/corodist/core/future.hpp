@@ -6,7 +6,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/core/detail/future_state.hpp>
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/core/error.hpp>
 
 #include <asio/async_result.hpp>

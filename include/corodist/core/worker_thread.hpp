@@ -6,7 +6,7 @@
 
 #include <corodist/core/config.hpp>
 
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/core/run_on.hpp>
 
@@ -58,7 +58,7 @@ public:
   /// Queues `job`; it runs on one of the threads after the jobs posted before
   /// it have started. A job must not throw (an escaping exception is logged
   /// and dropped). Throws `usage_error` after `stop()`.
-  void post(detail::unique_function<void()> job);
+  void post(unique_function<void()> job);
 
   /// Queues `fn` and returns a future of its result (or of the exception it
   /// throws). Throws `usage_error` after `stop()`.
@@ -88,7 +88,7 @@ private:
   worker_thread_options opts_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<detail::unique_function<void()>> jobs_;
+  std::deque<unique_function<void()>> jobs_;
   std::atomic<std::size_t> queued_{0}; // jobs_.size(), readable without the lock
   bool stopping_ = false;
   int sleeping_ = 0;

@@ -4,8 +4,8 @@
 
 #include <corodist/core/config.hpp>
 
-#include <corodist/core/detail/io_registration.hpp>
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/io_registration.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/core/timeout.hpp>
 #include <corodist/net/buffer.hpp>
 #include <corodist/net/errors.hpp>
@@ -37,11 +37,6 @@ using namespace std::chrono_literals;
 namespace detail {
 class heartbeat_wheel;
 class uring_service;
-/// A socket's place in a uring_service (src/net/uring_service.hpp: uring_file).
-struct uring_file_slot {
-  std::uint32_t ring = ~std::uint32_t{0};
-  std::uint32_t slot = ~std::uint32_t{0};
-};
 } // namespace detail
 
 
@@ -246,7 +241,7 @@ private:
   friend class detail::heartbeat_wheel;
 
   struct pending_request {
-    corodist::detail::unique_function<void(response)> complete;
+    corodist::unique_function<void(response)> complete;
     std::chrono::steady_clock::time_point deadline;
   };
   // What a connection keeps of its options once made: the limits and
@@ -281,15 +276,11 @@ private:
     std::vector<large_frame> large;
     void clear() noexcept;
   };
-  // Memory for the read that stays posted while the connection is idle (one
-  // at a time), so that it costs no heap block of its own and never inherits
-  // a larger recycled one (reader.cpp). Asio 1.22's io_uring receive
-  // operation with this handler is 328 bytes; a larger one goes to the heap.
-  struct read_op_memory {
-    static constexpr std::size_t size = 336;
-    alignas(std::max_align_t) std::byte storage[size];
-    bool in_use = false;
-  };
+  // The memory of the posted read and the socket's place on a liburing ring
+  // (src/net/connection_io.hpp): what depends on Asio's and the ring's
+  // internals stays out of this header.
+  struct read_op_memory;
+  struct io_state;
   template <typename T>
   class read_op_allocator;
 
@@ -336,7 +327,6 @@ private:
   std::chrono::steady_clock::time_point received_at_; // last read completion
   std::chrono::steady_clock::time_point sent_at_;     // last write handed to the socket
   detail::uring_service* uring_ = nullptr; // the socket's ring service when on uring (socket_ is then empty)
-  detail::uring_file_slot ufile_;           // its place there
   detail::heartbeat_wheel* wheel_ = nullptr; // peer_timeout: the loop's wheel this is on, from start to close
   std::uint32_t wheel_slot_ = 0;             // its place on the wheel
   std::uint32_t wheel_index_ = 0;
@@ -362,8 +352,8 @@ private:
   std::array<std::byte, 512> head_; // target of the read posted while traffic is light
   bytes big_;                       // 64 KiB read target while reads keep filling head_
   bytes scratch_hold_;              // keeps a released big_ alive until parsed
-  read_op_memory read_memory_;      // the posted read's operation
-  corodist::detail::io_registration registration_; // closes us at context shutdown; last: goes first
+  std::unique_ptr<io_state> io_;    // the posted read's operation; the socket's place on the ring
+  corodist::io_registration registration_; // closes us at context shutdown; last: goes first
 };
 
 } // namespace corodist::net

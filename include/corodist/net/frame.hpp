@@ -6,11 +6,11 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/core/little_endian.hpp>
+
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 namespace corodist::net {
 
@@ -63,63 +63,38 @@ struct frame_header {
   std::uint64_t request_id = 0;
 };
 
-namespace detail {
-template <typename T>
-inline void store_le(std::byte* p, T v) noexcept {
-  if constexpr (std::endian::native == std::endian::big) {
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-      p[i] = static_cast<std::byte>((v >> (8 * i)) & 0xff);
-  } else {
-    std::memcpy(p, &v, sizeof(T));
-  }
-}
-template <typename T>
-inline T load_le(const std::byte* p) noexcept {
-  if constexpr (std::endian::native == std::endian::big) {
-    T v = 0;
-    for (std::size_t i = 0; i < sizeof(T); ++i)
-      v |= static_cast<T>(std::to_integer<std::uint8_t>(p[i])) << (8 * i);
-    return v;
-  } else {
-    T v;
-    std::memcpy(&v, p, sizeof(T));
-    return v;
-  }
-}
-} // namespace detail
-
 /// Writes `h` as 16 little-endian bytes.
 inline std::array<std::byte, header_size> encode(const frame_header& h) noexcept {
   std::array<std::byte, header_size> b;
-  detail::store_le(b.data(), h.payload_len);
-  detail::store_le(b.data() + 4, h.kind);
-  detail::store_le(b.data() + 6, h.flags);
-  detail::store_le(b.data() + 8, h.request_id);
+  store_le(b.data(), h.payload_len);
+  store_le(b.data() + 4, h.kind);
+  store_le(b.data() + 6, h.flags);
+  store_le(b.data() + 8, h.request_id);
   return b;
 }
 
 /// Reads a frame header from 16 bytes.
 inline frame_header decode_header(const std::byte* p) noexcept {
-  return {detail::load_le<std::uint32_t>(p), detail::load_le<std::uint16_t>(p + 4),
-          detail::load_le<std::uint16_t>(p + 6), detail::load_le<std::uint64_t>(p + 8)};
+  return {load_le<std::uint32_t>(p), load_le<std::uint16_t>(p + 4),
+          load_le<std::uint16_t>(p + 6), load_le<std::uint64_t>(p + 8)};
 }
 
 /// Writes `h` as 16 little-endian bytes.
 inline std::array<std::byte, hello_size> encode(const hello& h) noexcept {
   std::array<std::byte, hello_size> b;
-  detail::store_le(b.data(), h.magic);
-  detail::store_le(b.data() + 4, h.version);
-  detail::store_le(b.data() + 6, h.flags);
-  detail::store_le(b.data() + 8, h.extension_len);
-  detail::store_le(b.data() + 12, h.reserved);
+  store_le(b.data(), h.magic);
+  store_le(b.data() + 4, h.version);
+  store_le(b.data() + 6, h.flags);
+  store_le(b.data() + 8, h.extension_len);
+  store_le(b.data() + 12, h.reserved);
   return b;
 }
 
 /// Reads a hello from 16 bytes.
 inline hello decode_hello(const std::byte* p) noexcept {
-  return {detail::load_le<std::uint32_t>(p), detail::load_le<std::uint16_t>(p + 4),
-          detail::load_le<std::uint16_t>(p + 6), detail::load_le<std::uint32_t>(p + 8),
-          detail::load_le<std::uint32_t>(p + 12)};
+  return {load_le<std::uint32_t>(p), load_le<std::uint16_t>(p + 4),
+          load_le<std::uint16_t>(p + 6), load_le<std::uint32_t>(p + 8),
+          load_le<std::uint32_t>(p + 12)};
 }
 
 } // namespace corodist::net

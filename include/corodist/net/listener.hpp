@@ -6,7 +6,7 @@
 
 #include <corodist/core/timeout.hpp>
 
-#include <corodist/core/detail/io_registration.hpp>
+#include <corodist/core/io_registration.hpp>
 #include <corodist/net/connection.hpp>
 
 #include <asio/ip/tcp.hpp>
@@ -119,7 +119,7 @@ private:
   std::function<std::size_t()> established_;
   std::size_t handshaking_ = 0;     // accepted, hello not yet done
   bool refusing_ = false;           // in an episode of refusals (one warning each)
-  corodist::detail::io_registration registration_; // closes the acceptor at context shutdown; last: goes first
+  corodist::io_registration registration_; // closes the acceptor at context shutdown; last: goes first
 };
 
 } // namespace corodist::net

@@ -7,6 +7,7 @@
 
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/future.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/rpc/agent_options.hpp>
 #include <corodist/rpc/attachment.hpp>
 #include <corodist/rpc/call_context.hpp>
@@ -21,6 +22,7 @@
 #include <asio/ip/tcp.hpp>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,12 +34,6 @@ namespace corodist::rpc {
 
 namespace detail {
 class agent_core;
-/// What a call's completion receives: an error, or the reply payload.
-struct reply {
-  std::exception_ptr error;
-  net::bytes payload;
-};
-using reply_handler = corodist::detail::unique_function<void(reply&&)>;
 } // namespace detail
 
 /// An RPC agent: one per worker process (or several per process, each on an
@@ -209,8 +205,9 @@ private:
     }
     // The completion runs inside the agent's machinery, which keeps the port alive.
     send_call(rank, fn, std::move(call), by,
-              [port = &port(), p = std::move(p), rank, fn = std::string(fn)](detail::reply&& r) mutable {
-                complete<R>(*port, p, std::move(r), rank, fn);
+              [port = &port(), p = std::move(p), rank, fn = std::string(fn)](std::exception_ptr error,
+                                                                              net::bytes&& reply) mutable {
+                complete<R>(*port, p, std::move(error), std::move(reply), rank, fn);
               });
     return f;
   }
@@ -224,17 +221,18 @@ private:
   }
 
   template <typename R>
-  static void complete(message_port& port, promise<R>& p, detail::reply&& r, int rank, const std::string& fn) {
-    if (r.error) {
-      p.set_exception(std::move(r.error));
+  static void complete(message_port& port, promise<R>& p, std::exception_ptr error, net::bytes&& reply, int rank,
+                       const std::string& fn) {
+    if (error) {
+      p.set_exception(std::move(error));
       return;
     }
     try {
       if constexpr (std::is_void_v<R>) {
-        decode_result<R>(port, rank, std::move(r.payload), "rpc '" + fn + "'");
+        decode_result<R>(port, rank, std::move(reply), "rpc '" + fn + "'");
         p.set_value();
       } else {
-        p.set_value(decode_result<R>(port, rank, std::move(r.payload), "rpc '" + fn + "'"));
+        p.set_value(decode_result<R>(port, rank, std::move(reply), "rpc '" + fn + "'"));
       }
     } catch (...) {
       p.set_exception(std::current_exception());
@@ -249,7 +247,9 @@ private:
   int rank_of(worker_ref to) const;
   int self_rank() const;
   corodist::timeout default_timeout() const noexcept;
-  void send_call(int rank, std::string_view fn, payload call, corodist::deadline by, detail::reply_handler done);
+  /// What a call's sender gets back, once: the error, or the reply payload.
+  using completion = corodist::unique_function<void(std::exception_ptr error, net::bytes&& reply)>;
+  void send_call(int rank, std::string_view fn, payload call, corodist::deadline by, completion done);
 
   event_loop& loop_;
   std::shared_ptr<detail::agent_core> impl_;

@@ -14,6 +14,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/core/little_endian.hpp>
 #include <corodist/net/frame.hpp>
 #include <corodist/rpc/attachment.hpp>
 #include <corodist/rpc/codec_context.hpp>
@@ -147,7 +148,7 @@ MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
       const auto idx = static_cast<std::uint32_t>(ctx->out_attachments.size());
       ctx->out_attachments.push_back(corodist::net::segment{a.owner(), asio::const_buffer(a.data(), a.size())});
       std::byte b[4];
-      corodist::net::detail::store_le(b, idx);
+      corodist::store_le(b, idx);
       o.pack_ext(4, corodist::rpc::attachment_ext_type);
       o.pack_ext_body(reinterpret_cast<const char*>(b), 4);
       return o;
@@ -164,7 +165,7 @@ MSGPACK_API_VERSION_NAMESPACE(MSGPACK_DEFAULT_API_NS) {
       if (!ctx || ctx->direction != corodist::rpc::codec_context::mode::decode)
         throw msgpack::type_error();
       const auto idx =
-          corodist::net::detail::load_le<std::uint32_t>(reinterpret_cast<const std::byte*>(o.via.ext.data()));
+          corodist::load_le<std::uint32_t>(reinterpret_cast<const std::byte*>(o.via.ext.data()));
       if (idx >= ctx->in_attachments.size())
         throw msgpack::type_error();
       v = corodist::rpc::attachment(ctx->in_owner, ctx->in_attachments[idx]);

@@ -7,7 +7,7 @@
 
 #include <corodist/core/config.hpp>
 
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/rpc/call_context.hpp>
@@ -56,8 +56,8 @@ struct inbound_message {
 /// or not: it may be completed from any thread.
 class responder {
 public:
-  using reply_fn = corodist::detail::unique_function<void(payload)>;
-  using fail_fn = corodist::detail::unique_function<void(std::exception_ptr)>;
+  using reply_fn = corodist::unique_function<void(payload)>;
+  using fail_fn = corodist::unique_function<void(std::exception_ptr)>;
 
   responder() = default;
   responder(reply_fn r, fail_fn f) : reply_(std::move(r)), fail_(std::move(f)) {}

@@ -4,7 +4,7 @@
 
 #include <corodist/core/config.hpp>
 
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/core/timeout.hpp>
 #include <corodist/store/default_timeout.hpp>
 #include <corodist/store/watch_event.hpp>
@@ -32,8 +32,8 @@ struct watch_queue {
   asio::any_io_executor executor;
   std::deque<watch_event> events;
   std::exception_ptr failure;
-  corodist::detail::unique_function<void()> wake;  // set while next() waits
-  corodist::detail::unique_function<void()> on_close; // unregisters at the source
+  corodist::unique_function<void()> wake;  // set while next() waits
+  corodist::unique_function<void()> on_close; // unregisters at the source
   std::size_t key_strip = 0; // leading key bytes to drop (a prefix_store's prefix)
   bool closed = false;
 };

@@ -5,7 +5,7 @@
 // and PyTorch clients see the same keys under the same rules and limits — and
 // writes PyTorch's responses.
 
-#include <corodist/core/detail/io_registration.hpp>
+#include <corodist/core/io_registration.hpp>
 
 #include "store/engine.hpp"
 #include "store/torch/query.hpp"
@@ -64,7 +64,7 @@ private:
   std::size_t largest_buffer_ = 0; // the read buffer's peak: the heap is trimmed when a large one's connection goes
   bool writing_ = false;
   bool closed_ = false;
-  corodist::detail::io_registration registration_; // closes us at context shutdown; last: goes first
+  corodist::io_registration registration_; // closes us at context shutdown; last: goes first
 };
 
 } // namespace corodist::store::detail::torch

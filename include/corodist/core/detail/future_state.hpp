@@ -5,7 +5,7 @@
 
 #include <corodist/core/config.hpp>
 
-#include <corodist/core/detail/unique_function.hpp>
+#include <corodist/core/unique_function.hpp>
 #include <corodist/core/error.hpp>
 
 #include <asio/associated_cancellation_slot.hpp>

@@ -130,7 +130,7 @@ Tuple decode_args(const msgpack::object& o, std::index_sequence<I...>) {
 /// the pool; returns the encoded result), for a coroutine function `coro` (run
 /// on the loop). `encode` makes the encoder for the result.
 struct bound_call {
-  corodist::detail::unique_function<payload()> plain;
+  corodist::unique_function<payload()> plain;
   asio::awaitable<payload> coro;
 };
 using result_encoder = std::function<std::unique_ptr<encoder>()>;

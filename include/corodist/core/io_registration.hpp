@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// corodist::detail::io_registration: keeps one I/O object on its context's
+/// corodist::io_registration: keeps one I/O object on its context's
 /// close-at-shutdown list (src/core/io_registry.hpp) for as long as it lives.
 
 #include <corodist/core/config.hpp>
@@ -11,9 +11,11 @@
 
 #include <functional>
 
-namespace corodist::detail {
+namespace corodist {
 
+namespace detail {
 class io_registry;
+} // namespace detail
 
 /// Registers `close(final)` with the io_registry of a context: called with
 /// final = false when an event_loop drains, and with final = true when the
@@ -34,7 +36,7 @@ public:
   io_registration& operator=(const io_registration&) = delete;
 
 private:
-  io_registry* registry_; // null once the context has shut down
+  detail::io_registry* registry_; // null once the context has shut down
 };
 
-} // namespace corodist::detail
+} // namespace corodist
