@@ -25,6 +25,10 @@ namespace corodist::store {
 /// functions, so their headers declare only what is theirs (constructors,
 /// accessors). A store of your own derives from `store` and overrides its
 /// `do_` functions as those implementations do.
+///
+/// Cancellation: as `store`'s operations (see store.hpp): a forwarded
+/// operation is the implementation's own, so it honours and leaves behind
+/// exactly what that one does.
 class basic_store : public store {
 public:
   ~basic_store() override;

@@ -14,6 +14,8 @@ namespace corodist::store {
 /// coroutine on the store's executor and blocks the calling thread until it
 /// finishes; waits are bounded by the store's timeouts. Calling from an
 /// event-loop thread throws `usage_error` (it would deadlock the loop).
+/// Cancellation: none; a blocking call runs to its end or its time limit
+/// (use the coroutine API, `async()`, to cancel).
 /// Thread-safe: many threads may share one sync_store.
 class sync_store {
 public:
