@@ -9,7 +9,7 @@
 //   recover_<size>      a joining replica's start_step that receives 100 MiB /
 //                       1 GiB of state from a healthy one (2 + 1 replicas);
 //   detect_<fault>_<layer>
-//                       failure detection (issue 21, section 1): the time from
+//                       failure detection: the time from
 //                       a fault to the first error on a survivor, with the
 //                       detection deadline D = 1000 ms (CORODIST_PEER_TIMEOUT_MS
 //                       in every process), p50/p99 over runs (quick: 1, full: 3),

@@ -62,7 +62,7 @@ namespace cs = corodist::store;
 using namespace std::chrono_literals;
 using clock_type = std::chrono::steady_clock;
 
-// Frame kinds of the two wire protocols (fixed by the protocols: src/store/codec.hpp
+// Frame kinds of the two wire protocols (fixed by the protocols: src/store/wire/native/fields.hpp
 // `op`, src/rpc/protocol.hpp), which the attackers speak without the library.
 constexpr std::uint16_t store_op_wait = 7;
 constexpr std::uint16_t store_op_num_keys = 8;

@@ -18,7 +18,8 @@
 
 #include <corodist/core/event_loop.hpp>
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
+#include <corodist/rref/debug_info.hpp>
 #include <corodist/rref/remote.hpp>
 #include <corodist/store/hash_store.hpp>
 

@@ -706,7 +706,7 @@ void rendezvous_cases(context& ctx) {
       r.extra = {{"ranks", double(ranks)}};
       r.text = {{"error", std::string("failed: ") + e.what()}};
     }
-    if (ranks <= 16384) // the peer at 1K, 4K and 16K ranks (issue 23)
+    if (ranks <= 16384) // the peer at 1K, 4K and 16K ranks
       r.peers = {torch_rendezvous_peer(ctx, ranks, r.extra)};
     auto value = [&r](const char* key) {
       for (const auto& [k, v] : r.extra)

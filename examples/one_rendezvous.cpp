@@ -13,7 +13,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
 #include <corodist/rref/remote.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>

@@ -111,7 +111,7 @@ def bars(ax, rows, value_key, peer_key, fmt, log):
 
 
 LIBUV_ANCHOR = (96 * 1024, 100.0)  # PyTorch's libuv TCPStore: ~100 s for 96K ranks (Meta's figure, another machine)
-IDLE_TARGET_BYTES = 4096  # issue 23: <= 4 KB of server memory per idle connection
+IDLE_TARGET_BYTES = 4096  # the target: <= 4 KB of server memory per idle connection
 
 
 def scaling_rows(cases):

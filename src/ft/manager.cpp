@@ -30,7 +30,7 @@ struct manager::impl {
   impl(std::shared_ptr<store::store> s, manager_options o)
       : store(std::move(s)), opts(std::move(o)), keys(opts.prefix) {}
 
-  detail::round_context context() const {
+  detail::round_setup context() const {
     return {store, keys, opts.poll_interval, opts.min_replicas,
             opts.initial_replicas > 0 ? opts.initial_replicas : opts.min_replicas,
             opts.quorum_timeout.from().at()};
@@ -57,8 +57,8 @@ struct manager::impl {
 
   // What make_group receives: the previous group, and which of its ranks
   // were lost when no replica joined.
-  group_request group_request_for(const detail::decided_round& d, const quorum& q) const {
-    group_request r;
+  group_spec group_spec_for(const detail::decided_round& d, const quorum& q) const {
+    group_spec r;
     r.store = store;
     r.rank = q.rank;
     r.size = q.size();
@@ -74,7 +74,7 @@ struct manager::impl {
     return r;
   }
 
-  asio::awaitable<std::shared_ptr<collective::process_group>> form_group(const group_request& r) {
+  asio::awaitable<std::shared_ptr<collective::process_group>> form_group(const group_spec& r) {
     std::shared_ptr<collective::process_group> g;
     if (opts.make_group)
       g = co_await opts.make_group(r);
@@ -170,7 +170,7 @@ asio::awaitable<quorum> manager::start_step() {
     std::string failure;
     try {
       if (q.reconfigured) {
-        auto request = m.group_request_for(d, q);
+        auto request = m.group_spec_for(d, q);
         m.group.reset();
         m.group = co_await m.form_group(request);
       }

@@ -20,7 +20,7 @@ std::string ranks_text(const std::vector<int>& ranks) { return fmt::format("{}",
 // This member's view: "shrink <previous size> <lost>" when it can shrink
 // (its previous group is an nccl_group that can, and its rank after the shrink
 // is the one the quorum gives it), else "create".
-std::string proposal(const group_request& r, const collective::nccl_group* prev) {
+std::string proposal(const group_spec& r, const collective::nccl_group* prev) {
   if (!r.subset_of_previous || r.lost.empty() || !prev || !prev->shrink_unavailable_reason().empty())
     return "create";
   int below = 0;
@@ -31,7 +31,7 @@ std::string proposal(const group_request& r, const collective::nccl_group* prev)
   return fmt::format("shrink {} {}", prev->size(), ranks_text(r.lost));
 }
 
-asio::awaitable<std::shared_ptr<collective::process_group>> form(group_request r, collective::nccl_options opts) {
+asio::awaitable<std::shared_ptr<collective::process_group>> form(group_spec r, collective::nccl_options opts) {
   auto prev = std::dynamic_pointer_cast<collective::nccl_group>(r.previous);
   if (opts.device < 0 && prev)
     opts.device = prev->cuda_device();
@@ -60,7 +60,7 @@ asio::awaitable<std::shared_ptr<collective::process_group>> form(group_request r
 } // namespace
 
 group_factory nccl_group_factory(collective::nccl_options opts) {
-  return [opts = std::move(opts)](const group_request& r) { return form(r, opts); };
+  return [opts = std::move(opts)](const group_spec& r) { return form(r, opts); };
 }
 
 } // namespace corodist::ft

@@ -21,7 +21,7 @@ using namespace asio::experimental::awaitable_operators;
 using std::chrono::milliseconds;
 using gone_check = std::function<asio::awaitable<bool>()>;
 
-milliseconds left(const round_context& ctx) {
+milliseconds left(const round_setup& ctx) {
   return std::chrono::duration_cast<milliseconds>(ctx.deadline - clock::now());
 }
 
@@ -38,7 +38,7 @@ asio::awaitable<void> pause(milliseconds d) {
 
 /// Waits for `key` in slices of the poll interval; between slices asks
 /// `gone()` whether what it waits for can no longer come (then nullopt).
-asio::awaitable<std::optional<std::string>> await_key(const round_context& ctx, const std::string& key,
+asio::awaitable<std::optional<std::string>> await_key(const round_setup& ctx, const std::string& key,
                                                       const gone_check& gone, const std::string& what) {
   for (;;) {
     auto l = left(ctx);
@@ -57,19 +57,19 @@ asio::awaitable<std::optional<std::string>> await_key(const round_context& ctx, 
 }
 
 /// Whether `key` exists.
-asio::awaitable<bool> exists(const round_context& ctx, std::string key) {
+asio::awaitable<bool> exists(const round_setup& ctx, std::string key) {
   std::vector<std::string> keys;
   keys.push_back(std::move(key));
   co_return co_await ctx.store->check(std::move(keys));
 }
 
-asio::awaitable<std::vector<std::string>> alive_keys(const round_context& ctx) {
+asio::awaitable<std::vector<std::string>> alive_keys(const round_setup& ctx) {
   co_return co_await ctx.store->list_keys(ctx.keys.alive_dir());
 }
 
 /// The value of `key`, or "" when it is missing, in one round trip (a
 /// compare_set that creates it empty; appends still work on it).
-asio::awaitable<std::string> get_or_empty(const round_context& ctx, std::string key) {
+asio::awaitable<std::string> get_or_empty(const round_setup& ctx, std::string key) {
   co_return co_await ctx.store->compare_set(std::move(key), "", "");
 }
 
@@ -80,7 +80,7 @@ asio::awaitable<std::string> get_or_empty(const round_context& ctx, std::string 
 /// job's first round). Returns the round's decision, or nullopt when it
 /// proposed nothing. The store operations that do not depend on each
 /// other go out together (one round trip each group).
-asio::awaitable<std::optional<std::string>> propose(const round_context& ctx, std::uint64_t r,
+asio::awaitable<std::optional<std::string>> propose(const round_setup& ctx, std::uint64_t r,
                                                     const decided_round& prev, bool all_in) {
   const auto& k = ctx.keys;
   std::vector<member_line> members;
@@ -143,7 +143,7 @@ bool holds(const std::vector<member_line>& ms, const member& m) {
 
 } // namespace
 
-asio::awaitable<decided_round> member_round(const round_context& ctx, const decided_round& prev, member_line self) {
+asio::awaitable<decided_round> member_round(const round_setup& ctx, const decided_round& prev, member_line self) {
   const auto& k = ctx.keys;
   const auto r = prev.id + 1;
   const std::int64_t n = co_await (ctx.store->set(k.in(r, self.m.replica_id), encode_line(self)) &&
@@ -166,7 +166,7 @@ asio::awaitable<decided_round> member_round(const round_context& ctx, const deci
   co_return d;
 }
 
-asio::awaitable<decided_round> join_round(const round_context& ctx, member_line self) {
+asio::awaitable<decided_round> join_round(const round_setup& ctx, member_line self) {
   const auto& k = ctx.keys;
   std::uint64_t next = 1;
   for (;;) {
@@ -197,7 +197,7 @@ asio::awaitable<decided_round> join_round(const round_context& ctx, member_line 
   }
 }
 
-asio::awaitable<bool> commit_round(const round_context& ctx, const decided_round& r, const member& self, bool ok) {
+asio::awaitable<bool> commit_round(const round_setup& ctx, const decided_round& r, const member& self, bool ok) {
   const auto& k = ctx.keys;
   // One counter carries both the number of votes (low 32 bits) and the
   // number of failures (high bits): the last voter knows the outcome at once.

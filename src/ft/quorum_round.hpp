@@ -22,7 +22,7 @@ namespace corodist::ft::detail {
 using clock = std::chrono::steady_clock;
 
 /// What a replica needs to take part in rounds.
-struct round_context {
+struct round_setup {
   std::shared_ptr<store::store> store;
   round_keys keys;
   std::chrono::milliseconds poll;
@@ -42,15 +42,15 @@ struct decided_round {
 /// Round `prev.id + 1` for a member of the decided round `prev`: arrives,
 /// decides when it is the last to arrive or a member was lost, and returns
 /// the decision. Throws timeout_error at the deadline.
-[[nodiscard]] asio::awaitable<decided_round> member_round(const round_context& ctx, const decided_round& prev,
+[[nodiscard]] asio::awaitable<decided_round> member_round(const round_setup& ctx, const decided_round& prev,
                                                           member_line self);
 
 /// Joins the job's next round as a new replica (retrying later rounds until
 /// a decision takes it in) and returns the round it is in.
-[[nodiscard]] asio::awaitable<decided_round> join_round(const round_context& ctx, member_line self);
+[[nodiscard]] asio::awaitable<decided_round> join_round(const round_setup& ctx, member_line self);
 
 /// Casts this member's vote in round `r` and returns the commit decision.
-[[nodiscard]] asio::awaitable<bool> commit_round(const round_context& ctx, const decided_round& r,
+[[nodiscard]] asio::awaitable<bool> commit_round(const round_setup& ctx, const decided_round& r,
                                                  const member& self, bool ok);
 
 /// Deletes the keys of round `r` (best effort; the decider of round r + 2 calls it).

@@ -1,5 +1,5 @@
 #pragma once
-// A private liburing-native I/O service for sockets (issue 23, section 3): one
+// A private liburing-native I/O service for sockets: one
 // per asio::io_context, made on first use from the loop thread
 // (asio::use_service<uring_service>(ctx)). It keeps Asio's executor model for
 // everything above it: operations are started with asio::async_initiate (so a

@@ -67,7 +67,7 @@ std::pair<std::uint64_t, control_msg> decode_control(net::bytes&& frame) {
   }
 }
 
-control_channel::control_channel(send_fn send, context_options opts) : send_(std::move(send)), opts_(opts) {}
+control_channel::control_channel(send_fn send, enable_options opts) : send_(std::move(send)), opts_(opts) {}
 
 void control_channel::send(int to, const control_msg& m, clock::time_point now) {
   auto& p = out_[to];
@@ -102,7 +102,7 @@ void control_channel::pump(clock::time_point now) {
   for (auto& [to, p] : out_) {
     for (auto it = p.unacked.begin(); it != p.unacked.end();) {
       auto& o = it->second;
-      const auto give_up = opts_.give_up_after.or_else(context_options::default_give_up_after);
+      const auto give_up = opts_.give_up_after.or_else(enable_options::default_give_up_after);
       if (give_up.is_finite() && now - o.first >= give_up.length()) {
         if (!p.gave_up_logged)
           CORODIST_LOG_WARN("rref: worker {} has acknowledged no control message for {}; giving up on them "

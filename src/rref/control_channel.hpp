@@ -8,7 +8,7 @@
 // Loop-affine; time comes from the caller (real or simulated).
 
 #include <corodist/rpc/payload.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
 #include <corodist/rref/rref_id.hpp>
 
 #include <chrono>
@@ -54,7 +54,7 @@ public:
   /// Hands a frame to the network (the port's notify).
   using send_fn = std::function<void(int to, rpc::payload)>;
 
-  control_channel(send_fn send, context_options opts);
+  control_channel(send_fn send, enable_options opts);
 
   /// Sends `m` to worker `to` until it is acknowledged.
   void send(int to, const control_msg& m, clock::time_point now);
@@ -87,7 +87,7 @@ private:
   };
 
   send_fn send_;
-  context_options opts_;
+  enable_options opts_;
   std::unordered_map<int, peer_out> out_;
   std::unordered_map<int, peer_in> in_;
   std::size_t unacked_count_ = 0;

@@ -92,7 +92,7 @@ struct reference_tracker::owner_extra {
   std::exception_ptr failure;                             // its function threw
 };
 
-reference_tracker::reference_tracker(rpc::message_port& port, rpc::agent* agent, context_options opts,
+reference_tracker::reference_tracker(rpc::message_port& port, rpc::agent* agent, enable_options opts,
                                      std::function<clock::time_point()> now)
     : port_(port), port_life_(port.lifetime()), port_tracked_(!port_life_.expired()), agent_(agent), opts_(opts),
       now_(std::move(now)), ex_(port.get_executor()),

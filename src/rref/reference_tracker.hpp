@@ -11,7 +11,8 @@
 // posted before the message that depends on it is sent, and the executor runs
 // posts in order).
 
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
+#include <corodist/rref/debug_info.hpp>
 #include <corodist/rref/detail/protocol.hpp>
 
 #include "rref/control_channel.hpp"
@@ -49,7 +50,7 @@ public:
   /// `agent` may be null (a simulated port). With `now` given (a simulated
   /// clock), retries are sent only when the caller calls pump(); otherwise a
   /// timer on the port's executor does it whenever a message awaits its ack.
-  reference_tracker(rpc::message_port& port, rpc::agent* agent, context_options opts,
+  reference_tracker(rpc::message_port& port, rpc::agent* agent, enable_options opts,
                     std::function<clock::time_point()> now = {});
   ~reference_tracker() override;
 
@@ -62,7 +63,7 @@ public:
   int self() const override { return port_.self().rank; }
   rpc::agent* agent() override { return agent_; }
   corodist::timeout default_timeout() const override {
-    return opts_.timeout.or_else(context_options::default_timeout);
+    return opts_.timeout.or_else(enable_options::default_timeout);
   }
   std::shared_ptr<handle> new_remote(int owner) override;
   void send_remote(const std::shared_ptr<handle>& h, std::string_view fn, rpc::payload call,
@@ -145,7 +146,7 @@ private:
   std::weak_ptr<const void> port_life_; // the port's owner (empty: a simulated port)
   bool port_tracked_ = false;           // port_life_ was set: lock it before using port_ off the loop
   rpc::agent* agent_;
-  context_options opts_;
+  enable_options opts_;
   std::function<clock::time_point()> now_;
   asio::any_io_executor ex_;
   std::atomic<std::uint64_t> next_local_{1};

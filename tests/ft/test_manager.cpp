@@ -143,13 +143,13 @@ struct asked {
   std::string options_prefix;
 };
 
-asio::awaitable<std::shared_ptr<cc::process_group>> form_gloo(cf::group_request r) {
+asio::awaitable<std::shared_ptr<cc::process_group>> form_gloo(cf::group_spec r) {
   co_return co_await cc::gloo_group::create(r.store, r.rank, r.size, r.options);
 }
 
 /// A factory that records each request and forms the default Gloo group.
 cf::group_factory recording_factory(std::vector<asked>& log) {
-  return [&log](const cf::group_request& r) {
+  return [&log](const cf::group_spec& r) {
     log.push_back({r.rank, r.size, r.prefix, r.previous != nullptr, r.subset_of_previous, r.lost, r.options.prefix});
     return form_gloo(r);
   };

@@ -5,7 +5,9 @@
 // worker processes: failures throw (no Boost.Test there).
 
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
+#include <corodist/rref/debug_info.hpp>
+#include <corodist/rref/register_method.hpp>
 #include <corodist/rref/remote.hpp>
 #include <corodist/store/tcp_store.hpp>
 

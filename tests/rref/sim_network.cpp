@@ -107,7 +107,7 @@ void port::deliver(message&& m) {
 }
 
 network::network(int workers, std::uint64_t seed) : rng_(seed), now_(clock::time_point{} + std::chrono::hours(1)) {
-  rr::context_options opts;
+  rr::enable_options opts;
   opts.give_up_after = std::chrono::hours(24 * 365); // the simulated network heals: never give up
   for (int r = 0; r < workers; ++r)
     ports_.push_back(std::make_unique<port>(*this, r, workers));

@@ -6,7 +6,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
 #include <corodist/rref/remote.hpp>
 #include <corodist/store/tcp_store.hpp>
 
@@ -170,7 +170,7 @@ struct hanging_owner_job {
     if (peer_timeout)
       o.peer_timeout = *peer_timeout;
     a.emplace(loop, o);
-    rr::context_options co;
+    rr::enable_options co;
     co.give_up_after = 2s; // the delete that the dropped reference sends to the lost owner
     rr::enable(*a, co);
     a->start();

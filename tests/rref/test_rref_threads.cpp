@@ -11,7 +11,8 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
+#include <corodist/rref/debug_info.hpp>
 #include <corodist/rref/remote.hpp>
 #include <corodist/store/sync_store.hpp>
 

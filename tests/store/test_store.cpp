@@ -6,12 +6,12 @@
 #include <corodist/core/future.hpp>
 #include <corodist/store/sync_store.hpp>
 
-#include "store/engine.hpp"
+#include "store/server/engine.hpp"
 #include "store/log_capture.hpp"
-#include "store/reply.hpp"
-#include "store/request.hpp"
+#include "store/wire/native/reply.hpp"
+#include "store/wire/native/request.hpp"
 #include "store/store_fixtures.hpp"
-#include "store/torch/query.hpp"
+#include "store/wire/torch/query.hpp"
 #include "store/wait_log.hpp"
 #include "support/child_process.hpp"
 #include "support/coro_test.hpp"

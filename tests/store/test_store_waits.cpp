@@ -1,11 +1,11 @@
-// Many waits at once (issue 23: a barrier of 98K waiters): the engine's
+// Many waits at once (a barrier of 98K waiters): the engine's
 // deadlines (one index and one timer for every wait, not a timer per wait)
 // and the client-side log of long waits (a warning round costs the waits due,
 // and the waits due together warn in one line that counts them). Linked into
 // the store test executable.
 #include <boost/test/unit_test.hpp>
 
-#include "store/engine.hpp"
+#include "store/server/engine.hpp"
 #include "store/log_capture.hpp"
 #include "store/wait_log.hpp"
 

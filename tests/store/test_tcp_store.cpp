@@ -11,7 +11,7 @@
 #include "store/log_capture.hpp"
 #include "store/sized_allocations.hpp"
 #include "store/store_fixtures.hpp"
-#include "store/torch/query.hpp"
+#include "store/wire/torch/query.hpp"
 #include "support/child_process.hpp"
 #include "support/coro_test.hpp"
 #include "support/free_port.hpp"

@@ -11,7 +11,7 @@
 #include <corodist/store/sync_store.hpp>
 #include <corodist/store/tcp_store.hpp>
 
-#include "store/launch_env.hpp"
+#include "store/rendezvous/launch_env.hpp"
 #include "subprocess.hpp"
 #include "support/child_process.hpp"
 #include "support/free_port.hpp"

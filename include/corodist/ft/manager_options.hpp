@@ -7,7 +7,7 @@
 #include <corodist/core/timeout.hpp>
 
 #include <corodist/collective/gloo_group.hpp>
-#include <corodist/ft/group_request.hpp>
+#include <corodist/ft/group_spec.hpp>
 
 #include <chrono>
 #include <string>

@@ -6,7 +6,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/collective/nccl_group.hpp>
-#include <corodist/ft/group_request.hpp>
+#include <corodist/ft/group_spec.hpp>
 
 namespace corodist::ft {
 
@@ -15,7 +15,7 @@ namespace corodist::ft {
 /// When every member of the new quorum holds the previous quorum's group as
 /// an nccl_group that can shrink (nccl_group::shrink_unavailable_reason() is
 /// "") and the new members are its ranks without some lost ones
-/// (group_request::subset_of_previous with `lost` not empty), the members
+/// (group_spec::subset_of_previous with `lost` not empty), the members
 /// agree on that through the store (one key each under the request's
 /// prefix), abort the previous group (the lost ranks may be dead: its
 /// communicator is revoked, stopping what was in flight) and re-form with

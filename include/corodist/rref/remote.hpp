@@ -5,7 +5,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
 #include <corodist/rref/rref.hpp>
 
 #include <optional>

@@ -64,7 +64,7 @@ public:
   void keep_until_destroyed(std::shared_ptr<void> object) { kept_.push_back(std::move(object)); }
 
 private:
-  struct impl; // src/store/tcp_store.cpp
+  struct impl; // src/store/client/tcp_store.cpp
   explicit tcp_store(std::shared_ptr<impl> im);
 
   std::vector<std::shared_ptr<void>> kept_;

@@ -57,7 +57,7 @@ public:
   void close();
 
 private:
-  struct impl; // src/store/torch_store.cpp
+  struct impl; // src/store/client/torch_store.cpp
   explicit torch_store(std::shared_ptr<impl> im);
 };
 

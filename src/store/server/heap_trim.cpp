@@ -1,4 +1,4 @@
-#include "store/heap_trim.hpp"
+#include "store/server/heap_trim.hpp"
 
 #if defined(__GLIBC__)
 #include <malloc.h>

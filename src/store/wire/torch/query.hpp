@@ -4,8 +4,8 @@
 // pure functions below (bytes in, query or error out).
 
 #include <corodist/store/errors.hpp>
-#include "store/engine.hpp"
-#include "store/torch/wire.hpp"
+#include "store/server/engine.hpp"
+#include "store/wire/torch/fields.hpp"
 
 #include <cstdint>
 #include <functional>

@@ -8,9 +8,9 @@
 
 #include "core/linger.hpp"
 #include "core/log.hpp"
-#include "store/connect_retry.hpp"
-#include "store/joined_jobs.hpp"
-#include "store/launch_env.hpp"
+#include "store/client/connect_retry.hpp"
+#include "store/rendezvous/joined_jobs.hpp"
+#include "store/rendezvous/launch_env.hpp"
 #include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>

@@ -1,4 +1,4 @@
-#include "store/launch_env.hpp"
+#include "store/rendezvous/launch_env.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/store/errors.hpp>

@@ -1,11 +1,11 @@
-#include "store/torch/session.hpp"
+#include "store/server/torch_session.hpp"
 
 #include <corodist/net/frame.hpp>
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
-#include "store/heap_trim.hpp"
+#include "store/server/heap_trim.hpp"
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>

@@ -4,10 +4,10 @@
 
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
-#include "store/engine.hpp"
-#include "store/heap_trim.hpp"
-#include "store/server_session.hpp"
-#include "store/torch/session.hpp"
+#include "store/server/engine.hpp"
+#include "store/server/heap_trim.hpp"
+#include "store/server/native_session.hpp"
+#include "store/server/torch_session.hpp"
 
 #include <asio/ip/address.hpp>
 #include <asio/experimental/as_tuple.hpp>
@@ -46,7 +46,7 @@ struct store_server::impl : std::enable_shared_from_this<store_server::impl> {
   server_options opts;
   std::shared_ptr<detail::engine> engine;
   std::shared_ptr<net::listener> listener;
-  std::unordered_map<std::uint64_t, detail::server_session> sessions; // native, by connection id
+  std::unordered_map<std::uint64_t, detail::native_session> sessions; // native, by connection id
   std::unordered_map<std::uint64_t, std::weak_ptr<detail::torch::session>> torch_sessions;
   std::unordered_set<std::uint64_t> silent_sessions; // PyTorch sessions that arrived silent
   bool refusing_silent = false;                      // in an episode of refusals (one warning each)

@@ -1,4 +1,4 @@
-#include "store/torch/query.hpp"
+#include "store/wire/torch/query.hpp"
 
 #include <cstring>
 #include <type_traits>

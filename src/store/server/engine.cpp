@@ -1,5 +1,5 @@
-#include "store/engine.hpp"
-#include "store/heap_trim.hpp"
+#include "store/server/engine.hpp"
+#include "store/server/heap_trim.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/store/errors.hpp>

@@ -12,9 +12,9 @@
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
 #include "net/open_from.hpp"
-#include "store/connect_retry.hpp"
-#include "store/engine.hpp"
-#include "store/torch/query.hpp"
+#include "store/client/connect_retry.hpp"
+#include "store/server/engine.hpp"
+#include "store/wire/torch/query.hpp"
 #include "store/wait_log.hpp"
 
 #include <asio/post.hpp>

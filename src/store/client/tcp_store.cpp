@@ -7,10 +7,10 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
-#include "store/connect_retry.hpp"
-#include "store/engine.hpp"
-#include "store/reply.hpp"
-#include "store/request.hpp"
+#include "store/client/connect_retry.hpp"
+#include "store/server/engine.hpp"
+#include "store/wire/native/reply.hpp"
+#include "store/wire/native/request.hpp"
 #include "store/wait_log.hpp"
 
 #include <asio/co_spawn.hpp>

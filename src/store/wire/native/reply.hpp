@@ -8,7 +8,7 @@
 // delete_key, check: u8 (0 or 1); multi_get, list_keys: strs.
 
 #include <corodist/store/errors.hpp>
-#include "store/codec.hpp"
+#include "store/wire/native/fields.hpp"
 
 #include <span>
 #include <string>

@@ -1,4 +1,4 @@
-#include "store/connect_retry.hpp"
+#include "store/client/connect_retry.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/net/errors.hpp>

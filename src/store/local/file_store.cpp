@@ -4,7 +4,7 @@
 #include <corodist/store/errors.hpp>
 
 #include "core/log.hpp"
-#include "store/engine_ops.hpp" // the engine the file's log is replayed into, and its rules
+#include "store/local/engine_ops.hpp" // the engine the file's log is replayed into, and its rules
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>

@@ -1,4 +1,4 @@
-#include "store/joined_jobs.hpp"
+#include "store/rendezvous/joined_jobs.hpp"
 
 #include <corodist/core/shared_future.hpp>
 

@@ -7,8 +7,8 @@
 
 #include <corodist/core/io_registration.hpp>
 
-#include "store/engine.hpp"
-#include "store/torch/query.hpp"
+#include "store/server/engine.hpp"
+#include "store/wire/torch/query.hpp"
 
 #include <asio/awaitable.hpp>
 #include <asio/ip/tcp.hpp>

@@ -1,6 +1,6 @@
 #include <corodist/store/hash_store.hpp>
 
-#include "store/engine_ops.hpp"
+#include "store/local/engine_ops.hpp"
 
 namespace corodist::store {
 

@@ -1,4 +1,4 @@
-#include "store/request.hpp"
+#include "store/wire/native/request.hpp"
 
 #include <type_traits>
 

@@ -1,11 +1,11 @@
-#include "store/server_session.hpp"
+#include "store/server/native_session.hpp"
 
 #include <corodist/core/error.hpp>
 
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
-#include "store/heap_trim.hpp"
-#include "store/reply.hpp"
+#include "store/server/heap_trim.hpp"
+#include "store/wire/native/reply.hpp"
 
 #include <algorithm>
 #include <type_traits>
@@ -16,18 +16,18 @@ namespace {
 std::uint16_t code(op o) { return static_cast<std::uint16_t>(o); }
 } // namespace
 
-void server_session::closed() {
+void native_session::closed() {
   engine_.drop_owner(id_); // its waits and watches go with it
   watches_.reset();
   trim_heap_after(largest_request_);
 }
 
-void server_session::close() {
+void native_session::close() {
   if (auto c = conn_.lock())
     c->close();
 }
 
-void server_session::handle(const std::shared_ptr<net::connection>& conn, net::message&& m) {
+void native_session::handle(const std::shared_ptr<net::connection>& conn, net::message&& m) {
   const auto kind = m.header.kind;
   const auto rid = m.header.request_id;
   largest_request_ = std::max(largest_request_, m.payload.size());
@@ -67,7 +67,7 @@ void server_session::handle(const std::shared_ptr<net::connection>& conn, net::m
 }
 
 template <typename Answer>
-void server_session::answer_when_present(std::uint64_t rid, op kind, std::vector<std::string> keys,
+void native_session::answer_when_present(std::uint64_t rid, op kind, std::vector<std::string> keys,
                                          std::chrono::milliseconds timeout, Answer answer) {
   // The engine calls `done` itself, so it is alive then.
   engine_.wait(std::move(keys), timeout, id_,
@@ -84,7 +84,7 @@ void server_session::answer_when_present(std::uint64_t rid, op kind, std::vector
                });
 }
 
-void server_session::serve(const std::shared_ptr<net::connection>& conn, std::uint64_t rid, request&& r) {
+void native_session::serve(const std::shared_ptr<net::connection>& conn, std::uint64_t rid, request&& r) {
   const auto kind = code(kind_of(r));
   auto ok = [&](writer&& w) { conn->respond(rid, kind, w.take()); };
   auto& eng = engine_;

@@ -5,8 +5,8 @@
 
 #include <corodist/net/connection.hpp>
 
-#include "store/engine.hpp"
-#include "store/request.hpp"
+#include "store/server/engine.hpp"
+#include "store/wire/native/request.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -16,13 +16,13 @@ namespace corodist::store::detail {
 
 /// Kept small and by value in the server's table (a server holds one per
 /// connection); the server's connection callbacks find it by its id.
-class server_session {
+class native_session {
 public:
   /// A session of `eng` as owner `id` on `conn`. `eng` must outlive it.
-  server_session(std::weak_ptr<net::connection> conn, engine& eng, engine::owner_id id)
+  native_session(std::weak_ptr<net::connection> conn, engine& eng, engine::owner_id id)
       : conn_(std::move(conn)), engine_(eng), id_(id) {}
-  server_session(const server_session&) = delete;
-  server_session& operator=(const server_session&) = delete;
+  native_session(const native_session&) = delete;
+  native_session& operator=(const native_session&) = delete;
 
   /// Serves one frame from `conn`. The session must stay alive through the
   /// call even if it closes the connection (the server erases closed

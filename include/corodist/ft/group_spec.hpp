@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// corodist::ft::group_request: what the manager asks of a process-group
-/// factory (manager_options::make_group) when a quorum needs a new group.
+/// corodist::ft::group_spec: the group the manager asks a process-group
+/// factory (manager_options::make_group) to form when a quorum needs one.
 
 #include <corodist/core/config.hpp>
 
@@ -20,8 +20,8 @@ namespace corodist::ft {
 
 /// The group a quorum needs: this replica's rank among `size` members, to
 /// be formed under `prefix` of `store`. Every member of the quorum receives
-/// the same request but for `rank` (and its own `previous`).
-struct group_request {
+/// the same spec but for `rank` (and its own `previous`).
+struct group_spec {
   /// The job's store (the manager's).
   std::shared_ptr<store::store> store;
   /// This replica's rank in the new group (its index in quorum::members).
@@ -45,7 +45,7 @@ struct group_request {
   collective::gloo_options options;
 };
 
-/// Forms the group of a request (a coroutine on the caller's executor).
+/// Forms the group of a spec (a coroutine on the caller's executor).
 /// Throws `collective_error`/`collective_timeout_error` (or another
 /// `timeout_error`) when a member is lost meanwhile: the manager then tries
 /// the next quorum. Any other exception ends `manager::start_step`.
@@ -53,6 +53,6 @@ struct group_request {
 /// awaiting `manager::start_step` is; it should then end with
 /// `operation_aborted` and leave no group behind.
 using group_factory =
-    std::function<asio::awaitable<std::shared_ptr<collective::process_group>>(const group_request&)>;
+    std::function<asio::awaitable<std::shared_ptr<collective::process_group>>(const group_spec&)>;
 
 } // namespace corodist::ft

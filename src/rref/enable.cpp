@@ -1,7 +1,8 @@
 // rref::enable and friends: the RRef protocol attached to an RPC agent.
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_on.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/enable.hpp>
+#include <corodist/rref/debug_info.hpp>
 
 #include "rref/reference_tracker.hpp"
 
@@ -17,7 +18,7 @@ protocol& protocol::of(rpc::message_port& port) {
 }
 } // namespace detail
 
-void enable(rpc::agent& a, context_options opts) {
+void enable(rpc::agent& a, enable_options opts) {
   auto& port = a.port();
   if (port.extension<detail::reference_tracker>())
     throw usage_error("rref::enable: RRefs are already enabled on this agent");

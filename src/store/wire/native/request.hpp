@@ -5,7 +5,7 @@
 
 #include <corodist/store/watch_event.hpp>
 
-#include "store/codec.hpp"
+#include "store/wire/native/fields.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "store/engine_ops.hpp"
+#include "store/local/engine_ops.hpp"
 
 #include "core/deadline.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <corodist/store/store.hpp>
 
-#include "store/engine.hpp"
+#include "store/server/engine.hpp"
 #include "store/wait_log.hpp"
 
 #include <memory>
