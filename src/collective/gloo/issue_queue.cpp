@@ -1,9 +1,9 @@
 // A gloo_group's issue queue: collectives numbered in call order, queued onto
 // the communication threads in that order, run there, and completed.
-#include "collective/gloo_group_impl.hpp"
+#include "collective/gloo/gloo_group_impl.hpp"
 
 #include "collective/describe.hpp"
-#include "collective/sigpipe_guard.hpp"
+#include "collective/gloo/sigpipe_guard.hpp"
 
 #include <fmt/format.h>
 

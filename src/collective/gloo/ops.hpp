@@ -6,7 +6,7 @@
 
 #include <corodist/collective/process_group.hpp>
 
-#include "collective/call_header.hpp"
+#include "collective/gloo/call_header.hpp"
 
 #include <gloo/context.h>
 

@@ -1,8 +1,8 @@
 // Running one collective on a connected Gloo context (the call-header check
 // between ranks, then Gloo's algorithms; reduce_scatter as our own ring), and
 // the record of what decides a call's messages.
-#include "collective/gloo_ops.hpp"
-#include "collective/call_header.hpp"
+#include "collective/gloo/ops.hpp"
+#include "collective/gloo/call_header.hpp"
 #include "collective/reduce.hpp"
 
 #include <corodist/core/error.hpp>
