@@ -33,8 +33,8 @@ constexpr std::uint8_t header_slot_prefix = 0xc1;
 constexpr std::uint8_t reduce_scatter_slot_prefix = 0xc2;
 
 // Time left before the deadline, at least 1 ms (Gloo treats 0 as "unset").
-std::chrono::milliseconds left(const gloo_call_context& cc) {
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(cc.deadline - clock::now());
+std::chrono::milliseconds left(const gloo_call& gc) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(gc.deadline - clock::now());
   return std::max(ms, std::chrono::milliseconds(1));
 }
 
@@ -42,9 +42,9 @@ std::chrono::milliseconds left(const gloo_call_context& cc) {
 
 // Makes a Gloo object that lives until the collective's work has completed.
 template <typename T, typename... A>
-T& kept(const gloo_call_context& cc, A&&... a) {
+T& kept(const gloo_call& gc, A&&... a) {
   auto p = std::make_shared<T>(std::forward<A>(a)...);
-  cc.keep->push_back(p);
+  gc.keep->push_back(p);
   return *p;
 }
 
@@ -96,16 +96,16 @@ bool on_ring(std::size_t bcube_max_bytes, std::size_t bytes) { return bytes > bc
 
 // Gloo's allreduce of `count` elements of `esize` bytes at `data`, in place,
 // with reduction `fn`, on the ring or bcube (on_ring()).
-void gloo_allreduce(const gloo_call_context& cc, void* data, std::size_t count, std::size_t esize,
+void gloo_allreduce(const gloo_call& gc, void* data, std::size_t count, std::size_t esize,
                     gloo::AllreduceOptions::Func fn) {
-  auto& o = kept<gloo::AllreduceOptions>(cc, cc.context);
+  auto& o = kept<gloo::AllreduceOptions>(gc, gc.context);
   set_output(o, data, count, esize);
-  o.setAlgorithm(on_ring(cc.bcube_max_bytes, count * esize) ? gloo::AllreduceOptions::Algorithm::RING
+  o.setAlgorithm(on_ring(gc.bcube_max_bytes, count * esize) ? gloo::AllreduceOptions::Algorithm::RING
                                                              : gloo::AllreduceOptions::Algorithm::BCUBE);
   o.setMaxSegmentSize(ring_max_segment_bytes);
   o.setReduceFunction(std::move(fn));
-  o.setTag(cc.tag);
-  o.setTimeout(left(cc));
+  o.setTag(gc.tag);
+  o.setTimeout(left(gc));
   gloo::allreduce(o);
 }
 
@@ -117,29 +117,29 @@ std::size_t reduced_bytes(const tensor_view& t, reduce_op op) {
 // Allreduce of `t` with `op`, avg included (integers via int64). A floating
 // avg on the ring divides in the last addition of each byte (on the rank that
 // completes it), so it costs no pass over the buffer beyond the sum's.
-void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op op) {
-  const int n = cc.context->size;
+void allreduce_one(const gloo_call& gc, const tensor_view& t, reduce_op op) {
+  const int n = gc.context->size;
   if (t.count() == 0)
     return;
   if (op == reduce_op::avg && !is_floating(t.type())) {
     std::vector<std::int64_t> wide;
     widen(t, wide);
-    gloo_allreduce(cc, wide.data(), wide.size(), 8, reduce_function(dtype::int64, reduce_op::sum));
+    gloo_allreduce(gc, wide.data(), wide.size(), 8, reduce_function(dtype::int64, reduce_op::sum));
     narrow_divided(wide, n, t);
     return;
   }
   const std::size_t esize = element_size(t.type());
   const auto sum = reduce_function(t.type(), op);
-  if (op != reduce_op::avg || n == 1 || !on_ring(cc.bcube_max_bytes, t.count() * esize)) {
-    gloo_allreduce(cc, t.data(), t.count(), esize, sum);
+  if (op != reduce_op::avg || n == 1 || !on_ring(gc.bcube_max_bytes, t.count() * esize)) {
+    gloo_allreduce(gc, t.data(), t.count(), esize, sum);
     if (op == reduce_op::avg && n > 1)
       divide(t, n);
     return;
   }
-  const auto [first, last] = ring_owned_bytes(t.count() * esize, esize, n, cc.context->rank);
+  const auto [first, last] = ring_owned_bytes(t.count() * esize, esize, n, gc.context->rank);
   const auto* base = static_cast<const std::byte*>(t.data());
   const auto type = t.type();
-  gloo_allreduce(cc, t.data(), t.count(), esize,
+  gloo_allreduce(gc, t.data(), t.count(), esize,
                  [=](void* out, const void* a, const void* b, std::size_t count) {
                    // Split at the owned range's edges (a segment lies within or outside it).
                    const auto begin = static_cast<std::size_t>(static_cast<const std::byte*>(out) - base);
@@ -156,26 +156,26 @@ void allreduce_one(const gloo_call_context& cc, const tensor_view& t, reduce_op 
                  });
 }
 
-void broadcast_one(const gloo_call_context& cc, const tensor_view& t, int root) {
+void broadcast_one(const gloo_call& gc, const tensor_view& t, int root) {
   if (t.count() == 0)
     return;
-  auto& o = kept<gloo::BroadcastOptions>(cc, cc.context);
+  auto& o = kept<gloo::BroadcastOptions>(gc, gc.context);
   set_output(o, t.data(), t.count(), element_size(t.type()));
   o.setRoot(root);
-  o.setTag(cc.tag);
-  o.setTimeout(left(cc));
+  o.setTag(gc.tag);
+  o.setTimeout(left(gc));
   gloo::broadcast(o);
 }
 
-void allgather(const gloo_call_context& cc, const tensor_view& in, const tensor_view& out) {
+void allgather(const gloo_call& gc, const tensor_view& in, const tensor_view& out) {
   if (in.count() == 0)
     return;
-  auto& o = kept<gloo::AllgatherOptions>(cc, cc.context);
+  auto& o = kept<gloo::AllgatherOptions>(gc, gc.context);
   const auto esize = element_size(in.type());
   set_input(o, in.data(), in.count(), esize);
   set_output(o, out.data(), out.count(), esize);
-  o.setTag(cc.tag);
-  o.setTimeout(left(cc));
+  o.setTag(gc.tag);
+  o.setTimeout(left(gc));
   gloo::allgather(o);
 }
 
@@ -184,9 +184,9 @@ void allgather(const gloo_call_context& cc, const tensor_view& in, const tensor_
 // a rank sends its partial sum of chunk (rank-s-1) to the right and receives
 // the left's partial of chunk (rank-s-2), adding its own input to it. With
 // `average` (the dtype), the last addition also divides by n.
-void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::size_t count, std::size_t esize,
+void ring_reduce_scatter(const gloo_call& gc, void* in, void* out, std::size_t count, std::size_t esize,
                          reduce_fn fn, std::optional<dtype> average = std::nullopt) {
-  auto& ctx = *cc.context;
+  auto& ctx = *gc.context;
   const int n = ctx.size;
   const int rank = ctx.rank;
   const std::size_t chunk = count * esize;
@@ -205,7 +205,7 @@ void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::
     std::vector<std::byte> acc, recv;
     std::unique_ptr<gloo::transport::UnboundBuffer> in_buf, acc_buf, recv_buf;
   };
-  auto& b = kept<buffers>(cc);
+  auto& b = kept<buffers>(gc);
   b.acc.resize(chunk);
   b.recv.resize(chunk);
   b.in_buf = ctx.createUnboundBuffer(in, chunk * static_cast<std::size_t>(n));
@@ -216,7 +216,7 @@ void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::
   auto& recv_buf = b.recv_buf;
   auto& acc = b.acc;
   auto& recv = b.recv;
-  const auto slot = gloo::Slot::build(reduce_scatter_slot_prefix, cc.tag);
+  const auto slot = gloo::Slot::build(reduce_scatter_slot_prefix, gc.tag);
   for (int s = 0; s < n - 1; ++s) {
     const int send_chunk = mod(rank - s - 1);
     const int recv_chunk = mod(rank - s - 2);
@@ -226,8 +226,8 @@ void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::
       in_buf->send(right, slot, static_cast<std::size_t>(send_chunk) * chunk, chunk);
     else
       acc_buf->send(right, slot);
-    recv_buf->waitRecv(left(cc));
-    sender->waitSend(left(cc));
+    recv_buf->waitRecv(left(gc));
+    sender->waitSend(left(gc));
     const bool last = s == n - 2;
     const void* mine = in_bytes + static_cast<std::size_t>(recv_chunk) * chunk;
     if (last && average)
@@ -237,26 +237,26 @@ void ring_reduce_scatter(const gloo_call_context& cc, void* in, void* out, std::
   }
 }
 
-void reduce_scatter(const gloo_call_context& cc, const tensor_view& in, const tensor_view& out, reduce_op op) {
-  const int n = cc.context->size;
+void reduce_scatter(const gloo_call& gc, const tensor_view& in, const tensor_view& out, reduce_op op) {
+  const int n = gc.context->size;
   if (op == reduce_op::avg && !is_floating(in.type())) {
     std::vector<std::int64_t> wide_in, wide_out(out.count());
     widen(in, wide_in);
-    ring_reduce_scatter(cc, wide_in.data(), wide_out.data(), out.count(), 8,
+    ring_reduce_scatter(gc, wide_in.data(), wide_out.data(), out.count(), 8,
                         reduce_function(dtype::int64, reduce_op::sum));
     narrow_divided(wide_out, n, out);
     return;
   }
   // A floating avg divides in the last addition; with one rank, nothing to divide.
-  ring_reduce_scatter(cc, in.data(), out.data(), out.count(), element_size(in.type()),
+  ring_reduce_scatter(gc, in.data(), out.data(), out.count(), element_size(in.type()),
                       reduce_function(in.type(), op),
                       op == reduce_op::avg ? std::optional<dtype>(in.type()) : std::nullopt);
 }
 
-void barrier(const gloo_call_context& cc) {
-  auto& o = kept<gloo::BarrierOptions>(cc, cc.context);
-  o.setTag(cc.tag);
-  o.setTimeout(left(cc));
+void barrier(const gloo_call& gc) {
+  auto& o = kept<gloo::BarrierOptions>(gc, gc.context);
+  o.setTag(gc.tag);
+  o.setTimeout(left(gc));
   gloo::barrier(o);
 }
 
@@ -264,7 +264,7 @@ void barrier(const gloo_call_context& cc) {
 // packed into staging buckets of at most bucket_bytes; a bucket of one buffer
 // runs in place. Every rank makes the same buckets from the same layout.
 template <typename Run>
-void coalesced(const gloo_call_context& cc, const std::vector<tensor_view>& ts, bool copy_back_on_root_too,
+void coalesced(const gloo_call& gc, const std::vector<tensor_view>& ts, bool copy_back_on_root_too,
                int root, Run run) {
   std::vector<dtype> order;
   for (const auto& t : ts)
@@ -287,7 +287,7 @@ void coalesced(const gloo_call_context& cc, const std::vector<tensor_view>& ts, 
         off += t->bytes();
       }
       run(tensor_view(staging.data(), bucket_bytes / element_size(type), type));
-      if (copy_back_on_root_too || cc.context->rank != root) {
+      if (copy_back_on_root_too || gc.context->rank != root) {
         off = 0;
         for (auto* t : bucket) {
           std::memcpy(t->data(), staging.data() + off, t->bytes());
@@ -302,7 +302,7 @@ void coalesced(const gloo_call_context& cc, const std::vector<tensor_view>& ts, 
     for (const auto& t : ts) {
       if (t.type() != type || t.count() == 0)
         continue;
-      if (!bucket.empty() && bucket_bytes + t.bytes() > cc.bucket_bytes)
+      if (!bucket.empty() && bucket_bytes + t.bytes() > gc.bucket_bytes)
         flush();
       bucket.push_back(&t);
       bucket_bytes += t.bytes();
@@ -348,15 +348,15 @@ std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Co
   return outbox;
 }
 
-std::string check_call(const gloo_call_context& cc, header_inbox& inbox, header_outbox& outbox) {
-  auto& ctx = *cc.context;
+std::string check_call(const gloo_call& gc, header_inbox& inbox, header_outbox& outbox) {
+  auto& ctx = *gc.context;
   const int n = ctx.size;
   for (int p = 0; p < n; ++p)
     if (p != ctx.rank)
-      inbox.buffer->waitRecv(left(cc));
+      inbox.buffer->waitRecv(left(gc));
   for (int p = 0; p < n; ++p)
     if (p != ctx.rank)
-      outbox.buffer->waitSend(left(cc));
+      outbox.buffer->waitSend(left(gc));
   const auto& mine = outbox.header;
   for (int p = 0; p < n; ++p) {
     const auto& other = inbox.headers[static_cast<std::size_t>(p)];
@@ -390,37 +390,37 @@ call_record record_of(const collective_call& call, std::uint64_t seq, int rank, 
   return r;
 }
 
-void run_collective(const gloo_call_context& cc, const collective_call& call) {
-  const int n = cc.context->size;
+void run_collective(const gloo_call& gc, const collective_call& call) {
+  const int n = gc.context->size;
   switch (call.kind) {
   case collective_kind::allreduce:
     if (n > 1)
-      allreduce_one(cc, call.tensors[0], call.op);
+      allreduce_one(gc, call.tensors[0], call.op);
     return;
   case collective_kind::broadcast:
     if (n > 1)
-      broadcast_one(cc, call.tensors[0], call.root);
+      broadcast_one(gc, call.tensors[0], call.root);
     return;
   case collective_kind::allgather:
     if (n > 1)
-      allgather(cc, call.tensors[0], call.tensors[1]);
+      allgather(gc, call.tensors[0], call.tensors[1]);
     else if (call.tensors[1].data() != call.tensors[0].data())
       std::memmove(call.tensors[1].data(), call.tensors[0].data(), call.tensors[0].bytes());
     return;
   case collective_kind::reduce_scatter:
-    reduce_scatter(cc, call.tensors[0], call.tensors[1], call.op);
+    reduce_scatter(gc, call.tensors[0], call.tensors[1], call.op);
     return;
   case collective_kind::barrier:
     if (n > 1)
-      barrier(cc);
+      barrier(gc);
     return;
   case collective_kind::allreduce_coalesced:
     if (n > 1)
-      coalesced(cc, call.tensors, true, -1, [&](const tensor_view& t) { allreduce_one(cc, t, call.op); });
+      coalesced(gc, call.tensors, true, -1, [&](const tensor_view& t) { allreduce_one(gc, t, call.op); });
     return;
   case collective_kind::broadcast_coalesced:
     if (n > 1)
-      coalesced(cc, call.tensors, false, call.root, [&](const tensor_view& t) { broadcast_one(cc, t, call.root); });
+      coalesced(gc, call.tensors, false, call.root, [&](const tensor_view& t) { broadcast_one(gc, t, call.root); });
     return;
   }
   throw usage_error("gloo: unknown collective");
