@@ -1,8 +1,9 @@
 #pragma once
 // Running one collective on a connected Gloo context, on the calling
-// (communication) thread: the call-header check between ranks, then the
-// data movement (Gloo's algorithms; reduce_scatter as our own ring); and the
-// record of what decides a call's messages.
+// (communication) thread: the call-header check between ranks
+// (call_check.cpp), then the data movement (ops.cpp, one operation family per
+// file: Gloo's algorithms; reduce_scatter as our own ring); and the record of
+// what decides a call's messages.
 
 #include <corodist/collective/process_group.hpp>
 
