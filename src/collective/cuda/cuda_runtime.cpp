@@ -3,8 +3,8 @@
 #include <corodist/collective/dtype.hpp>
 #include <corodist/collective/errors.hpp>
 
-#include "collective/cuda_convert.hpp"
-#include "collective/cuda_plugin.hpp"
+#include "collective/cuda/cuda_convert.hpp"
+#include "collective/cuda/cuda_plugin.hpp"
 
 #include <cuda_runtime_api.h>
 

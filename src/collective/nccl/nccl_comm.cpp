@@ -5,7 +5,7 @@
 #include <corodist/core/error.hpp>
 #include <corodist/store/prefix_store.hpp>
 
-#include "collective/cuda_plugin.hpp"
+#include "collective/cuda/cuda_plugin.hpp"
 #include "collective/describe.hpp"
 #include "collective/work_state.hpp"
 #include "core/log.hpp"

@@ -1,4 +1,4 @@
-#include "collective/gloo_abortable.hpp"
+#include "collective/gloo/abortable_device.hpp"
 
 #include <gloo/common/error.h>
 #include <gloo/transport/tcp/context.h>

@@ -1,4 +1,4 @@
-#include "collective/gloo_members.hpp"
+#include "collective/gloo/member_watch.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>

@@ -1,8 +1,8 @@
 // The stall probe: which stalled collectives a gloo_group compares with the
 // other ranks' through the store, the comparison, and what a difference does.
-#include "collective/gloo_probe.hpp"
+#include "collective/gloo/stall_probe.hpp"
 
-#include "collective/gloo_group_impl.hpp"
+#include "collective/gloo/gloo_group_impl.hpp"
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 

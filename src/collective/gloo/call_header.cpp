@@ -1,5 +1,5 @@
 // The fingerprint of a collective call: its header, record, texts and digest.
-#include "collective/call_header.hpp"
+#include "collective/gloo/call_header.hpp"
 
 #include <fmt/format.h>
 

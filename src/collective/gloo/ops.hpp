@@ -1,12 +1,13 @@
 #pragma once
 // Running one collective on a connected Gloo context, on the calling
-// (communication) thread: the call-header check between ranks, then the
-// data movement (Gloo's algorithms; reduce_scatter as our own ring); and the
-// record of what decides a call's messages.
+// (communication) thread: the call-header check between ranks
+// (call_check.cpp), then the data movement (ops.cpp, one operation family per
+// file: Gloo's algorithms; reduce_scatter as our own ring); and the record of
+// what decides a call's messages.
 
 #include <corodist/collective/process_group.hpp>
 
-#include "collective/call_header.hpp"
+#include "collective/gloo/call_header.hpp"
 
 #include <gloo/context.h>
 
@@ -19,7 +20,10 @@
 
 namespace corodist::collective::detail {
 
-struct gloo_call_context {
+/// One collective call as Gloo runs it: the group's connected context, the
+/// call's Gloo tag and deadline, the group's algorithm settings, and where its
+/// Gloo objects are kept until its work completes.
+struct gloo_call {
   std::shared_ptr<gloo::Context> context;
   std::uint32_t tag = 0;                        ///< Gloo tag of the data (data_tag(); PyTorch: 0, 1, 2, ...)
   std::chrono::steady_clock::time_point deadline; ///< every wait gives up here
@@ -53,7 +57,7 @@ std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Co
 /// Returns "" when all ranks made the same call, else a text naming this
 /// rank's call and the first different one ("rank 0 called ..., rank 2 called ...").
 /// Throws Gloo's exceptions on I/O failure or timeout.
-std::string check_call(const gloo_call_context& cc, header_inbox& inbox, header_outbox& outbox);
+std::string check_call(const gloo_call& gc, header_inbox& inbox, header_outbox& outbox);
 
 /// The record of `call` (collective `seq` on `rank`) in a group whose
 /// allreduces up to `bcube_max_bytes` use bcube and whose coalesced calls
@@ -62,6 +66,6 @@ call_record record_of(const collective_call& call, std::uint64_t seq, int rank, 
                       std::size_t bucket_bytes);
 
 /// Runs `call`; throws Gloo's exceptions on I/O failure or timeout.
-void run_collective(const gloo_call_context& cc, const collective_call& call);
+void run_collective(const gloo_call& gc, const collective_call& call);
 
 } // namespace corodist::collective::detail

@@ -1,18 +1,18 @@
 #pragma once
 // The state behind a gloo_group, shared by the files that do its jobs:
-// creation (gloo_group.cpp), the issue queue (gloo_issue.cpp), the watchdog
-// and abort (gloo_watchdog.cpp), and the stall probe (gloo_probe.cpp).
+// creation (gloo_group.cpp), the issue queue (issue_queue.cpp), the watchdog
+// and abort (watchdog.cpp), and the stall probe (stall_probe.cpp).
 
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/worker_thread.hpp>
 
-#include "collective/gloo_abortable.hpp"
-#include "collective/gloo_cuda_staging.hpp"
-#include "collective/gloo_members.hpp"
-#include "collective/gloo_ops.hpp"
-#include "collective/gloo_probe.hpp"
-#include "collective/gloo_store.hpp"
+#include "collective/gloo/abortable_device.hpp"
+#include "collective/gloo/cuda_staging.hpp"
+#include "collective/gloo/member_watch.hpp"
+#include "collective/gloo/ops.hpp"
+#include "collective/gloo/stall_probe.hpp"
+#include "collective/gloo/gloo_store.hpp"
 #include "collective/work_state.hpp"
 
 #include <gloo/rendezvous/context.h>
@@ -71,7 +71,7 @@ struct gloo_group::impl {
   impl(int r, int n, gloo_options o, std::shared_ptr<store::store> s, std::shared_ptr<store::store> group_keys);
   ~impl() { shutdown(); }
 
-  // ---- the issue queue (gloo_issue.cpp) ----
+  // ---- the issue queue (issue_queue.cpp) ----
 
   /// Numbers `call`, queues it for a communication thread, and returns its
   /// work. CUDA buffers are staged through pinned host memory first.
@@ -94,7 +94,7 @@ struct gloo_group::impl {
   collective_timeout_error timeout_of(const pending_op& op, const std::string& what) const;
   std::string timed_out_text(const pending_op& op) const;
 
-  // ---- the watchdog and abort (gloo_watchdog.cpp) ----
+  // ---- the watchdog and abort (watchdog.cpp) ----
 
   /// Aborts the group (once): records `why`, fails what waits, and ends the
   /// group's connections. With `lost` >= 0 the abort is for rank `lost`
@@ -125,7 +125,7 @@ struct gloo_group::impl {
   /// Aborts what is in flight, joins the watchdog, stops the communication threads.
   void shutdown() noexcept;
 
-  // ---- the stall probe (gloo_probe.cpp) ----
+  // ---- the stall probe (stall_probe.cpp) ----
 
   /// On the watchdog, under `mutex`: starts a probe of the oldest collective
   /// that has run past its probe time (unless a probe runs).

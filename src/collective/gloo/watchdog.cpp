@@ -1,9 +1,9 @@
 // A gloo_group's watchdog and abort: the thread that fails collectives at
 // their deadlines, and aborting, which ends the group's connections so that
 // every blocked Gloo call, here and on the peers, fails at once.
-#include "collective/gloo_group_impl.hpp"
+#include "collective/gloo/gloo_group_impl.hpp"
 
-#include "collective/socket_shutdown.hpp"
+#include "collective/gloo/socket_shutdown.hpp"
 #include "core/log.hpp"
 
 #include <gloo/transport/tcp/address.h>
@@ -109,7 +109,7 @@ std::optional<std::pair<int, std::string>> gloo_group::impl::lost_peer(const cha
 
 // Ends every connection of the group: our blocked Gloo calls fail (Gloo's
 // event loop sees the connections end), and so do the peers'. Gloo tells
-// only some of the waiting buffers that their pair failed (gloo_abortable.hpp),
+// only some of the waiting buffers that their pair failed (abortable_device.hpp),
 // so every buffer is failed too.
 void gloo_group::impl::signal_pairs(const std::string& why) {
   if (!connected.load(std::memory_order_acquire))

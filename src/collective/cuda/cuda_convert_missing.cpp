@@ -1,6 +1,6 @@
 // cuda_convert.hpp where no nvcc was found at build time: no kernel, and a
 // launch that says so (cuda_runtime.cpp turns it into cuda_error).
-#include "collective/cuda_convert.hpp"
+#include "collective/cuda/cuda_convert.hpp"
 
 namespace corodist::collective::detail {
 

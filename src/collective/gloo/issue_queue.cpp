@@ -1,9 +1,9 @@
 // A gloo_group's issue queue: collectives numbered in call order, queued onto
 // the communication threads in that order, run there, and completed.
-#include "collective/gloo_group_impl.hpp"
+#include "collective/gloo/gloo_group_impl.hpp"
 
 #include "collective/describe.hpp"
-#include "collective/sigpipe_guard.hpp"
+#include "collective/gloo/sigpipe_guard.hpp"
 
 #include <fmt/format.h>
 
@@ -108,8 +108,8 @@ void gloo_group::impl::run(pending_op& op) {
                                 : detail::data_tag(op.seq, detail::tag_digest(detail::record_of(
                                                                op.call, op.seq, rank, opts.bcube_max_bytes,
                                                                opts.bucket_bytes)));
-  detail::gloo_call_context cc{context, tag, op.deadline, opts.bucket_bytes, opts.pytorch ? 0 : opts.bcube_max_bytes,
-                               &gloo_objects};
+  detail::gloo_call gc{context, tag, op.deadline, opts.bucket_bytes, opts.pytorch ? 0 : opts.bcube_max_bytes,
+                       &gloo_objects};
   try {
     if (checks()) {
       const auto header_tag = static_cast<std::uint32_t>(op.seq); // the same on every rank, whatever the call
@@ -117,7 +117,7 @@ void gloo_group::impl::run(pending_op& op) {
         op.inbox = detail::post_header_inbox(context, header_tag);
       if (!op.header)
         op.header = detail::post_header_outbox(context, op.call, op.seq, header_tag);
-      auto mismatch = detail::check_call(cc, *op.inbox, *op.header);
+      auto mismatch = detail::check_call(gc, *op.inbox, *op.header);
       if (!mismatch.empty()) // every rank sees it and skips the data: the group stays usable
         return finish(op, std::make_exception_ptr(error_of(op, mismatch)));
     }
@@ -125,7 +125,7 @@ void gloo_group::impl::run(pending_op& op) {
       throw timeout_error("Timed out waiting for the collectives issued before the barrier");
     if (op.staging)
       op.staging->before(op.deadline);
-    detail::run_collective(cc, op.call);
+    detail::run_collective(gc, op.call);
     if (op.staging)
       op.staging->after(op.deadline);
     finish(op, nullptr);

@@ -1,4 +1,4 @@
-#include "collective/socket_shutdown.hpp"
+#include "collective/gloo/socket_shutdown.hpp"
 
 #include <cstdlib>
 #include <cstring>

@@ -1,11 +1,12 @@
 #pragma once
 // A Gloo TCP device whose contexts can fail every unbound buffer they made.
 //
-// Gloo (the 2022-05 snapshot Debian ships) signals a pair's failure only to
-// the buffers still listed on that pair: a send already queued for the socket
-// and a receive already being read are not, so their waitSend()/waitRecv()
-// sleeps until the call's own timeout although the connection is gone. A
-// gloo_group's abort therefore fails the buffers themselves.
+// Gloo (commit 5b14351, the one Debian's libgloo-dev packages) signals a
+// pair's failure only to the buffers still listed on that pair: a send already
+// queued for the socket and a receive already being read are not, so their
+// waitSend()/waitRecv() sleeps until the call's own timeout although the
+// connection is gone. A gloo_group's abort therefore fails the buffers
+// themselves.
 
 #include <gloo/transport/tcp/device.h>
 

@@ -7,7 +7,7 @@
 #include <corodist/collective/errors.hpp>
 #include <corodist/core/error.hpp>
 
-#include "collective/cuda_plugin.hpp"
+#include "collective/cuda/cuda_plugin.hpp"
 
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>

@@ -1,14 +1,14 @@
 // The Gloo backend's public class and its creation: rendezvous through the
 // store (in PyTorch's layout, with PyTorch's handshake, when joining a
 // PyTorch job), the full mesh of connections, and the group's threads.
-#include "collective/gloo_group_impl.hpp"
+#include "collective/gloo/gloo_group_impl.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/store/prefix_store.hpp>
 #include <corodist/store/rendezvous.hpp>
 
-#include "collective/sigpipe_guard.hpp"
+#include "collective/gloo/sigpipe_guard.hpp"
 #include "core/log.hpp"
 
 #include <gloo/rendezvous/context.h>

@@ -2,7 +2,7 @@
 // Both of one 32- or 64-bit dtype: divided in that dtype; otherwise in float32
 // and rounded to nearest even, as the host reducer's grad_ops do, so that the
 // device and the host give the same bits.
-#include "collective/cuda_convert.hpp"
+#include "collective/cuda/cuda_convert.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

@@ -7,7 +7,7 @@
 
 #include <corodist/store/store.hpp>
 
-#include "collective/call_header.hpp"
+#include "collective/gloo/call_header.hpp"
 
 #include <asio/awaitable.hpp>
 

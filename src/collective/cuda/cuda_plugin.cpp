@@ -1,5 +1,5 @@
 // Finds and loads libcorodist-cuda (the CUDA and NCCL code) on first use.
-#include "collective/cuda_plugin.hpp"
+#include "collective/cuda/cuda_plugin.hpp"
 
 #include "core/log.hpp"
 

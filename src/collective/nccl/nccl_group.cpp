@@ -1,12 +1,12 @@
 // nccl_group, the public face of the NCCL backend: argument checks, then
 // every call forwarded to the communicator of libcorodist-cuda, the plugin
-// loaded on first use (collective/cuda_plugin.hpp).
+// loaded on first use (collective/cuda/cuda_plugin.hpp).
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/nccl_group.hpp>
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 
-#include "collective/cuda_plugin.hpp"
+#include "collective/cuda/cuda_plugin.hpp"
 
 #include <fmt/format.h>
 

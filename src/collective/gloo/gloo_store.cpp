@@ -1,4 +1,4 @@
-#include "collective/gloo_store.hpp"
+#include "collective/gloo/gloo_store.hpp"
 
 #include <corodist/core/run_blocking.hpp>
 

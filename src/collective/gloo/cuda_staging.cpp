@@ -1,5 +1,5 @@
 // gloo_group's staging of CUDA buffers through pinned host memory.
-#include "collective/gloo_cuda_staging.hpp"
+#include "collective/gloo/cuda_staging.hpp"
 
 #include <corodist/core/error.hpp>
 
