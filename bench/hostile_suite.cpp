@@ -1338,11 +1338,26 @@ void unread_replies_memory(context& ctx, stall_log& stalls) {
     pollfd p{sock.fd(), 0, 0};
     dropped = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
   }
-  if (!dropped) // the last calls may still be served: wait for the close
+  // The last calls may still be served: wait for the close. The agent's FIN
+  // waits behind the replies this side never reads, so the close shows only as
+  // the reset that answers a byte sent to the closed socket: a one-way call
+  // frame (which the agent ignores) every 10 ms.
+  std::vector<std::byte> probe_frame;
+  append_frame(probe_frame, rpc_kind_call, net::frame_flags::one_way, 0, {});
+  auto last_probe = clock_type::now() - 1s;
+  if (!dropped)
     dropped = poll_until(
         [&] {
           pollfd p{sock.fd(), 0, 0};
-          return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
+          if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP)))
+            return true;
+          if (clock_type::now() - last_probe >= 10ms) {
+            last_probe = clock_type::now();
+            if (::send(sock.fd(), probe_frame.data(), probe_frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+                errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+              return true;
+          }
+          return false;
         },
         loop_timeout);
   const double attack_s = seconds_since(t0);
