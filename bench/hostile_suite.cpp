@@ -1245,9 +1245,9 @@ void decode_amplification(context& ctx, stall_log& stalls) {
          fmt::format("32 MiB body = {} nils + a {:.1f} MiB string, {} msgpack objects (the most the bound admits): "
                      "peak resident growth {:.2f} x the body (median of {}: {:.2f} x), made of the received body 1 x + "
                      "decoded objects {:.2f} x (target <= 4: {}) + the C++ arguments {:.2f} x; served in {:.0f} ms. "
-                     "One object more: refused in {:.0f} ms, growth {:.2f} x (the body and the 16 MiB buffer it grew "
-                     "from); after all calls the process holds {:.2f} x more than before them. At the bound's "
-                     "16 MiB floor, a {:.0f} KiB body of {} nils: growth {:.1f} x its size ({:.1f} MiB); {}",
+                     "One object more: refused in {:.0f} ms, growth {:.2f} x (the body; the 16 MiB buffer it grew from "
+                     "gives its pages back once copied); after all calls the process holds {:.2f} x more than before "
+                     "them. At the bound's 16 MiB floor, a {:.0f} KiB body of {} nils: growth {:.1f} x its size ({:.1f} MiB); {}",
                      admitted.nils, admitted.pad / 1048576.0, budget, x_worst, rounds, x_median, objects_x,
                      met ? "met" : "NOT met", arguments_x, call_ms, over.seconds * 1e3, refused_x,
                      double(retained) / body, floor_len / 1024.0, at_floor.nils, double(small.growth) / double(floor_len),
