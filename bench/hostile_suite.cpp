@@ -8,6 +8,7 @@
 ///
 /// Cases (one JSON record each): pending_wait_memory, refused_wait_memory, idle_connection_memory,
 /// half_sent_frame_memory, legit_get_under_500_slow, decode_amplification,
+/// unread_replies_memory (1 MiB replies) and unread_replies_memory_32MiB,
 /// and max_loop_stall_ms (the worst lateness of a 1 ms timer on the server's
 /// loop during each case, against the same probe on the idle loop just before).
 
@@ -1245,9 +1246,9 @@ void decode_amplification(context& ctx, stall_log& stalls) {
          fmt::format("32 MiB body = {} nils + a {:.1f} MiB string, {} msgpack objects (the most the bound admits): "
                      "peak resident growth {:.2f} x the body (median of {}: {:.2f} x), made of the received body 1 x + "
                      "decoded objects {:.2f} x (target <= 4: {}) + the C++ arguments {:.2f} x; served in {:.0f} ms. "
-                     "One object more: refused in {:.0f} ms, growth {:.2f} x (the body and the 16 MiB buffer it grew "
-                     "from); after all calls the process holds {:.2f} x more than before them. At the bound's "
-                     "16 MiB floor, a {:.0f} KiB body of {} nils: growth {:.1f} x its size ({:.1f} MiB); {}",
+                     "One object more: refused in {:.0f} ms, growth {:.2f} x (the body; the 16 MiB buffer it grew from "
+                     "gives its pages back once copied); after all calls the process holds {:.2f} x more than before "
+                     "them. At the bound's 16 MiB floor, a {:.0f} KiB body of {} nils: growth {:.1f} x its size ({:.1f} MiB); {}",
                      admitted.nils, admitted.pad / 1048576.0, budget, x_worst, rounds, x_median, objects_x,
                      met ? "met" : "NOT met", arguments_x, call_ms, over.seconds * 1e3, refused_x,
                      double(retained) / body, floor_len / 1024.0, at_floor.nils, double(small.growth) / double(floor_len),
@@ -1271,13 +1272,13 @@ std::vector<std::byte> size_call_frame(const char* fn, std::uint64_t n, std::uin
   return f;
 }
 
-// A raw connection that says it is rank 0 sends calls for 1 MiB results and
+// A raw connection that says it is rank 0 sends calls for results of `reply_mib` MiB and
 // never reads a reply: the agent drops it once the output held for it would
 // pass max_buffered_output_per_peer. Measured: the process's peak resident
 // growth over the whole attack (VmHWM after clear_refs), against that cap.
-void unread_replies_memory(context& ctx, stall_log& stalls) {
+void unread_replies_memory(context& ctx, stall_log& stalls, std::uint64_t reply_mib, const std::string& name) {
   constexpr std::size_t cap = std::size_t{256} << 20; // agent_options' default per-peer cap
-  constexpr std::uint64_t reply_size = std::uint64_t{1} << 20;
+  const std::uint64_t reply_size = reply_mib << 20;
   event_loop store_loop, client_loop, server_loop;
   store_loop.start();
   client_loop.start();
@@ -1338,20 +1339,35 @@ void unread_replies_memory(context& ctx, stall_log& stalls) {
     pollfd p{sock.fd(), 0, 0};
     dropped = ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
   }
-  if (!dropped) // the last calls may still be served: wait for the close
+  // The last calls may still be served: wait for the close. The agent's FIN
+  // waits behind the replies this side never reads, so the close shows only as
+  // the reset that answers a byte sent to the closed socket: a one-way call
+  // frame (which the agent ignores) every 10 ms.
+  std::vector<std::byte> probe_frame;
+  append_frame(probe_frame, rpc_kind_call, net::frame_flags::one_way, 0, {});
+  auto last_probe = clock_type::now() - 1s;
+  if (!dropped)
     dropped = poll_until(
         [&] {
           pollfd p{sock.fd(), 0, 0};
-          return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP));
+          if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLERR | POLLHUP)))
+            return true;
+          if (clock_type::now() - last_probe >= 10ms) {
+            last_probe = clock_type::now();
+            if (::send(sock.fd(), probe_frame.data(), probe_frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+                errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+              return true;
+          }
+          return false;
         },
         loop_timeout);
   const double attack_s = seconds_since(t0);
   const long growth = proc_status_bytes("VmHWM") - base;
   const auto during = probe.stop();
-  stalls.cases.emplace_back("unread_replies_memory", during, idle);
+  stalls.cases.emplace_back(name, during, idle);
   if (!dropped)
     throw std::runtime_error("the agent did not drop a peer that never reads after " + std::to_string(sent) +
-                             " calls for 1 MiB");
+                             " calls for " + std::to_string(reply_mib) + " MiB");
   // The other peer is served as before.
   if (agents[0]->rpc_sync<std::string>(10s, "server", "blob", std::uint64_t{16}) != std::string(16, 'z'))
     throw std::runtime_error("the agent did not serve its other peer after dropping the one that never reads");
@@ -1364,8 +1380,9 @@ void unread_replies_memory(context& ctx, stall_log& stalls) {
   const double ratio = double(growth) / double(cap);
   record r;
   r.suite = "hostile";
-  r.name = "unread_replies_memory";
+  r.name = name;
   r.extra = {{"cap_bytes", double(cap)},
+             {"reply_bytes", double(reply_size)},
              {"calls_sent", double(sent)},
              {"peak_growth_bytes", double(growth)},
              {"peak_growth_per_cap", ratio},
@@ -1374,10 +1391,10 @@ void unread_replies_memory(context& ctx, stall_log& stalls) {
              {"attack_s", attack_s}};
   add_stall_fields(r, during, idle);
   report(ctx, std::move(r),
-         fmt::format("a peer that sent {} calls for 1 MiB and read nothing was dropped after {:.2f} s; the process's "
+         fmt::format("a peer that sent {} calls for {} MiB and read nothing was dropped after {:.2f} s; the process's "
                      "peak resident growth {:.1f} MiB = {:.3f} x the {} MiB per-peer cap (target <= 1.10: {}); the "
                      "other peer still served; {}",
-                     sent, attack_s, growth / 1048576.0, ratio, cap >> 20, ratio <= 1.10 ? "met" : "NOT met",
+                     sent, reply_mib, attack_s, growth / 1048576.0, ratio, cap >> 20, ratio <= 1.10 ? "met" : "NOT met",
                      stall_text(during, idle)));
 }
 
@@ -1397,7 +1414,7 @@ void stall_summary(context& ctx, const stall_log& stalls) {
     r.extra.emplace_back(name + "_max_machine_stall_ms", during.machine_ms);
     r.extra.emplace_back(name + "_idle_max_stall_ms", idle.max_ms);
     if (name != "pending_wait_memory" && name != "idle_connection_memory" &&
-        name != "unread_replies_memory") { // the cases 3 - 5
+        name.rfind("unread_replies_memory", 0) != 0) { // the cases 3 - 5
       worst = std::max(worst, during.max_ms);
       worst_busy = std::max(worst_busy, during.busy_ms);
       worst_own = std::max(worst_own, during.own_busy_ms);
@@ -1450,7 +1467,9 @@ void run_hostile_suite(context& ctx) {
   run_case("half_sent_frame_memory", [&] { half_sent_frame_memory(ctx, stalls, fd_limit); });
   run_case("legit_get_under_500_slow", [&] { legit_get_under_slow(ctx, stalls); });
   run_case("decode_amplification", [&] { decode_amplification(ctx, stalls); });
-  run_case("unread_replies_memory", [&] { unread_replies_memory(ctx, stalls); });
+  run_case("unread_replies_memory", [&] { unread_replies_memory(ctx, stalls, 1, "unread_replies_memory"); });
+  run_case("unread_replies_memory_32MiB",
+           [&] { unread_replies_memory(ctx, stalls, 32, "unread_replies_memory_32MiB"); });
   stall_summary(ctx, stalls);
   if (!failed.empty()) {
     std::string names;

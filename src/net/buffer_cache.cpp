@@ -4,10 +4,16 @@
 
 #include <array>
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <vector>
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 namespace corodist::net::detail {
 
@@ -58,6 +64,22 @@ bytes fresh_buffer(std::size_t n) {
 }
 
 
+void free_buffer(bytes&& b) noexcept {
+  bytes dropped = std::move(b);
+#if defined(__linux__)
+  if (dropped.capacity() < recycle_min_size)
+    return;
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto from = (reinterpret_cast<std::uintptr_t>(dropped.data()) + page - 1) & ~(page - 1);
+  const auto to = (reinterpret_cast<std::uintptr_t>(dropped.data()) + dropped.capacity()) & ~(page - 1);
+  // The pages are the buffer's until it is freed: the allocator's own words
+  // around them are left alone, and what it writes into the block once it is
+  // free lands in a zeroed page.
+  if (to > from)
+    ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+#endif
+}
+
 bytes take_cached_buffer(std::size_t n) {
   if (n < recycle_min_size)
     return {};
@@ -92,16 +114,20 @@ void recycle_large_buffer(bytes&& b) noexcept {
   const auto cap = dropped.capacity();
   if (cap < recycle_min_size)
     return;
-  auto& c = the_cache();
-  std::lock_guard lk(c.mutex);
-  if (c.buffers.size() >= max_buffers || c.bytes_held + cap > c.limit)
-    return; // freed after the lock is released (`dropped` is declared before it)
-  c.bytes_held += cap;
-  try {
-    c.buffers.push_back(std::move(dropped));
-  } catch (...) {
-    c.bytes_held -= cap;
+  {
+    auto& c = the_cache();
+    std::lock_guard lk(c.mutex);
+    if (c.buffers.size() < max_buffers && c.bytes_held + cap <= c.limit) {
+      c.bytes_held += cap;
+      try {
+        c.buffers.push_back(std::move(dropped));
+        return;
+      } catch (...) {
+        c.bytes_held -= cap;
+      }
+    }
   }
+  free_buffer(std::move(dropped)); // not kept: its pages go back to the system, after the lock
 }
 
 std::size_t cached_bytes() noexcept {
@@ -129,13 +155,17 @@ void release_buffer(bytes&& b) noexcept { detail::recycle_large_buffer(std::move
 void set_buffer_cache_limit(std::size_t max_bytes) noexcept {
   auto& c = detail::the_cache();
   std::array<bytes, detail::max_buffers> freed; // released after the lock
-  std::lock_guard lk(c.mutex);
-  c.limit = max_bytes;
-  for (std::size_t i = 0; c.bytes_held > c.limit && !c.buffers.empty(); ++i) {
-    c.bytes_held -= c.buffers.back().capacity();
-    freed[i] = std::move(c.buffers.back());
-    c.buffers.pop_back();
+  {
+    std::lock_guard lk(c.mutex);
+    c.limit = max_bytes;
+    for (std::size_t i = 0; c.bytes_held > c.limit && !c.buffers.empty(); ++i) {
+      c.bytes_held -= c.buffers.back().capacity();
+      freed[i] = std::move(c.buffers.back());
+      c.buffers.pop_back();
+    }
   }
+  for (auto& b : freed)
+    detail::free_buffer(std::move(b));
 }
 
 std::size_t buffer_cache_limit() noexcept {

@@ -31,6 +31,15 @@ bytes reserved_buffer(std::size_t n);
 /// 4 buffers, buffer_cache_limit() bytes in all); otherwise frees it. Thread-safe.
 void recycle_large_buffer(bytes&& b) noexcept;
 
+/// Frees `b`; a buffer of recycle_min_size or more gives its whole pages back
+/// to the system first (madvise MADV_DONTNEED). glibc keeps a freed block below
+/// its dynamic mmap threshold (which rises to the size of the largest mapped
+/// block freed, up to 32 MiB) in the heap of the thread that allocated it, and
+/// malloc_trim does not return the free top of a thread's heap: without this
+/// the last large buffer a loop thread freed stayed resident. Any thread; never
+/// throws.
+void free_buffer(bytes&& b) noexcept;
+
 /// Bytes of capacity the cache holds now. Thread-safe.
 std::size_t cached_bytes() noexcept;
 

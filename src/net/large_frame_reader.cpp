@@ -83,6 +83,7 @@ asio::awaitable<void> connection::read_large_frame(frame_header h) {
       } else {
         std::memcpy(bigger.data(), body.data(), got); // a recycled buffer: its pages are mapped
       }
+      detail::free_buffer(std::move(body)); // outgrown: its pages go back to the system
       body = std::move(bigger);
     }
     const std::size_t chunk = std::min({len - got, large_read_chunk, body.capacity() - got});

@@ -5,6 +5,7 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
+#include "net/buffer_cache.hpp"
 #include "net/endpoint_text.hpp"
 
 #include <vector>
@@ -29,6 +30,8 @@ void connection::dispatch(message&& m) {
   }
   if (on_request_) {
     on_request_(shared_from_this(), std::move(m));
+    // A large payload its handler did not keep: its pages go back to the system.
+    detail::free_buffer(std::move(m.payload));
   } else if (!(m.header.flags & frame_flags::one_way)) {
     respond_error(m.header.request_id, m.header.kind, "no request handler on this connection");
   }

@@ -76,7 +76,9 @@ struct agent_options {
   /// Output queued for one connection, beyond which its peer is taken for one
   /// that does not read and is dropped with a warning naming it (its calls
   /// fail with connection_error). A single message larger than this is still
-  /// sent; raise it for bursts of very large messages to one peer.
+  /// sent; raise it for bursts of very large messages to one peer. Results
+  /// the worker threads are still making (the value and its encoding) and
+  /// those on their way to the connection are not counted.
   std::size_t max_buffered_output_per_peer = default_max_buffered_output_per_peer;
   /// Output queued for all connections of the agent together; over it, the
   /// connection that holds a quarter of it or more is dropped.
