@@ -642,25 +642,46 @@ BOOST_AUTO_TEST_CASE(lone_frame_above_output_cap_is_sent, *utf::timeout(60)) {
   BOOST_TEST(ok);
 }
 
+// A peer that answers the hello and then never reads again, holding its end
+// open until released (or destroyed).
+class silent_peer {
+public:
+  explicit silent_peer(asio::io_context& ctx) : acc_(ctx, {asio::ip::make_address("127.0.0.1"), 0}) {
+    thread_ = std::thread([this, &ctx, done = done_.get_future()] {
+      tcp::socket s(ctx);
+      acc_.accept(s);
+      std::array<std::byte, net::hello_size> h;
+      asio::read(s, asio::buffer(h));
+      auto mine = net::encode(net::hello{});
+      asio::write(s, asio::buffer(mine));
+      done.wait_for(60s);
+    });
+  }
+  silent_peer(const silent_peer&) = delete;
+  silent_peer& operator=(const silent_peer&) = delete;
+  ~silent_peer() { release(); }
+  tcp::endpoint endpoint() const { return acc_.local_endpoint(); }
+  /// Lets the peer close its end (once the test has made its point).
+  void release() {
+    if (thread_.joinable()) {
+      done_.set_value();
+      thread_.join();
+    }
+  }
+
+private:
+  tcp::acceptor acc_;
+  std::promise<void> done_;
+  std::thread thread_;
+};
+
 BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
   asio::io_context ctx;
-  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-  // The peer answers the hello and then never reads again, holding its end
-  // open until the client has given up on it.
-  std::promise<void> client_done;
-  std::thread peer([&, done = client_done.get_future()] {
-    tcp::socket s(ctx);
-    acc.accept(s);
-    std::array<std::byte, net::hello_size> h;
-    asio::read(s, asio::buffer(h));
-    auto mine = net::encode(net::hello{});
-    asio::write(s, asio::buffer(mine));
-    done.wait_for(60s);
-  });
+  silent_peer peer(ctx); // answers the hello, then never reads
   net::connection_options opts;
   opts.max_buffered_output = 8 << 20;
   auto ec = run_coro(ctx, [&]() -> asio::awaitable<std::error_code> {
-    auto c = co_await connect_to(acc.local_endpoint(), opts);
+    auto c = co_await connect_to(peer.endpoint(), opts);
     std::error_code e;
     auto chunk = std::make_shared<net::bytes>(1 << 20);
     for (int i = 0; i < 1000 && !e; ++i) { // bounded: at most 1 GiB offered
@@ -672,8 +693,7 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
     }
     co_return e;
   }());
-  client_done.set_value();
-  peer.join();
+  peer.release();
   BOOST_TEST((ec == net::errc::output_overflow)); // the peer never closed: only the cap can end this
 }
 
@@ -684,17 +704,7 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_is_disconnected, *utf::timeout(60)) {
 // 64 MiB cap even though only they are queued.
 BOOST_AUTO_TEST_CASE(output_cap_counts_the_write_in_flight, *utf::timeout(60)) {
   asio::io_context ctx;
-  tcp::acceptor acc(ctx, {asio::ip::make_address("127.0.0.1"), 0});
-  std::promise<void> client_done;
-  std::thread peer([&, done = client_done.get_future()] {
-    tcp::socket s(ctx);
-    acc.accept(s);
-    std::array<std::byte, net::hello_size> h;
-    asio::read(s, asio::buffer(h));
-    auto mine = net::encode(net::hello{});
-    asio::write(s, asio::buffer(mine));
-    done.wait_for(60s);
-  });
+  silent_peer peer(ctx); // answers the hello, then never reads
   net::connection_options opts;
   opts.max_buffered_output = 64 << 20;
   auto budget = std::make_shared<net::output_budget>(std::size_t{1} << 40); // counts; never the cap that acts
@@ -702,7 +712,7 @@ BOOST_AUTO_TEST_CASE(output_cap_counts_the_write_in_flight, *utf::timeout(60)) {
   std::error_code first, second;
   std::size_t held_in_flight = 0;
   run_coro(ctx, [&]() -> asio::awaitable<void> {
-    auto c = co_await connect_to(acc.local_endpoint(), opts);
+    auto c = co_await connect_to(peer.endpoint(), opts);
     auto chunk = std::make_shared<net::bytes>(1 << 20);
     for (int i = 0; i < 48 && !first; ++i)
       first = c->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
@@ -711,8 +721,7 @@ BOOST_AUTO_TEST_CASE(output_cap_counts_the_write_in_flight, *utf::timeout(60)) {
     for (int i = 0; i < 48 && !second; ++i)
       second = c->send(kind_echo, {}, {net::segment{chunk, asio::buffer(*chunk)}});
   }());
-  client_done.set_value();
-  peer.join();
+  peer.release();
   BOOST_TEST(!first, first.message());
   BOOST_TEST(held_in_flight >= std::size_t{48} << 20); // the write in flight is still held
   BOOST_TEST((second == net::errc::output_overflow), second.message());

@@ -113,10 +113,13 @@ public:
     std::string_view ignored;
     return field(ignored, max, what);
   }
-  /// A u64 count (at most `max_count`) and that many strings. Checks that all
-  /// are there before copying any (a long list arriving in many reads is
-  /// parsed again after each; copying only once keeps that linear).
-  bool keys(std::vector<std::string>& out, std::size_t max_count, std::size_t max_key) {
+  /// A u64 count (at most `max_count`) and that many strings (`String`:
+  /// std::string copies them, std::string_view views them in place, valid
+  /// while the input is). Checks that all are there before taking any (a long
+  /// list arriving in many reads is parsed again after each; taking them only
+  /// once keeps that linear).
+  template <typename String>
+  bool keys(std::vector<String>& out, std::size_t max_count, std::size_t max_key) {
     std::uint64_t n = 0;
     if (!u64(n))
       return false;
@@ -127,26 +130,12 @@ public:
       if (!scan.skip(max_key, "key"))
         return false;
     out.resize(n);
-    for (auto& k : out)
-      if (!bytes(k, max_key, "key"))
+    for (auto& k : out) {
+      std::string_view v;
+      if (!field(v, max_key, "key"))
         return false;
-    return true;
-  }
-  /// As keys(), viewing the keys in place (valid while the input is).
-  bool key_views(std::vector<std::string_view>& out, std::size_t max_count, std::size_t max_key) {
-    std::uint64_t n = 0;
-    if (!u64(n))
-      return false;
-    if (n > max_count)
-      throw protocol_error(std::to_string(n) + " keys in one query exceed the limit of " + std::to_string(max_count));
-    cursor scan = *this;
-    for (std::uint64_t i = 0; i < n; ++i)
-      if (!scan.skip(max_key, "key"))
-        return false;
-    out.resize(n);
-    for (auto& k : out)
-      if (!field(k, max_key, "key"))
-        return false;
+      k = String(v);
+    }
     return true;
   }
   std::size_t consumed() const noexcept { return off_; }

@@ -87,7 +87,7 @@ decode_query(version v, std::span<const std::uint8_t> input, const engine_limits
     if (admit_wait) {
       cursor scan = in;
       std::vector<std::string_view> views;
-      if (!scan.key_views(views, max_keys, max_key))
+      if (!scan.keys(views, max_keys, max_key))
         return std::nullopt;
       admit_wait(views);
     }
