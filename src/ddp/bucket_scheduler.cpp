@@ -8,6 +8,8 @@
 #include "ddp/grad_ops.hpp"
 
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/this_coro.hpp>
 
 #include <algorithm>
 #include <cstring>
@@ -20,6 +22,26 @@ using detail::declared_unused;
 namespace {
 
 asio::awaitable<void> await_work(cc::work w) { co_await std::move(w); }
+
+/// Awaits `w` through a coroutine of its own that holds `keep` (the memory the
+/// collective uses) until the collective ends: a cancelled await ends at once
+/// while the collective goes on with valid memory.
+asio::awaitable<void> await_keeping(cc::work w, std::shared_ptr<const void> keep) {
+  promise<void> p;
+  auto ended = p.get_future();
+  asio::co_spawn(
+      co_await asio::this_coro::executor,
+      [](cc::work w, std::shared_ptr<const void>, promise<void> p) -> asio::awaitable<void> {
+        try {
+          co_await std::move(w);
+          p.set_value();
+        } catch (...) {
+          p.set_exception(std::current_exception());
+        }
+      }(std::move(w), std::move(keep), std::move(p)),
+      asio::detached);
+  co_await ended.async_get();
+}
 
 } // namespace
 
@@ -146,10 +168,10 @@ void reducer::impl::end_device_work() noexcept {
 
 asio::awaitable<void> reducer::impl::control_collective(
     std::vector<cc::tensor_view> host, std::function<cc::work(std::vector<cc::tensor_view>, cc::call_options)> issue,
-    cc::call_options c) {
+    cc::call_options c, std::shared_ptr<const void> keep) {
   const auto where = pg->control_device();
   if (where.kind != cc::device::kind_type::cuda) {
-    co_await issue(std::move(host), c);
+    co_await await_keeping(issue(std::move(host), c), std::move(keep));
     co_return;
   }
   // Through device memory, on a stream of the reducer's that waits for no one
@@ -167,12 +189,12 @@ asio::awaitable<void> reducer::impl::control_collective(
   c.stream = s.native();
   std::exception_ptr failed;
   try {
-    co_await issue(dev, c);
+    co_await await_keeping(issue(dev, c), keep);
   } catch (...) {
     failed = std::current_exception();
   }
   if (failed) {
-    for (auto& m : mem) // a collective that failed may still write them: never handed out again
+    for (auto& m : mem) // a collective that failed or whose await was cancelled may still write them
       m.leak();
     std::rethrow_exception(failed);
   }
@@ -241,7 +263,8 @@ asio::awaitable<void> reducer::impl::run_iteration() {
           auto allreduce_max = [this](std::vector<cc::tensor_view> t, cc::call_options c) {
             return pg->allreduce(t[0], cc::reduce_op::max, c);
           };
-          track(control_collective(std::move(flags), allreduce_max, call),
+          // (used_map is the reducer's: it outlives the iteration's collectives)
+          track(control_collective(std::move(flags), allreduce_max, call, nullptr),
                 [this](std::exception_ptr e) {
                   if (e)
                     return;

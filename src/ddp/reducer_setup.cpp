@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <span>
 #include <limits>
 #include <utility>
 
@@ -115,16 +117,18 @@ asio::awaitable<void> reducer::impl::setup() {
 }
 
 asio::awaitable<void> reducer::impl::verify_across_ranks() {
-  std::int64_t count = static_cast<std::int64_t>(n);
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(world));
   const auto allgather = [this](std::vector<cc::tensor_view> t, cc::call_options c) {
     return pg->allgather(t[0], t[1], c);
   };
-  {
-    std::vector<cc::tensor_view> io{cc::tensor_view(&count, 1, cc::dtype::int64),
-                                    cc::tensor_view(counts.data(), counts.size(), cc::dtype::int64)};
-    co_await control_collective(std::move(io), allgather, setup_call);
-  }
+  // The collectives' memory is shared with control_collective, which keeps it
+  // until they end (a cancelled construction does not stop them).
+  const auto w = static_cast<std::size_t>(world);
+  auto count_io = std::make_shared<std::vector<std::int64_t>>(1 + w); // this rank's count, then every rank's
+  (*count_io)[0] = static_cast<std::int64_t>(n);
+  std::vector<cc::tensor_view> count_views{cc::tensor_view(count_io->data(), 1, cc::dtype::int64),
+                                           cc::tensor_view(count_io->data() + 1, w, cc::dtype::int64)};
+  co_await control_collective(std::move(count_views), allgather, setup_call, count_io);
+  const std::span<const std::int64_t> counts(count_io->data() + 1, w);
   for (int r = 1; r < world; ++r)
     if (counts[static_cast<std::size_t>(r)] != counts[0]) {
       std::string ranks;
@@ -134,19 +138,18 @@ asio::awaitable<void> reducer::impl::verify_across_ranks() {
       throw parameter_mismatch_error(
           fmt::format("ddp::reducer: the ranks registered different numbers of parameters: rank 0 has {}{}",
                       counts[0], ranks),
-          static_cast<std::size_t>(std::min(counts[0], count)));
+          static_cast<std::size_t>(std::min(counts[0], (*count_io)[0])));
     }
-  std::vector<std::int64_t> mine(3 * n), all(3 * n * static_cast<std::size_t>(world));
+  auto shape_io = std::make_shared<std::vector<std::int64_t>>(3 * n * (1 + w)); // this rank's shapes, then every rank's
+  const std::span<std::int64_t> mine(shape_io->data(), 3 * n), all(shape_io->data() + 3 * n, 3 * n * w);
   for (std::size_t i = 0; i < n; ++i) {
     mine[3 * i] = static_cast<std::int64_t>(params[i].count);
     mine[3 * i + 1] = static_cast<std::int64_t>(params[i].type);
     mine[3 * i + 2] = (params[i].where.kind == cc::device::kind_type::cuda ? 1000 : 0) + params[i].where.index;
   }
-  {
-    std::vector<cc::tensor_view> io{cc::tensor_view(mine.data(), mine.size(), cc::dtype::int64),
-                                    cc::tensor_view(all.data(), all.size(), cc::dtype::int64)};
-    co_await control_collective(std::move(io), allgather, setup_call);
-  }
+  std::vector<cc::tensor_view> shape_views{cc::tensor_view(mine.data(), mine.size(), cc::dtype::int64),
+                                           cc::tensor_view(all.data(), all.size(), cc::dtype::int64)};
+  co_await control_collective(std::move(shape_views), allgather, setup_call, shape_io);
   for (std::size_t i = 0; i < n; ++i) {
     auto at = [&](int r, std::size_t k) { return all[static_cast<std::size_t>(r) * 3 * n + 3 * i + k]; };
     std::string differ;
@@ -201,7 +204,8 @@ void reducer::impl::apply_layout(bucket_layout l, bool keep_gradients) {
 }
 
 asio::awaitable<void> reducer::impl::rebuild() {
-  std::vector<std::int64_t> order;
+  auto order_io = std::make_shared<std::vector<std::int64_t>>();
+  auto& order = *order_io;
   order.reserve(n);
   std::vector<char> seen(n, 0);
   for (auto i : ready_order) {
@@ -212,13 +216,11 @@ asio::awaitable<void> reducer::impl::rebuild() {
     if (!seen[i])
       order.push_back(static_cast<std::int64_t>(i));
   const auto began = clock_type::now();
-  {
-    std::vector<cc::tensor_view> io{cc::tensor_view(order.data(), n, cc::dtype::int64)};
-    const auto broadcast = [this](std::vector<cc::tensor_view> t, cc::call_options c) {
-      return pg->broadcast(t[0], 0, c);
-    };
-    co_await control_collective(std::move(io), broadcast, call);
-  }
+  const auto broadcast = [this](std::vector<cc::tensor_view> t, cc::call_options c) {
+    return pg->broadcast(t[0], 0, c);
+  };
+  std::vector<cc::tensor_view> order_views{cc::tensor_view(order.data(), n, cc::dtype::int64)};
+  co_await control_collective(std::move(order_views), broadcast, call, order_io);
   comm.push_back({began, clock_type::now()});
   std::vector<std::size_t> o(n);
   for (std::size_t k = 0; k < n; ++k) {

@@ -175,10 +175,12 @@ struct reducer::impl {
   /// in the group's control device's memory when that is a CUDA device (an
   /// nccl_group), the results copied back; the counts, flags and orders the
   /// reducer exchanges. Bounded by `c`'s deadline (the group's when zero).
+  /// `keep` owns the memory `host` views: held until the collective ends,
+  /// also when the await is cancelled (which does not stop the collective).
   asio::awaitable<void> control_collective(
       std::vector<collective::tensor_view> host,
       std::function<collective::work(std::vector<collective::tensor_view>, collective::call_options)> issue,
-      collective::call_options c);
+      collective::call_options c, std::shared_ptr<const void> keep);
 
   // ---- the iteration on the loop (bucket_scheduler.cpp) -----------------------------
 

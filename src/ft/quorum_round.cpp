@@ -176,6 +176,14 @@ asio::awaitable<decided_round> join_round(const round_setup& ctx, member_line se
     decided_round prev;
     prev.id = r - 1;
     if (r > 1) prev.members = decode_lines(co_await ctx.store->get(k.decision(r - 1)), "a decision");
+    if (r - 1 == latest && latest >= next && holds(prev.members, self.m)) {
+      // The latest round took this replica in already (an earlier call was
+      // cancelled after its line went in): it is a member of that quorum,
+      // which the others are forming a group for.
+      decided_round d{latest, std::move(prev.members), {}};
+      if (latest > 1) d.previous = decode_lines(co_await ctx.store->get(k.decision(latest - 1)), "a decision");
+      co_return d;
+    }
     self.needs_group = true;
     co_await ctx.store->append(k.joiners(r), encode_line(self));
     // The members of the last round take joiners in; when none of them is

@@ -13,6 +13,7 @@
 
 #include "collective/collective_checks.hpp"
 #include "collective/gloo_fixtures.hpp"
+#include "support/cancel.hpp"
 #include "support/temp_file.hpp"
 
 #include <asio/bind_cancellation_slot.hpp>
@@ -331,15 +332,7 @@ BOOST_AUTO_TEST_CASE(a_cancelled_await_of_a_work_leaves_the_collective_running, 
         cancelled.set_value();
         RANK_REQUIRE(!"the cancelled await ended");
       }
-      auto e = outcome.get();
-      bool aborted = false;
-      try {
-        if (e)
-          std::rethrow_exception(e);
-      } catch (const std::system_error& err) {
-        aborted = err.code() == asio::error::operation_aborted;
-      } catch (...) {
-      }
+      const bool aborted = corodist::test::not_operation_aborted(outcome.get()).empty();
       const bool still_running = !w.is_completed();
       cancelled.set_value();
       RANK_REQUIRE(aborted);

@@ -11,6 +11,7 @@
 #include <corodist/core/logging.hpp>
 #include <corodist/core/timeout.hpp>
 
+#include "support/cancel.hpp"
 #include "support/coro_test.hpp"
 #if CORODIST_IO_URING
 #include "core/deadline.hpp"
@@ -642,12 +643,7 @@ BOOST_AUTO_TEST_CASE(every_cancellation_type_ends_only_its_own_wait, *utf::timeo
     cancel.emit(type);
     while (!cancelled_done) // the cancelled wait's completion is posted at once
       ctx.run_one();
-    BOOST_REQUIRE(cancelled_error);
-    try {
-      std::rethrow_exception(cancelled_error);
-    } catch (const std::system_error& e) {
-      BOOST_TEST(e.code() == asio::error::operation_aborted);
-    }
+    corodist::test::check_operation_aborted(cancelled_error);
     BOOST_TEST(!other_done);
     p.set_value(9);
     while (!other_done)
@@ -665,22 +661,13 @@ BOOST_AUTO_TEST_CASE(a_cancelled_coroutine_wait_leaves_the_result, *utf::timeout
   promise<int> p;
   auto f = p.get_future();
   asio::cancellation_signal cancel;
-  std::promise<std::exception_ptr> ended;
+  std::future<std::exception_ptr> ended;
   on_loop(loop, [&] {
-    asio::co_spawn(loop.get_executor(), f.async_get(),
-                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { ended.set_value(e); }));
+    ended = corodist::test::spawn_cancellable(loop.get_executor(), f.async_get(), cancel);
     // Posted behind the coroutine's start: it is waiting by then.
     asio::post(loop.get_executor(), [&] { cancel.emit(asio::cancellation_type::terminal); });
   });
-  auto outcome = ended.get_future();
-  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
-  auto e = outcome.get();
-  BOOST_REQUIRE(e);
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::system_error& err) {
-    BOOST_TEST(err.code() == asio::error::operation_aborted);
-  }
+  corodist::test::require_cancelled(ended);
   p.set_value(4);
   BOOST_TEST(f.get() == 4);
 }
@@ -711,12 +698,7 @@ BOOST_AUTO_TEST_CASE(a_race_cancelled_from_outside_ends_with_operation_aborted, 
   ctx.run_for(10s);
   BOOST_REQUIRE(done);
   BOOST_TEST(!reported);
-  BOOST_REQUIRE(failure);
-  try {
-    std::rethrow_exception(failure);
-  } catch (const std::system_error& e) {
-    BOOST_TEST(e.code() == asio::error::operation_aborted);
-  }
+  corodist::test::check_operation_aborted(failure);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

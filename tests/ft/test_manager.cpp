@@ -6,6 +6,8 @@
 #define BOOST_TEST_MODULE ft
 #include <boost/test/unit_test.hpp>
 
+#include "ft/round_keys.hpp"
+#include "support/cancel.hpp"
 #include "support/coro_test.hpp"
 
 #include <corodist/collective/errors.hpp>
@@ -17,6 +19,8 @@
 #include <corodist/store/tcp_store.hpp>
 
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/deferred.hpp>
+#include <asio/experimental/parallel_group.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -25,6 +29,8 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace cf = corodist::ft;
@@ -228,6 +234,27 @@ private:
   std::shared_ptr<cs::tcp_store> s_;
   std::vector<std::string> others_;
 };
+
+/// Completes once `key` is in the store (seen through `s`).
+asio::awaitable<void> key_appears(std::shared_ptr<cs::tcp_store> s, std::string key) {
+  std::vector<std::string> keys{std::move(key)};
+  co_await s->wait(std::move(keys), 30s);
+}
+
+/// Races `op` against `event` in a parallel group that waits for the first
+/// to finish and cancels the other: `op` is cancelled mid-flight when the
+/// event comes first. Returns how `op` ended and whether the event won.
+template <typename T>
+asio::awaitable<std::pair<std::exception_ptr, bool>> cancel_on(asio::awaitable<T> op, asio::awaitable<void> event) {
+  auto ex = co_await asio::this_coro::executor;
+  auto result = co_await asio::experimental::make_parallel_group(
+                    asio::co_spawn(ex, std::move(op), asio::experimental::deferred),
+                    asio::co_spawn(ex, std::move(event), asio::experimental::deferred))
+                    .async_wait(asio::experimental::wait_for_one(), asio::use_awaitable);
+  auto event_error = std::get<std::tuple_size_v<decltype(result)> - 1>(result);
+  if (event_error) std::rethrow_exception(event_error);
+  co_return std::pair(std::get<1>(result), std::get<0>(result)[0] == 1);
+}
 
 } // namespace
 
@@ -516,6 +543,118 @@ BOOST_AUTO_TEST_CASE(bad_options_are_refused) {
   replica r;
   for (const std::string& id : std::vector<std::string>{"", "a b", "a/b", std::string(129, 'x')})
     BOOST_CHECK_THROW(corodist::test::run_coro(b.ctx, r.open(b, options(id), 0)), corodist::usage_error);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(manager_cancellation)
+
+// a's start_step, waiting alone for the first quorum, is cancelled once its
+// line is in the round: operation_aborted and no step started. Its line stays
+// (b's quorum counts a), and a's next start_step takes its place in that
+// quorum: both then train together, with no timeout on the way.
+BOOST_AUTO_TEST_CASE(a_cancelled_start_step_starts_no_step_and_the_next_one_serves_the_quorum) {
+  bed b;
+  std::map<std::string, replica> rs;
+  std::exception_ptr cancelled;
+  bool mid_flight = false, no_step = false, commit_refused = false;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    auto& a = rs["a"];
+    auto& other = rs["b"];
+    const cf::detail::round_keys keys(cf::manager_options::default_prefix);
+    auto watcher = co_await b.client();
+    co_await a.open(b, options("a", 2), 1);
+    std::tie(cancelled, mid_flight) = co_await cancel_on(a.mgr->start_step(), key_appears(watcher, keys.joiners(1)));
+    no_step = a.mgr->step() == 0 && !a.mgr->group() && a.mgr->current().members.empty();
+    try {
+      co_await a.mgr->should_commit(true);
+    } catch (const corodist::usage_error&) {
+      commit_refused = true;
+    }
+    std::vector<corodist::future<void>> fs;
+    fs.push_back(b.spawn([&]() -> asio::awaitable<void> {
+      co_await other.open(b, options("b", 2), 2);
+      for (int i = 0; i < 2; ++i) co_await other.step();
+    }));
+    co_await key_appears(watcher, keys.decision(1)); // b's quorum, a counted in it
+    fs.push_back(b.spawn([&]() -> asio::awaitable<void> {
+      for (int i = 0; i < 2; ++i) co_await a.step();
+    }));
+    co_await corodist::when_all(std::move(fs)).async_get();
+  }(), 60s);
+  BOOST_TEST(mid_flight);
+  corodist::test::check_operation_aborted(cancelled);
+  BOOST_TEST(no_step);
+  BOOST_TEST(commit_refused);
+  for (auto& [id, r] : rs) {
+    BOOST_TEST_CONTEXT("replica " << id) {
+      BOOST_REQUIRE(r.quorums.size() == 2u);
+      BOOST_TEST(r.quorums[0].id == 1u); // the quorum a's cancelled call was counted in
+      BOOST_TEST(ids(r.quorums[0]) == (std::vector<std::string>{"a", "b"}));
+      BOOST_TEST(r.commits == (std::vector<bool>{true, true}));
+      BOOST_TEST(r.sums == (std::vector<float>{3.0f, 3.0f}));
+      BOOST_TEST(r.mgr->step() == 2u);
+      BOOST_TEST(r.state == std::vector<float>(4, 1.0f + 2 * 3.0f)); // a's state sent to b, then two steps
+    }
+  }
+}
+
+// a's should_commit cancelled once its vote is counted (b has not voted):
+// operation_aborted, the step over without a decision here (step() unchanged,
+// a second should_commit refused); its vote counts for b, which commits. a's
+// next step receives the state it missed and both go on alike.
+BOOST_AUTO_TEST_CASE(a_cancelled_should_commit_leaves_its_vote_and_the_replica_catches_up) {
+  bed b;
+  std::map<std::string, replica> rs;
+  std::exception_ptr cancelled;
+  bool mid_flight = false, commit_refused = false;
+  std::uint64_t step_after = 99;
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    corodist::promise<void> a_cancelled_p;
+    auto a_cancelled = a_cancelled_p.get_future().share();
+    const cf::detail::round_keys keys(cf::manager_options::default_prefix);
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b"}) {
+      auto& r = rs[id];
+      fs.push_back(b.spawn([&, id]() -> asio::awaitable<void> {
+        co_await r.open(b, options(id, 2), id == "a" ? 1.0f : 2.0f);
+        co_await r.step();
+        r.quorums.push_back(co_await r.mgr->start_step()); // a step without a collective
+        if (id == "a") {
+          auto watcher = co_await b.client();
+          std::tie(cancelled, mid_flight) =
+              co_await cancel_on(r.mgr->should_commit(true), key_appears(watcher, keys.votes(r.quorums.back().id)));
+          step_after = r.mgr->step();
+          try {
+            co_await r.mgr->should_commit(true);
+          } catch (const corodist::usage_error&) {
+            commit_refused = true;
+          }
+          a_cancelled_p.set_value();
+        } else {
+          co_await a_cancelled.async_get(); // b votes after a's vote was counted and its call cancelled
+          r.commits.push_back(co_await r.mgr->should_commit(true));
+        }
+        co_await r.step();
+      }));
+    }
+    co_await corodist::when_all(std::move(fs)).async_get();
+  }(), 60s);
+  BOOST_TEST(mid_flight);
+  corodist::test::check_operation_aborted(cancelled);
+  BOOST_TEST(step_after == 1u);
+  BOOST_TEST(commit_refused);
+  auto& a = rs["a"];
+  auto& other = rs["b"];
+  BOOST_TEST(other.commits == (std::vector<bool>{true, true, true})); // a's vote counted
+  BOOST_TEST(a.commits == (std::vector<bool>{true, true}));
+  BOOST_REQUIRE(a.quorums.size() == 3u);
+  BOOST_TEST(a.quorums[2].recovered); // a was a step behind: it received b's state
+  BOOST_TEST(!a.quorums[2].reconfigured);
+  BOOST_TEST(a.mgr->step() == 3u);
+  BOOST_TEST(other.mgr->step() == 3u);
+  BOOST_TEST(a.state == other.state);
+  BOOST_TEST(a.state == std::vector<float>(4, 1.0f + 2 * 3.0f));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

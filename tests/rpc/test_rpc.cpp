@@ -7,6 +7,7 @@
 
 #include "rpc/protocol.hpp"
 #include "rpc/rpc_fixtures.hpp"
+#include "support/cancel.hpp"
 #include "support/coro_test.hpp"
 #include "support/loop_helpers.hpp"
 #include "support/temp_file.hpp"
@@ -910,24 +911,11 @@ BOOST_AUTO_TEST_CASE(a_cancelled_call_ends_at_once_and_the_callee_finishes_it, *
   c.start_all();
   auto& loop0 = *c.loops[0];
   asio::cancellation_signal cancel;
-  std::promise<std::exception_ptr> ended;
-  corodist::test::on_loop(loop0, [&] {
-    asio::co_spawn(loop0.get_executor(), c[0].call<int>("w1", "held", 41),
-                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e, int) { ended.set_value(e); }));
-  });
+  auto ended = corodist::test::on_loop(
+      loop0, [&] { return corodist::test::spawn_cancellable(loop0.get_executor(), c[0].call<int>("w1", "held", 41), cancel); });
   BOOST_REQUIRE(entered.get_future().wait_for(10s) == std::future_status::ready); // mid-flight at the callee
   corodist::test::on_loop(loop0, [&] { cancel.emit(asio::cancellation_type::terminal); });
-  auto outcome = ended.get_future();
-  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
-  auto e = outcome.get();
-  BOOST_REQUIRE(e);
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::system_error& err) {
-    BOOST_TEST(err.code() == asio::error::operation_aborted);
-  } catch (const std::exception& other) {
-    BOOST_FAIL(std::string("expected operation_aborted, got: ") + other.what());
-  }
+  corodist::test::require_cancelled(ended);
   release.set_value();
   auto done = finished.get_future();
   BOOST_REQUIRE(done.wait_for(10s) == std::future_status::ready);

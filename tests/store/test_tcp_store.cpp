@@ -12,6 +12,7 @@
 #include "store/sized_allocations.hpp"
 #include "store/store_fixtures.hpp"
 #include "store/wire/torch/query.hpp"
+#include "support/cancel.hpp"
 #include "support/child_process.hpp"
 #include "support/coro_test.hpp"
 #include "support/free_port.hpp"
@@ -1002,26 +1003,14 @@ BOOST_AUTO_TEST_CASE(a_cancelled_wait_ends_with_operation_aborted_and_the_store_
   auto store = corodist::run_blocking(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), client_opts(port)),
                                       "connect");
   asio::cancellation_signal cancel;
-  std::promise<std::exception_ptr> ended;
-  on_loop(loop, [&] {
+  auto ended = on_loop(loop, [&] {
     std::vector<std::string> keys{"never-yet"};
-    asio::co_spawn(loop.get_executor(), store->wait(std::move(keys), 60s),
-                   asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) { ended.set_value(e); }));
+    return corodist::test::spawn_cancellable(loop.get_executor(), store->wait(std::move(keys), 60s), cancel);
   });
   BOOST_REQUIRE(corodist::run_blocking(server_loop.get_executor(),
                                        server->wait_until([&] { return server->pending_waits() == 1; }, 20s)));
   on_loop(loop, [&] { cancel.emit(asio::cancellation_type::terminal); });
-  auto outcome = ended.get_future();
-  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
-  auto e = outcome.get();
-  BOOST_REQUIRE(e);
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::system_error& err) {
-    BOOST_TEST(err.code() == asio::error::operation_aborted);
-  } catch (const std::exception& other) {
-    BOOST_FAIL(std::string("expected operation_aborted, got: ") + other.what());
-  }
+  corodist::test::require_cancelled(ended);
   // The same store (and connection) goes on working.
   cs::sync_store s(store);
   s.set("k", "v");
@@ -1046,26 +1035,13 @@ BOOST_AUTO_TEST_CASE(a_cancelled_get_from_another_executor_ends_with_operation_a
   auto store = corodist::run_blocking(loop.get_executor(), cs::tcp_store::connect(loop.get_executor(), client_opts(port)),
                                       "connect");
   asio::cancellation_signal cancel;
-  std::promise<std::exception_ptr> ended;
-  on_loop(caller_loop, [&] {
-    asio::co_spawn(caller_loop.get_executor(), store->get("later", 60s),
-                   asio::bind_cancellation_slot(cancel.slot(),
-                                                [&](std::exception_ptr e, std::string) { ended.set_value(e); }));
+  auto ended = on_loop(caller_loop, [&] {
+    return corodist::test::spawn_cancellable(caller_loop.get_executor(), store->get("later", 60s), cancel);
   });
   BOOST_REQUIRE(corodist::run_blocking(server_loop.get_executor(),
                                        server->wait_until([&] { return server->pending_waits() == 1; }, 20s)));
   on_loop(caller_loop, [&] { cancel.emit(asio::cancellation_type::terminal); });
-  auto outcome = ended.get_future();
-  BOOST_REQUIRE(outcome.wait_for(10s) == std::future_status::ready);
-  auto e = outcome.get();
-  BOOST_REQUIRE(e);
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::system_error& err) {
-    BOOST_TEST(err.code() == asio::error::operation_aborted);
-  } catch (const std::exception& other) {
-    BOOST_FAIL(std::string("expected operation_aborted, got: ") + other.what());
-  }
+  corodist::test::require_cancelled(ended);
   cs::sync_store s(store);
   s.set("later", "v");
   BOOST_TEST(s.get("later") == "v");

@@ -76,7 +76,10 @@ public:
   /// Cancellation: terminal (the awaiting coroutine's, see docs/core.md) at
   /// its waits on the construction's collectives: ends with
   /// `operation_aborted` and no reducer; those collectives are not stopped
-  /// (the other ranks' construction completes or times out with them).
+  /// (the other ranks' construction completes or times out with them): the
+  /// memory of the reducer's own exchanges is held until they end, and a
+  /// broadcast of rank 0's state already started still writes the
+  /// parameters and buffers.
   /// (Name the options before the call: GCC 12 destroys a braced temporary inside `co_await` twice.)
   [[nodiscard]] static asio::awaitable<std::unique_ptr<reducer>>
   create(asio::any_io_executor ex, std::shared_ptr<collective::process_group> group, std::vector<parameter> params,

@@ -84,8 +84,9 @@ public:
   /// its store waits, group creation and state transfer: ends with
   /// `operation_aborted` and no step started; what this replica wrote to the
   /// round stays in the store, so the other members may count it in a
-  /// quorum it then does not serve (their step fails and the next round goes
-  /// on without it); a group being formed is dropped.
+  /// quorum, which this replica's next start_step then serves (or the round
+  /// after, when the others gave up forming that quorum's group first); a
+  /// group being formed is dropped.
   [[nodiscard]] asio::awaitable<quorum> start_step();
 
   /// Reports whether this replica's step succeeded (its reductions finished)

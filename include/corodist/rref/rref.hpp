@@ -56,7 +56,8 @@ public:
   /// thread. Cancellation: awaiting the future (`co_await f.async_get()`)
   /// supports terminal, partial and total cancellation of that wait
   /// (`operation_aborted`); the fetch itself goes on to its end or deadline
-  /// and its result is dropped; the reference stays usable.
+  /// and its result stays in the future (a later `get()` takes it; dropped
+  /// with the future); the reference stays usable.
   future<T> to_here(corodist::timeout limit = corodist::timeout::inherit()) const {
     auto p = require().protocol_of("to_here");
     const int owner = h_->owner();
