@@ -12,6 +12,16 @@
 #define io_uring_prep_timeout_remove corodist::detail::prep_timeout_remove_owned
 // Its waits outlast signals, so run_for's timeout completes inside the call that armed it.
 #define io_uring_wait_cqe corodist::detail::wait_cqe_through_signals
+// Its io_uring_service.ipp, patched so that an I/O object closed with an
+// operation in the kernel is not reused before that operation is back
+// (core/asio_io_uring_service.ipp); src.hpp then skips the original.
+#define ASIO_SOURCE // as src.hpp does
+#include <asio/detail/concurrency_hint.hpp>
+#include <asio/version.hpp>
+#if ASIO_VERSION != 102201
+#error "core/asio_io_uring_service.ipp is Asio 1.22.1's io_uring_service.ipp, patched: port the patch to this Asio"
+#endif
+#include "core/asio_io_uring_service.ipp"
 #endif
 #include <asio/impl/src.hpp>
 #if CORODIST_IO_URING

@@ -950,6 +950,36 @@ BOOST_AUTO_TEST_CASE(run_for_interrupted_by_signals_leaves_operations_alone, *ut
   BOOST_TEST(std::string(got.data(), got.size()) == "hello");
 }
 
+// Asio 1.22 gave the I/O object of a socket closed with an operation still in
+// the kernel to the next socket opened, cancelled operation and all; the
+// cancellation's completion, arriving after that, was taken for a stray one and
+// started the old operation again on the new socket's descriptor (usually the
+// closed one's number). Here a closed acceptor's accept took the connection
+// made to the acceptor opened after it, which never saw it.
+BOOST_AUTO_TEST_CASE(a_closed_acceptors_accept_does_not_take_the_next_ones_connection, *utf::timeout(60)) {
+  asio::io_context ctx;
+  const tcp::endpoint any{asio::ip::make_address("127.0.0.1"), 0};
+  tcp::acceptor first(ctx, any);
+  tcp::socket first_peer(ctx), second_peer(ctx);
+  std::optional<std::error_code> first_ec, second_ec;
+  first.async_accept(first_peer, [&](std::error_code ec) { first_ec = ec; });
+  ctx.poll(); // the accept is in the kernel
+  BOOST_REQUIRE(!first_ec);
+  first.close(); // its cancellation is under way; nothing completes before ctx runs again
+  tcp::acceptor second(ctx, any);
+  second.async_accept(second_peer, [&](std::error_code ec) { second_ec = ec; });
+  tcp::socket client(ctx);
+  client.connect(second.local_endpoint());
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  while (!(first_ec && second_ec) && std::chrono::steady_clock::now() < until)
+    ctx.run_one_for(100ms);
+  BOOST_TEST_REQUIRE(first_ec.has_value());
+  BOOST_TEST(*first_ec == asio::error::operation_aborted, first_ec->message());
+  BOOST_TEST_REQUIRE(second_ec.has_value(), "the second acceptor's accept never completed");
+  BOOST_TEST(!*second_ec, second_ec->message());
+  BOOST_TEST(second_peer.remote_endpoint() == client.local_endpoint());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(connect_path)
