@@ -14,14 +14,14 @@
 #define io_uring_wait_cqe corodist::detail::wait_cqe_through_signals
 // Its io_uring_service.ipp, patched so that an I/O object closed with an
 // operation in the kernel is not reused before that operation is back
-// (core/asio_io_uring_service.ipp); src.hpp then skips the original.
+// (third_party/asio/io_uring_service.ipp); src.hpp then skips the original.
 #define ASIO_SOURCE // as src.hpp does
 #include <asio/detail/concurrency_hint.hpp>
 #include <asio/version.hpp>
 #if ASIO_VERSION != 102201
-#error "core/asio_io_uring_service.ipp is Asio 1.22.1's io_uring_service.ipp, patched: port the patch to this Asio"
+#error "third_party/asio/io_uring_service.ipp is Asio 1.22.1's io_uring_service.ipp, patched: port the patch to this Asio"
 #endif
-#include "core/asio_io_uring_service.ipp"
+#include "../../third_party/asio/io_uring_service.ipp"
 #endif
 #include <asio/impl/src.hpp>
 #if CORODIST_IO_URING

@@ -1,5 +1,5 @@
 // Asio 1.22.1's asio/detail/impl/io_uring_service.ipp, compiled in its stead
-// by core/asio_impl.cpp, with one change (the three places marked "corodist"):
+// by src/core/asio_impl.cpp, with one change (the three places marked "corodist"):
 // an I/O object closed while an operation of it is still in the kernel is
 // freed only once that operation's completion is back, and that completion
 // never restarts an operation on the closed descriptor. In the original, the
