@@ -14,7 +14,16 @@
 ///   * compute: the simulated backward alone;
 ///   * step: the reducer step with the simulated backward between the hooks;
 /// each after a barrier; rank 0 reports p50s. overhead_pct = nocompute / comm
-/// - 1; overlap_pct = (compute + comm - step) / comm. The peer is PyTorch's
+/// - 1; overlap_pct = (compute + comm - step) / comm. What bounds the
+/// overhead, in the same run: the rank's CPU time (all its threads) in comm,
+/// nocompute and local (the copies-mode step without communication: the
+/// reducer's copies), and the machine's idle share during comm (/proc/stat):
+/// when the cores are saturated (idle 0), the copies cannot hide behind the
+/// allreduces and cost at least local_cpu / comm_cpu (cpu_bound_pct).
+/// CORODIST_REDUCER_RANKS=2 runs only that rank count;
+/// CORODIST_REDUCER_PROFILE_STEPS=N runs only N copies-mode steps without
+/// computation (for a profiler; the suite then reports no rows and fails).
+/// The peer is PyTorch's
 /// DDP on gloo with the same chain and the same simulated backward
 /// (bench/torch_ddp_peer.py), run after ours.
 
@@ -33,12 +42,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <poll.h>
@@ -60,7 +72,8 @@ constexpr const char* python = "/usr/bin/python3";
 struct figures {
   double step_us = not_applicable, compute_us = not_applicable, comm_us = not_applicable,
          nocompute_us = not_applicable, overlap_stat_pct = not_applicable, view_us = not_applicable,
-         local_us = not_applicable;
+         local_us = not_applicable, comm_cpu_us = not_applicable, nocompute_cpu_us = not_applicable,
+         local_cpu_us = not_applicable, comm_idle_pct = not_applicable;
   int buckets = 0;
 };
 
@@ -69,6 +82,28 @@ struct figures {
 /// backward (as a GPU's kernels finish on their own schedule, whatever the
 /// host thread's wake-up delays); busy: each layer spins for its time on this
 /// thread's CPU (so it is slowed by whatever else runs).
+/// CPU time all threads of this process have used so far, in microseconds.
+double process_cpu_us() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
+/// The machine's CPU time so far from /proc/stat's first line: {idle (idle +
+/// iowait), total}, in clock ticks; {0, 0} if unreadable.
+std::pair<double, double> machine_ticks() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  f >> cpu;
+  double idle = 0, total = 0, v = 0;
+  for (int k = 0; k < 8 && f >> v; ++k) { // user nice system idle iowait irq softirq steal
+    total += v;
+    if (k == 3 || k == 4)
+      idle += v;
+  }
+  return {idle, total};
+}
+
 class simulated_backward {
 public:
   explicit simulated_backward(bool busy) : busy_(busy), start_(clock_type::now()) {}
@@ -92,7 +127,8 @@ private:
 };
 
 /// One rank: runs every variant; rank 0 writes
-/// "RESULT <mode> <step> <compute> <comm> <nocompute> <overlap_stat> <buckets> <view> <local>" lines to `out`.
+/// "RESULT <mode> <step> <compute> <comm> <nocompute> <overlap_stat> <buckets> <view> <local> <comm_cpu>
+/// <nocompute_cpu> <local_cpu> <comm_idle>" lines to `out`.
 int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, int out) {
   event_loop loop;
   loop.start();
@@ -138,6 +174,21 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
     const auto t0 = clock_type::now();
     body();
     return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+  };
+  // The same, also adding this process's CPU time (all its threads: the
+  // caller, the loop, Gloo's) to `cpu` and the machine's idle share to `idle`.
+  auto timed_cpu = [&](auto&& body, latency_recorder& cpu, latency_recorder* idle) {
+    pg->barrier().get();
+    const auto m0 = machine_ticks();
+    const double c0 = process_cpu_us();
+    const auto t0 = clock_type::now();
+    body();
+    const double wall = std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+    cpu.add_us(process_cpu_us() - c0);
+    const auto m1 = machine_ticks();
+    if (idle != nullptr && m1.second > m0.second)
+      idle->add_us((m1.first - m0.first) / (m1.second - m0.second) * 100.0);
+    return wall;
   };
   auto comm = [&] {
     std::vector<cc::work> ws;
@@ -186,13 +237,20 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
     local_step();
     comm();
   }
+  if (const char* only = std::getenv("CORODIST_REDUCER_PROFILE_STEPS")) { // a profile of the copies-mode step alone
+    for (int i = 0, k = std::atoi(only); i < k; ++i)
+      timed([&] { step(false, false); });
+    pg->barrier().get();
+    return 0;
+  }
   for (bool busy : {false, true}) {
-    latency_recorder s_step, s_compute, s_comm, s_nocompute, s_overlap, s_view, s_local;
+    latency_recorder s_step, s_compute, s_comm, s_nocompute, s_overlap, s_view, s_local, c_comm, c_nocompute, c_local,
+        i_comm;
     for (int i = 0; i < iters; ++i) {
-      s_comm.add_us(timed(comm));
-      s_nocompute.add_us(timed([&] { step(false, busy); }));
+      s_comm.add_us(timed_cpu(comm, c_comm, &i_comm));
+      s_nocompute.add_us(timed_cpu([&] { step(false, busy); }, c_nocompute, nullptr));
       s_view.add_us(timed(view_step));
-      s_local.add_us(timed(local_step));
+      s_local.add_us(timed_cpu(local_step, c_local, nullptr));
       s_compute.add_us(timed([&] { compute_alone(busy); }));
       s_step.add_us(timed([&] { step(true, busy); }));
       s_overlap.add_us(red.last_stats().overlap_ratio() * 100.0);
@@ -208,10 +266,11 @@ int rank_main(int rank, int n, const std::string& dir, int iters, int warmup, in
       }
     }
     if (rank == 0) {
-      const auto line = fmt::format("RESULT {} {} {} {} {} {} {} {} {}\n", busy ? "busy" : "wait", s_step.percentile(0.5),
-                                    s_compute.percentile(0.5), s_comm.percentile(0.5), s_nocompute.percentile(0.5),
-                                    s_overlap.percentile(0.5), layout.buckets.size(), s_view.percentile(0.5),
-                                    s_local.percentile(0.5));
+      const auto line = fmt::format("RESULT {} {} {} {} {} {} {} {} {} {} {} {} {}\n", busy ? "busy" : "wait",
+                                    s_step.percentile(0.5), s_compute.percentile(0.5), s_comm.percentile(0.5),
+                                    s_nocompute.percentile(0.5), s_overlap.percentile(0.5), layout.buckets.size(),
+                                    s_view.percentile(0.5), s_local.percentile(0.5), c_comm.percentile(0.5),
+                                    c_nocompute.percentile(0.5), c_local.percentile(0.5), i_comm.percentile(0.5));
       if (::write(out, line.data(), line.size()) != static_cast<ssize_t>(line.size()))
         return 3;
     }
@@ -241,9 +300,25 @@ std::map<std::string, figures> run_ours(int n, int iters, int warmup) {
   std::string tag, mode;
   figures f;
   while (in >> tag >> mode >> f.step_us >> f.compute_us >> f.comm_us >> f.nocompute_us >> f.overlap_stat_pct >>
-         f.buckets >> f.view_us >> f.local_us)
+         f.buckets >> f.view_us >> f.local_us >> f.comm_cpu_us >> f.nocompute_cpu_us >> f.local_cpu_us >>
+         f.comm_idle_pct)
     if (tag == "RESULT")
       out[mode] = f;
+  return out;
+}
+
+/// The rank counts to run: CORODIST_REDUCER_RANKS (e.g. "2") when set, else 2 and 4.
+std::vector<int> selected_ranks() {
+  const char* env = std::getenv("CORODIST_REDUCER_RANKS");
+  if (env == nullptr || *env == '\0')
+    return {2, 4};
+  std::vector<int> out;
+  std::istringstream in(env);
+  for (std::string word; std::getline(in, word, ',');)
+    if (word == "2" || word == "4")
+      out.push_back(std::atoi(word.c_str()));
+  if (out.empty())
+    throw std::runtime_error("reducer suite: CORODIST_REDUCER_RANKS lists neither 2 nor 4");
   return out;
 }
 
@@ -258,7 +333,7 @@ void run_reducer_suite(context& ctx) {
     no_peer = *why;
   else if (script.empty())
     no_peer = "bench/torch_ddp_peer.py not found";
-  for (int n : {2, 4}) {
+  for (int n : selected_ranks()) {
     if (ctx.status)
       ctx.status->note(fmt::format("{} ranks", n));
     const auto ours = run_ours(n, iters, warmup);
@@ -289,6 +364,14 @@ void run_reducer_suite(context& ctx) {
                    {"overhead_view_pct", (f.view_us / f.comm_us - 1.0) * 100.0},
                    {"local_us", f.local_us},
                    {"local_pct", f.local_us / f.comm_us * 100.0},
+                   {"comm_cpu_us", f.comm_cpu_us},
+                   {"nocompute_cpu_us", f.nocompute_cpu_us},
+                   {"local_cpu_us", f.local_cpu_us},
+                   {"cpu_extra_pct", (f.nocompute_cpu_us / f.comm_cpu_us - 1.0) * 100.0},
+                   {"cpu_bound_pct", f.local_cpu_us / f.comm_cpu_us * 100.0},
+                   {"copy_gbps", 2.0 * static_cast<double>(layers * (width * width + width) * sizeof(float)) /
+                                     (f.local_cpu_us * 1e-6) / 1e9},
+                   {"comm_idle_pct", f.comm_idle_pct},
                    {"overlap_pct", (f.compute_us + f.comm_us - f.step_us) / f.comm_us * 100.0},
                    {"overlap_stat_pct", f.overlap_stat_pct}};
       if (no_peer) {
