@@ -10,7 +10,9 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/rpc/agent.hpp>
-#include <corodist/rref/context.hpp>
+#include <corodist/rref/debug_info.hpp>
+#include <corodist/rref/enable.hpp>
+#include <corodist/rref/register_method.hpp>
 #include <corodist/rref/remote.hpp>
 
 #include "rpc/rpc_fixtures.hpp"
