@@ -78,7 +78,9 @@ struct agent_options {
   /// running, each at twice the largest reply sent to that peer so far (its
   /// value and the value's encoding). A call that would take it over is not
   /// started: it waits, and the agent stops reading that peer's connection,
-  /// until the output drains (flow control; other peers are not affected). A
+  /// until the output drains (flow control; other peers are not affected;
+  /// calls the worker threads began before a first reply to that peer showed
+  /// its size are not held back). A
   /// peer whose output then makes no progress for peer_timeout does not read
   /// and is dropped with a warning naming it (so is one whose output passes
   /// this cap all the same); its calls fail with connection_error. A single
