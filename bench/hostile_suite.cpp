@@ -1273,8 +1273,9 @@ std::vector<std::byte> size_call_frame(const char* fn, std::uint64_t n, std::uin
 }
 
 // A raw connection that says it is rank 0 sends calls for results of `reply_mib` MiB and
-// never reads a reply: the agent drops it once the output held for it would
-// pass max_buffered_output_per_peer. Measured: the process's peak resident
+// never reads a reply: the agent stops starting its calls once the memory held
+// for it would pass max_buffered_output_per_peer, and drops it when that output
+// makes no progress for peer_timeout. Measured: the process's peak resident
 // growth over the whole attack (VmHWM after clear_refs), against that cap.
 void unread_replies_memory(context& ctx, stall_log& stalls, std::uint64_t reply_mib, const std::string& name) {
   constexpr std::size_t cap = std::size_t{256} << 20; // agent_options' default per-peer cap
@@ -1296,6 +1297,9 @@ void unread_replies_memory(context& ctx, stall_log& stalls, std::uint64_t reply_
     o.init_timeout = 60s;
     o.shutdown_timeout = 30s;
     o.max_buffered_output_per_peer = cap;
+    // A peer whose replies stop moving is dropped after this (flow control
+    // holds its calls back meanwhile): within loop_timeout.
+    o.peer_timeout = 2s;
     agents[rank] = std::make_unique<rpc::agent>(rank == 0 ? client_loop : server_loop, o);
   }
   agents[1]->register_function("blob", [](std::uint64_t n) { return std::string(n, 'z'); });

@@ -10,6 +10,8 @@
 #include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
 
+#include <asio/post.hpp>
+
 namespace corodist::net {
 
 connection::connection(asio::ip::tcp::socket socket, connection_options opts)
@@ -47,6 +49,7 @@ void connection::close(std::error_code reason) {
   if (!open_)
     return;
   open_ = false;
+  auto keep = std::move(parked_hold_); // (a parked connection lives to the end of this)
   CORODIST_LOG_DEBUG("net: connection with {} closed: {}", detail::endpoint_text(remote_), reason.message());
   std::error_code ignored;
   if (uring_ != nullptr) // the kernel closes the socket once the cancelled operations let go of it
@@ -74,6 +77,9 @@ void connection::close(std::error_code reason) {
     h(reason);
   }
   on_request_ = {};
+  if (on_written_) // its watcher learns that this output will not drain
+    asio::post(socket_.get_executor(), std::move(on_written_));
+  on_written_ = {};
 }
 
 } // namespace corodist::net

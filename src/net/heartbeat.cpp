@@ -193,7 +193,12 @@ void connection::on_heartbeat(bool confirming) {
     return;
   const auto now = clock::now();
   // The bytes of a large frame note their progress as they arrive (stall watch).
-  const auto heard = in_frame_ ? std::max(received_at_, progress_at_) : received_at_;
+  auto heard = in_frame_ ? std::max(received_at_, progress_at_) : received_at_;
+  // Paused (flow control): this side reads nothing, so the peer is judged by
+  // its reading instead: alive while nothing is unwritten or writes complete.
+  const bool paused = read_paused_;
+  if (paused)
+    heard = queued_bytes_ + writing_bytes_ == 0 ? now : std::max(heard, written_at_);
   if (now - heard >= opts_.peer_timeout.length()) {
     if (!confirming) {
       // A loop that was itself held up may have reaped reads it has not run
@@ -206,6 +211,15 @@ void connection::on_heartbeat(bool confirming) {
               s->on_heartbeat(true);
           });
       });
+      return;
+    }
+    if (paused) {
+      CORODIST_LOG_WARN("closing connection to {}: the peer does not read ({} bytes of output unwritten, none "
+                        "written for {} ms while its requests wait; peer_timeout {} ms)",
+                        detail::endpoint_text(remote_), queued_bytes_ + writing_bytes_,
+                        std::chrono::duration_cast<std::chrono::milliseconds>(now - heard).count(),
+                        opts_.peer_timeout.length().count());
+      close(errc::output_overflow);
       return;
     }
     CORODIST_LOG_INFO("closing connection with {}: nothing received for {} ms (peer_timeout {} ms)",

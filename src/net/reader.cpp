@@ -187,6 +187,29 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
   }
   if (!open_)
     return;
+  if (read_paused_) {
+    read_parked_ = true; // resume_reading() goes on from here
+    parked_hold_ = shared_from_this();
+    return;
+  }
+  if (carry_.empty())
+    post_read();
+  else
+    asio::co_spawn(socket_.get_executor(), read_incomplete(), asio::detached);
+}
+
+void connection::pause_reading() noexcept { read_paused_ = true; }
+
+void connection::resume_reading() {
+  if (!read_paused_)
+    return;
+  read_paused_ = false;
+  if (!read_parked_ || !open_)
+    return; // the read loop still runs: it reads on
+  read_parked_ = false;
+  auto keep = std::move(parked_hold_); // (the read posted now holds it)
+  // The silence was this side's: peer_timeout counts from now.
+  received_at_ = std::chrono::steady_clock::now();
   if (carry_.empty())
     post_read();
   else
@@ -196,7 +219,7 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
 asio::awaitable<void> connection::read_incomplete() {
   auto self = shared_from_this();
   try {
-    while (open_ && !carry_.empty()) {
+    while (open_ && !carry_.empty() && !read_paused_) {
       std::size_t want = read_buffer_size;
       if (carry_.size() >= header_size) {
         auto h = decode_header(carry_.data());
@@ -227,8 +250,15 @@ asio::awaitable<void> connection::read_incomplete() {
     close(errc::connection_closed);
     co_return;
   }
-  if (open_)
+  if (!open_)
+    co_return;
+  if (read_paused_) {
+    read_parked_ = true; // (with carry_ kept) resume_reading() goes on from here
+    parked_hold_ = std::move(self);
+  } else if (carry_.empty())
     post_read();
+  else
+    asio::co_spawn(socket_.get_executor(), read_incomplete(), asio::detached);
 }
 
 } // namespace corodist::net

@@ -196,7 +196,12 @@ void connection::write_done(std::error_code ec) {
     close(errc::connection_closed);
     return;
   }
+  written_at_ = clock::now();
   start_write();
+  if (on_written_) {
+    auto h = on_written_; // (it may replace itself)
+    h();
+  }
 }
 
 asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload, std::vector<segment> segments) {

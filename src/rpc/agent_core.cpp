@@ -28,6 +28,7 @@ agent_core::agent_core(asio::any_io_executor ex, agent_options opts)
   env.worker_name = opts_.name;
   env.self_rank = opts_.rank; // (set again by start() when a rendezvous URL gives it)
   env.max_message_size = opts_.max_message_size;
+  env.max_output_per_peer = opts_.max_buffered_output_per_peer;
   env.offload_size = offload_size;
   env.name_of = [this](int rank) -> std::string {
     if (rank < 0 || !registry_.table() || rank >= static_cast<int>(registry_.table()->by_rank.size()))

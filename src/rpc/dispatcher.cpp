@@ -159,45 +159,83 @@ void dispatcher::on_message(int from, const std::string& from_name, const std::s
   it->second.h(inbound_message{from, m.header.kind, one_way, std::move(m.payload)}, std::move(r));
 }
 
-void dispatcher::serve_call(int from, const std::string& from_name, std::weak_ptr<net::connection> conn,
+std::shared_ptr<peer_flow> dispatcher::flow_of(const std::shared_ptr<net::connection>& conn) {
+  auto& f = flows_[conn.get()];
+  if (f && f->serves(conn.get()))
+    return f;
+  f = std::make_shared<peer_flow>(conn, env_.max_output_per_peer);
+  auto kept = f;
+  if (flows_.size() >= sweep_flows_at_) { // those of closed connections, done with
+    for (auto it = flows_.begin(); it != flows_.end();)
+      it = it->second->idle() && !it->second->serves(it->first) ? flows_.erase(it) : std::next(it);
+    sweep_flows_at_ = 2 * flows_.size() + 16;
+  }
+  return kept;
+}
+
+void dispatcher::serve_call(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
                             std::uint64_t id, net::bytes&& frame, clock::time_point arrived) {
+  const bool serving = serving_.try_enter();
+  std::shared_ptr<peer_flow> flow;
+  if (serving && env_.max_output_per_peer > 0 && !stopped_)
+    flow = flow_of(conn);
   // Replies leave from the loop, whichever thread produced them.
-  auto reply = [loop = env_.loop, conn, id, max = env_.max_message_size,
-                self_name = env_.worker_name](payload&& p, std::exception_ptr e) mutable {
+  auto reply = [loop = env_.loop, conn = std::weak_ptr<net::connection>(conn), id, max = env_.max_message_size,
+                self_name = env_.worker_name, flow](payload&& p, std::exception_ptr e) mutable {
     if (!e && p.size() > max)
       e = std::make_exception_ptr(usage_error("the result's " + std::to_string(p.size()) +
                                               " bytes exceed max_message_size " + std::to_string(max)));
-    asio::dispatch(loop, [conn, id, p = std::move(p), e, self_name]() mutable {
-      auto c = conn.lock();
-      if (!c || !c->is_open())
-        return; // the caller is gone (it sees connection_error)
-      if (e) {
-        auto ep = error_payload(e, self_name);
-        c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
-      } else if (auto ec = c->respond(id, kind_reply, std::move(p.body), std::move(p.attachments)); ec && c->is_open()) {
-        auto ep = encode_failure(failure::exception, "corodist::usage_error", "cannot send the result: " + ec.message());
-        c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
+    const std::size_t n = e ? 0 : p.size();
+    if (flow)
+      flow->encoded(n); // held for the peer from now until queued on its connection
+    asio::dispatch(loop, [conn, id, p = std::move(p), e, self_name, flow = std::move(flow), n]() mutable {
+      if (auto c = conn.lock(); c && c->is_open()) { // (else the caller is gone: it sees connection_error)
+        if (e) {
+          auto ep = error_payload(e, self_name);
+          c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
+        } else if (auto ec = c->respond(id, kind_reply, std::move(p.body), std::move(p.attachments));
+                   ec && c->is_open()) {
+          auto ep =
+              encode_failure(failure::exception, "corodist::usage_error", "cannot send the result: " + ec.message());
+          c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
+        }
       }
+      p = {};
+      if (flow)
+        flow->finished(n);
     });
   };
-  if (!serving_.try_enter()) {
+  if (!serving) {
     reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
     return;
   }
-  start_call(from, from_name.empty() && env_.name_of ? env_.name_of(from) : from_name, std::move(frame), arrived,
-             [this, self = shared_from_this(), reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
-               reply(std::move(p), std::move(e));
-               serving_.leave();
-             });
+  auto start = [this, self = shared_from_this(), from,
+                from_name = from_name.empty() && env_.name_of ? env_.name_of(from) : from_name, frame = std::move(frame),
+                arrived, flow, reply = std::move(reply)]() mutable {
+    reply_fn done = [this, self, reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
+      reply(std::move(p), std::move(e));
+      serving_.leave();
+    };
+    if (flow && flow->closed()) { // waited for its peer's output, which will not drain now
+      done({}, fail_with(failure::exception, "not started: the caller's connection closed"));
+      return;
+    }
+    start_call(from, std::move(from_name), std::move(frame), arrived, std::move(done), flow);
+  };
+  if (!flow) {
+    start();
+    return;
+  }
+  flow->submit(std::move(start));
 }
 
 void dispatcher::start_call(int from, std::string from_name, net::bytes&& frame, clock::time_point arrived,
-                            reply_fn reply) {
+                            reply_fn reply, std::shared_ptr<peer_flow> flow) {
   // Parse, find the function, check the deadline, decode the arguments: on the
   // loop for small messages, on the pool for large ones (no single message may
   // hold the loop for long).
-  auto bind = [this, self = shared_from_this(), from, from_name = std::move(from_name),
-               arrived](net::bytes&& frame, reply_fn& reply) mutable -> bool {
+  auto bind = [this, self = shared_from_this(), from, from_name = std::move(from_name), arrived,
+               flow = std::move(flow)](net::bytes&& frame, reply_fn& reply) mutable -> bool {
     std::string name;
     try {
       codec_context ctx;
@@ -224,7 +262,7 @@ void dispatcher::start_call(int from, std::string from_name, net::bytes&& frame,
           throw call_failure(failure::bad_arguments, "function '" + name + "': " + e.what());
         }
       }
-      run_bound(std::move(name), std::move(b), std::move(cc), std::move(reply));
+      run_bound(std::move(name), std::move(b), std::move(cc), std::move(reply), std::move(flow));
     } catch (const call_failure& f) {
       if (f.code == failure::malformed)
         CORODIST_LOG_WARN("rpc: malformed call from rank {}: {}", from, f.what());
@@ -246,14 +284,34 @@ void dispatcher::start_call(int from, std::string from_name, net::bytes&& frame,
   bind(std::move(frame), reply);
 }
 
-void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply) {
+void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply,
+                           std::shared_ptr<peer_flow> flow) {
   if (b.plain) {
     if (stopped_ || !pool_) {
       reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
       return;
     }
     asio::post(*pool_, [this, self = shared_from_this(), fn = std::move(fn), work = std::move(b.plain),
-                        ctx = std::move(ctx), reply = std::move(reply)]() mutable {
+                        ctx = std::move(ctx), reply = std::move(reply), flow = std::move(flow)]() mutable {
+      if (flow && !stopped_ && !flow->may_run()) {
+        // Admitted before its peer's reply size was known, and its output
+        // would now pass the cap: it waits again, unstarted, on the loop.
+        asio::post(env_.loop, [this, self, fn = std::move(fn), work = std::move(work), ctx = std::move(ctx),
+                               reply = std::move(reply), flow]() mutable {
+          flow->requeue([this, self, fn = std::move(fn), work = std::move(work), ctx = std::move(ctx),
+                         reply = std::move(reply), flow]() mutable {
+            bound_call again;
+            again.plain = std::move(work);
+            run_bound(std::move(fn), std::move(again), std::move(ctx), std::move(reply), std::move(flow));
+          });
+        });
+        return;
+      }
+      if (flow && flow->closed()) {
+        work = {};
+        reply({}, fail_with(failure::exception, "'" + fn + "' was not started: its caller's connection closed"));
+        return;
+      }
       if (stopped_) {
         work = {};
         reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
@@ -329,7 +387,8 @@ future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object
               [this, self = shared_from_this(), reply = std::move(reply)](payload&& out, std::exception_ptr e) mutable {
                 reply(std::move(out), std::move(e));
                 serving_.leave();
-              });
+              },
+              nullptr);
   } catch (...) {
     reply({}, std::current_exception());
   }
@@ -338,6 +397,10 @@ future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object
 
 void dispatcher::stop() {
   stopped_ = true;
+  auto flows = std::move(flows_); // the calls waiting for their peer's output answer "shutting down" now
+  flows_.clear();
+  for (auto& [raw, f] : flows)
+    f->release_all();
   for (auto& s : running_coroutines_)
     s.emit(asio::cancellation_type::terminal);
 }

@@ -10,6 +10,8 @@
 #include <corodist/rpc/detail/codec.hpp>
 #include <corodist/rpc/message_port.hpp>
 
+#include "rpc/peer_flow.hpp"
+
 #include <asio/any_io_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/thread_pool.hpp>
@@ -32,6 +34,8 @@ struct dispatch_env {
   int self_rank = -1;
   /// Largest result sent back.
   std::size_t max_message_size = 0;
+  /// The memory held for one peer's replies (see peer_flow); 0: no cap.
+  std::size_t max_output_per_peer = 0;
   /// Payloads at least this large are parsed and bound off the loop.
   std::size_t offload_size = 0;
   /// A rank's worker name from the worker table (-1, unknown, or no table yet: ""),
@@ -81,12 +85,15 @@ public:
 private:
   using reply_fn = corodist::unique_function<void(payload&&, std::exception_ptr)>;
 
-  void serve_call(int from, const std::string& from_name, std::weak_ptr<net::connection> conn, std::uint64_t id,
-                  net::bytes&& frame, std::chrono::steady_clock::time_point arrived);
-  // Parses a call and starts it; `reply` gets the encoded result or the error payload.
+  void serve_call(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
+                  std::uint64_t id, net::bytes&& frame, std::chrono::steady_clock::time_point arrived);
+  // Parses a call and starts it; `reply` gets the encoded result or the error
+  // payload. `flow`: its peer's (null: a local call).
   void start_call(int from, std::string from_name, net::bytes&& frame, std::chrono::steady_clock::time_point arrived,
-                  reply_fn reply);
-  void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply);
+                  reply_fn reply, std::shared_ptr<peer_flow> flow);
+  void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply, std::shared_ptr<peer_flow> flow);
+  // The flow of the calls arriving on `conn` (made on its first call).
+  std::shared_ptr<peer_flow> flow_of(const std::shared_ptr<net::connection>& conn);
   std::function<std::unique_ptr<encoder>()> result_encoder(int to);
 
   dispatch_env env_;
@@ -100,6 +107,8 @@ private:
   gate serving_{"rpc: the worker"};
   std::atomic<std::uint64_t> received_{0};
   std::list<asio::cancellation_signal> running_coroutines_; // loop only
+  std::unordered_map<const net::connection*, std::shared_ptr<peer_flow>> flows_; // loop only
+  std::size_t sweep_flows_at_ = 16; // loop only: flows_ is cleared of closed connections' at this size
   std::atomic<bool> stopped_{false};
 };
 

@@ -766,17 +766,21 @@ void send_call(asio::ip::tcp::socket& s, std::uint64_t id, std::string_view fn, 
 }
 } // namespace
 
-// A peer that sends calls and never reads their replies is dropped once their
-// replies queued for it pass max_buffered_output_per_peer, with its calls'
+// A peer that sends calls and never reads their replies has its calls held
+// back once their replies fill max_buffered_output_per_peer, and is dropped
+// when none of that output is written for peer_timeout, with its calls'
 // memory given back; the agent goes on serving everyone else.
 BOOST_AUTO_TEST_CASE(peer_that_never_reads_replies_is_dropped, *utf::timeout(60)) {
-  cluster c(2, [](rpc::agent_options& o) { o.max_buffered_output_per_peer = 4 << 20; });
+  cluster c(2, [](rpc::agent_options& o) {
+    o.max_buffered_output_per_peer = 4 << 20;
+    o.peer_timeout = 2s;
+  });
   asio::io_context ctx;
   auto s = raw_peer(ctx, c[0]);
   // Each call asks for a 1 MiB reply; once the agent drops us, the next call
   // we send meets a closed socket and is answered with a reset.
   bool dropped = false;
-  for (std::uint64_t id = 1; id <= 400 && !dropped; ++id) { // at most 400 MiB offered
+  for (std::uint64_t id = 1; !dropped; ++id) { // (bounded by the test's timeout)
     std::error_code ec;
     send_call(s, id, "make_string", std::size_t{1} << 20, ec);
     pollfd p{s.native_handle(), 0, 0};
@@ -785,6 +789,108 @@ BOOST_AUTO_TEST_CASE(peer_that_never_reads_replies_is_dropped, *utf::timeout(60)
   BOOST_TEST(dropped);
   BOOST_TEST(c[1].rpc_sync<int>("w0", "add", 2, 3) == 5);
   BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 4, 3) == 7);
+}
+
+// Flow control: once the memory held for a peer's replies is full, its calls
+// are no longer started -- the agent stops reading its connection, so the
+// peer's sends block -- while the agent serves everyone else; as the peer
+// reads, its waiting calls start again, and every one is answered.
+BOOST_AUTO_TEST_CASE(calls_of_a_peer_that_does_not_read_wait_for_its_output, *utf::timeout(120)) {
+  // (The cap holds more than the worker threads' replies: calls started
+  // before the first reply showed its size are not held back.)
+  constexpr std::size_t cap = 8 << 20, reply = 1 << 20;
+  std::atomic<int> runs{0};
+  cluster c(
+      2,
+      [](rpc::agent_options& o) {
+        o.max_buffered_output_per_peer = cap;
+        o.peer_timeout = corodist::timeout::never(); // throttled for as long as the test takes
+      },
+      false);
+  for (int r = 0; r < 2; ++r)
+    c[r].register_function("counted_blob", [&runs](std::size_t n, const std::string&) {
+      ++runs;
+      runs.notify_all();
+      return std::string(n, 'z');
+    });
+  c.start_all();
+  asio::io_context ctx;
+  auto s = raw_peer(ctx, c[0]);
+  // Small socket buffers of our own (no autotuning): what the kernel holds of
+  // the replies on this side stays small.
+  s.set_option(asio::socket_base::receive_buffer_size(256 << 10));
+  s.set_option(asio::socket_base::send_buffer_size(256 << 10));
+  const std::string pad(4 << 10, 'p'); // calls of 4 KiB: many fill the socket buffers
+  auto frame_of = [&](std::uint64_t id) {
+    rpc::encoder e;
+    auto call = rpc::detail::encode_call(e, "counted_blob", corodist::deadline::never(), reply, pad);
+    auto h = corodist::net::encode(
+        corodist::net::frame_header{static_cast<std::uint32_t>(call.body.size()), rpc::detail::kind_call, 0, id});
+    std::vector<std::byte> f(h.begin(), h.end());
+    f.insert(f.end(), call.body.begin(), call.body.end());
+    return f;
+  };
+  // The most calls that may have run without their replies read: the cap's
+  // worth, those whose replies the kernel holds (the agent's send buffer, at
+  // most tcp_wmem's 4 MiB, and our 256 KiB), and the worker threads'
+  // (started before the first reply showed its size).
+  constexpr int bound = 8 + 4 + 1 + 4 + 4; // (and 4 to spare)
+  // Calls, sent without blocking until the socket takes no more: the agent
+  // has stopped reading (without flow control it reads on, and drops us once
+  // the replies pass the cap: a send fails).
+  std::uint64_t sent = 0;      // whole frames sent
+  std::vector<std::byte> rest; // the rest of a frame sent in part
+  for (;;) {
+    BOOST_REQUIRE_MESSAGE(sent < 20000, "the agent reads on: " << sent << " calls sent, " << runs << " run");
+    auto f = frame_of(sent + 1);
+    const ssize_t n = ::send(s.native_handle(), f.data(), f.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0) {
+      BOOST_REQUIRE_MESSAGE(errno == EAGAIN || errno == EWOULDBLOCK,
+                            "the agent dropped a peer it throttles: " << std::strerror(errno));
+      break;
+    }
+    if (static_cast<std::size_t>(n) < f.size()) {
+      rest.assign(f.begin() + n, f.end());
+      break;
+    }
+    ++sent;
+  }
+  runs.wait(0); // the agent serves us
+  BOOST_TEST_MESSAGE(sent << " calls sent before the agent stopped reading; " << runs << " run");
+  BOOST_TEST(sent > std::uint64_t{2} * bound); // (the bound below is not just the calls sent)
+  BOOST_TEST(runs.load() <= bound);
+  // The other peer is served meanwhile, on both sides.
+  BOOST_TEST(c[1].rpc_sync<std::string>("w0", "counted_blob", std::size_t{16}, std::string()) == std::string(16, 'z'));
+  BOOST_TEST(c[0].rpc_sync<int>("w1", "add", 4, 3) == 7);
+  BOOST_TEST(runs.load() <= bound + 1);
+  // Reading the replies, the calls waiting start again: each is answered, and
+  // those run stay within the bound of those read.
+  s.non_blocking(false);
+  const std::uint64_t total = sent + (rest.empty() ? 0 : 1);
+  std::vector<std::byte> body;
+  int worst = 0;
+  for (std::uint64_t read = 0; read < total; ++read) {
+    if (!rest.empty()) { // (a part the socket takes now; the reply to read next frees room)
+      const ssize_t n = ::send(s.native_handle(), rest.data(), rest.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n > 0)
+        rest.erase(rest.begin(), rest.begin() + n);
+    }
+    if (!rest.empty() && read == sent) { // every other reply read: the agent reads again
+      asio::write(s, asio::buffer(rest));
+      rest.clear();
+    }
+    std::array<std::byte, corodist::net::header_size> h;
+    asio::read(s, asio::buffer(h));
+    const auto hdr = corodist::net::decode_header(h.data());
+    BOOST_REQUIRE(hdr.kind == rpc::detail::kind_reply);
+    body.resize(hdr.payload_len);
+    asio::read(s, asio::buffer(body));
+    worst = std::max(worst, runs.load() - 1 - static_cast<int>(read + 1)); // (less the other peer's call)
+  }
+  BOOST_TEST(worst <= bound);
+  BOOST_TEST(runs.load() == static_cast<int>(total) + 1);
+  s.close();
+  c.shutdown_all();
 }
 
 // The caller's deadline travels with the call: calls still queued for the

@@ -224,6 +224,26 @@ public:
   /// Requests awaiting a response.
   std::size_t pending_requests() const noexcept { return pending_.size(); }
 
+  /// Stops reading once the frames already received have been delivered
+  /// (flow control): the peer's further bytes wait in the kernel, and its
+  /// sends block once the socket buffers are full. While paused, the peer
+  /// counts as alive for peer_timeout as long as this side has nothing
+  /// unwritten or its writes complete; a paused connection whose unwritten
+  /// output does not move for peer_timeout is closed as a peer that does not
+  /// read (errc::output_overflow, with a warning). Idempotent.
+  void pause_reading() noexcept;
+  /// Reads again after pause_reading() (a no-op unless paused or once closed).
+  void resume_reading();
+  /// Whether pause_reading() is in effect.
+  bool reading_paused() const noexcept { return read_paused_; }
+
+  /// Bytes of output not yet written to the socket: queued, and the write in
+  /// flight (what max_buffered_output caps).
+  std::size_t buffered_output() const noexcept { return queued_bytes_ + writing_bytes_; }
+  /// `fn` runs on the loop after each write completes, and once (posted)
+  /// when the connection closes; empty: nothing runs. Replaces the previous one.
+  void on_output_written(std::function<void()> fn) { on_written_ = std::move(fn); }
+
   /// The peer's address (unspecified after close).
   asio::ip::tcp::endpoint remote_endpoint() const noexcept { return remote_; }
 
@@ -337,6 +357,11 @@ private:
   bool started_ = false;
   bool writing_ = false;
   bool write_scheduled_ = false;
+  bool read_paused_ = false;  // pause_reading(): post no further read
+  bool read_parked_ = false;  // the read loop stopped for the pause: resume_reading() restarts it
+  std::chrono::steady_clock::time_point written_at_; // last write completed (peer_timeout while paused)
+  std::function<void()> on_written_; // on_output_written()
+  std::shared_ptr<connection> parked_hold_; // keeps a parked connection alive (no read holds it) until resumed or closed
   std::optional<std::chrono::steady_clock::time_point> timer_deadline_;
   request_handler on_request_;
   close_handler on_close_;

@@ -73,12 +73,19 @@ struct agent_options {
   std::size_t worker_threads = default_worker_threads;
   /// Largest call or reply (msgpack body plus attachments), both directions.
   std::size_t max_message_size = default_max_message_size;
-  /// Output queued for one connection, beyond which its peer is taken for one
-  /// that does not read and is dropped with a warning naming it (its calls
-  /// fail with connection_error). A single message larger than this is still
-  /// sent; raise it for bursts of very large messages to one peer. Results
-  /// the worker threads are still making (the value and its encoding) and
-  /// those on their way to the connection are not counted.
+  /// The memory held for one peer's replies: those queued on its connection
+  /// and being written, those encoded and on their way there, and its calls
+  /// running, each at twice the largest reply sent to that peer so far (its
+  /// value and the value's encoding). A call that would take it over is not
+  /// started: it waits, and the agent stops reading that peer's connection,
+  /// until the output drains (flow control; other peers are not affected;
+  /// calls the worker threads began before a first reply to that peer showed
+  /// its size are not held back). A
+  /// peer whose output then makes no progress for peer_timeout does not read
+  /// and is dropped with a warning naming it (so is one whose output passes
+  /// this cap all the same); its calls fail with connection_error. A single
+  /// message larger than this is still sent, one at a time; raise it for
+  /// bursts of very large replies to one peer.
   std::size_t max_buffered_output_per_peer = default_max_buffered_output_per_peer;
   /// Output queued for all connections of the agent together; over it, the
   /// connection that holds a quarter of it or more is dropped.
