@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs every test suite.
 # Usage: scripts/test.sh            normal build in build/
-#        scripts/test.sh --sanitize AddressSanitizer + UBSan build in build-asan/
+#        scripts/test.sh --sanitize AddressSanitizer + UBSan build in build-asan/ (the suites'
+#                                   own code: AddressSanitizer only, tests/meson.build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --python  # python3-torch: the real peer of the PyTorch compatibility tests
