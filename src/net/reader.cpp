@@ -255,10 +255,9 @@ asio::awaitable<void> connection::read_incomplete() {
   if (read_paused_) {
     read_parked_ = true; // (with carry_ kept) resume_reading() goes on from here
     parked_hold_ = std::move(self);
-  } else if (carry_.empty())
-    post_read();
-  else
-    asio::co_spawn(socket_.get_executor(), read_incomplete(), asio::detached);
+  } else {
+    post_read(); // (the loop above ends open and unpaused only with carry_ empty)
+  }
 }
 
 } // namespace corodist::net
