@@ -222,8 +222,8 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
     }
     start_call(from, std::move(from_name), std::move(frame), arrived, std::move(done), flow);
   };
-  if (!flow) {
-    start();
+  if (!flow || flow->admit_now()) {
+    start(); // (no function object made for a call that starts at once)
     return;
   }
   flow->submit(std::move(start));

@@ -37,16 +37,18 @@ bool peer_flow::may_run() const noexcept {
   return held + running * 2 * largest_.load() <= cap_;
 }
 
+bool peer_flow::admit_now() {
+  if (!waiting_.empty())
+    return false;
+  if (auto c = conn_.lock())
+    output_ = c->buffered_output();
+  if (!closed() && !admits())
+    return false;
+  ++running_;
+  return true;
+}
+
 void peer_flow::submit(start_fn s) {
-  if (waiting_.empty()) {
-    if (auto c = conn_.lock())
-      output_ = c->buffered_output();
-    if (closed() || admits()) {
-      ++running_;
-      s();
-      return;
-    }
-  }
   waiting_.push_back(std::move(s));
   pump();
 }

@@ -30,8 +30,11 @@ public:
 
   /// Whether this flow is `c`'s (a connection at the same address is another one).
   bool serves(const net::connection* c) const;
-  /// Starts `s` now if the peer's output admits one more call, else queues it
-  /// and pauses the connection's reading until it is started.
+  /// Whether the peer's output admits one more call now, with none waiting
+  /// before it; if so the call counts as admitted (it ends with finished()).
+  bool admit_now();
+  /// Queues `s`, a call that admit_now() did not admit, and pauses the
+  /// connection's reading until it is started.
   void submit(start_fn s);
   /// A call's reply of `n` bytes has been encoded (any thread): counted until finished().
   void encoded(std::size_t n) noexcept;
