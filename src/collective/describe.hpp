@@ -13,6 +13,9 @@ namespace corodist::collective::detail {
 /// "allreduce_coalesced(3 buffers: float32 x 10, ..., sum)", "barrier()".
 std::string describe(const collective_call& call);
 
+/// "send(float32 x 4 to rank 1, tag 0)", "recv(int64 x 2 from any rank, tag 3)".
+std::string describe(const p2p_op& op);
+
 /// "allreduce #7 on rank 1 of 3 (gloo group 'corodist/pg')".
 std::string where(const collective_call& call, std::uint64_t seq, int rank, int size, const std::string& group);
 

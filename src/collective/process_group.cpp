@@ -16,6 +16,16 @@ std::string_view to_string(collective_kind k) noexcept {
   case collective_kind::barrier: return "barrier";
   case collective_kind::allreduce_coalesced: return "allreduce_coalesced";
   case collective_kind::broadcast_coalesced: return "broadcast_coalesced";
+  case collective_kind::send: return "send";
+  case collective_kind::recv: return "recv";
+  case collective_kind::batch_isend_irecv: return "batch_isend_irecv";
+  case collective_kind::all_to_all_single: return "all_to_all_single";
+  case collective_kind::all_to_all: return "all_to_all";
+  case collective_kind::gather: return "gather";
+  case collective_kind::scatter: return "scatter";
+  case collective_kind::reduce: return "reduce";
+  case collective_kind::allgatherv: return "allgatherv";
+  case collective_kind::monitored_barrier: return "monitored_barrier";
   }
   return "invalid";
 }
@@ -29,7 +39,28 @@ std::string tensor_text(const tensor_view& t) {
     s += " on " + t.where().to_string();
   return s;
 }
+
+std::string splits_text(const std::vector<std::size_t>& splits) {
+  return splits.empty() ? "even" : fmt::format("[{}]", fmt::join(splits, ", "));
+}
+
+std::string buffers_text(const std::vector<tensor_view>& ts, std::size_t from, std::size_t n) {
+  auto args = fmt::format("{} buffer{}", n, n == 1 ? "" : "s");
+  for (std::size_t i = 0; i < n && i < 4; ++i)
+    args += (i == 0 ? ": " : ", ") + tensor_text(ts[from + i]);
+  if (n > 4)
+    args += ", ...";
+  return args;
+}
 } // namespace
+
+std::string describe(const p2p_op& o) {
+  if (o.dir == p2p_op::direction::send)
+    return fmt::format("send({} to rank {}, tag {})", tensor_text(o.tensor), o.peer, o.tag);
+  if (o.peer == any_source)
+    return fmt::format("recv({} from any rank, tag {})", tensor_text(o.tensor), o.tag);
+  return fmt::format("recv({} from rank {}, tag {})", tensor_text(o.tensor), o.peer, o.tag);
+}
 
 std::string describe(const collective_call& call) {
   std::string args;
@@ -47,20 +78,47 @@ std::string describe(const collective_call& call) {
       args += ", " + std::string(to_string(call.op));
     break;
   case collective_kind::barrier:
+  case collective_kind::monitored_barrier:
     break;
   case collective_kind::allreduce_coalesced:
   case collective_kind::broadcast_coalesced: {
-    args = fmt::format("{} buffer{}", call.tensors.size(), call.tensors.size() == 1 ? "" : "s");
-    for (std::size_t i = 0; i < call.tensors.size() && i < 4; ++i)
-      args += (i == 0 ? ": " : ", ") + tensor_text(call.tensors[i]);
-    if (call.tensors.size() > 4)
-      args += ", ...";
+    args = buffers_text(call.tensors, 0, call.tensors.size());
     if (call.kind == collective_kind::allreduce_coalesced)
       args += ", " + std::string(to_string(call.op));
     else
       args += fmt::format(", root {}", call.root);
     break;
   }
+  case collective_kind::send:
+  case collective_kind::recv:
+    return describe(call.p2p.at(0));
+  case collective_kind::batch_isend_irecv:
+    for (std::size_t i = 0; i < call.p2p.size() && i < 4; ++i)
+      args += (i == 0 ? "" : ", ") + describe(call.p2p[i]);
+    if (call.p2p.size() > 4)
+      args += fmt::format(", ... ({} in all)", call.p2p.size());
+    break;
+  case collective_kind::all_to_all_single:
+    args = fmt::format("in {}, out {}, in_splits {}, out_splits {}", tensor_text(call.tensors.at(0)),
+                       tensor_text(call.tensors.at(1)), splits_text(call.in_splits), splits_text(call.out_splits));
+    break;
+  case collective_kind::all_to_all: {
+    const auto n = call.tensors.size() / 2;
+    args = "in " + buffers_text(call.tensors, 0, n) + "; out " + buffers_text(call.tensors, n, n);
+    break;
+  }
+  case collective_kind::gather:
+  case collective_kind::scatter:
+    args = fmt::format("in {}, out {}, root {}", tensor_text(call.tensors.at(0)), tensor_text(call.tensors.at(1)),
+                       call.root);
+    break;
+  case collective_kind::reduce:
+    args = fmt::format("{}, {}, root {}", tensor_text(call.tensors.at(0)), to_string(call.op), call.root);
+    break;
+  case collective_kind::allgatherv:
+    args = fmt::format("in {}, out {}, counts {}", tensor_text(call.tensors.at(0)), tensor_text(call.tensors.at(1)),
+                       splits_text(call.in_splits));
+    break;
   }
   return fmt::format("{}({})", to_string(call.kind), args);
 }
@@ -123,6 +181,64 @@ void check_root(const collective_call& call, int size) {
     bad_call(call, fmt::format("root {} is not a rank of this group of {}", call.root, size));
 }
 
+// An {input, output} pair of one dtype on one device.
+void check_pair(const collective_call& call) {
+  check_tensor(call, call.tensors[0], "the input");
+  check_tensor(call, call.tensors[1], "the output");
+  check_same(call, call.tensors[0], call.tensors[1]);
+}
+
+// A split list of all_to_all_single: empty (even blocks) or one count per
+// rank adding up to the buffer.
+void check_splits(const collective_call& call, const std::vector<std::size_t>& splits, const tensor_view& t,
+                  const char* buffer, const char* name, int size) {
+  if (splits.empty()) {
+    if (t.count() % static_cast<std::size_t>(size) != 0)
+      bad_call(call, fmt::format("without {} the {} ({} elements) must split evenly over {} ranks", name, buffer,
+                                 t.count(), size));
+    return;
+  }
+  if (splits.size() != static_cast<std::size_t>(size))
+    bad_call(call, fmt::format("{} has {} entries; it needs one per rank ({})", name, splits.size(), size));
+  std::size_t total = 0;
+  for (auto c : splits)
+    total += c;
+  if (total != t.count())
+    bad_call(call, fmt::format("{} adds up to {} elements but the {} has {}", name, total, buffer, t.count()));
+}
+
+void check_all_to_all(const collective_call& call, int size) {
+  const auto n = static_cast<std::size_t>(size);
+  if (call.tensors.size() != 2 * n)
+    bad_call(call, fmt::format("needs {} inputs and {} outputs (one per rank), not {} and {}", n, n,
+                               call.tensors.size() / 2, call.tensors.size() - call.tensors.size() / 2));
+  for (std::size_t i = 0; i < 2 * n; ++i) {
+    const auto what = fmt::format("{} {}", i < n ? "input" : "output", i % n);
+    check_tensor(call, call.tensors[i], what.c_str());
+    check_same(call, call.tensors[0], call.tensors[i]);
+  }
+}
+
+void check_p2p(const collective_call& call, int rank, int size) {
+  if (call.p2p.empty())
+    bad_call(call, "no sends or receives given");
+  for (std::size_t i = 0; i < call.p2p.size(); ++i) {
+    const auto& o = call.p2p[i];
+    const auto what = call.p2p.size() == 1 ? std::string("the buffer") : fmt::format("entry {}'s buffer", i);
+    check_tensor(call, o.tensor, what.c_str());
+    if (o.tensor.where() != call.p2p[0].tensor.where())
+      bad_call(call, fmt::format("entry {} is on {} but entry 0 on {}", i, o.tensor.where().to_string(),
+                                 call.p2p[0].tensor.where().to_string()));
+    const bool any = o.peer == any_source && o.dir == p2p_op::direction::recv;
+    if (any && call.kind == collective_kind::batch_isend_irecv)
+      bad_call(call, fmt::format("entry {} receives from any rank: only a single recv can", i));
+    if (!any && (o.peer < 0 || o.peer >= size))
+      bad_call(call, fmt::format("peer {} is not a rank of this group of {}", o.peer, size));
+    if (o.peer == rank)
+      bad_call(call, fmt::format("peer {} is this rank (a rank cannot send to itself)", o.peer));
+  }
+}
+
 } // namespace
 
 work process_group::issue(collective_call call, call_options opts) {
@@ -137,23 +253,68 @@ work process_group::issue(collective_call call, call_options opts) {
     check_tensor(call, call.tensors[0], "the buffer");
     break;
   case collective_kind::allgather:
-    check_tensor(call, call.tensors[0], "the input");
-    check_tensor(call, call.tensors[1], "the output");
-    check_same(call, call.tensors[0], call.tensors[1]);
+    check_pair(call);
     if (call.tensors[1].count() != call.tensors[0].count() * static_cast<std::size_t>(size_))
       bad_call(call, fmt::format("the output must hold size() x input = {} x {} elements, not {}", size_,
                                  call.tensors[0].count(), call.tensors[1].count()));
     break;
   case collective_kind::reduce_scatter:
-    check_tensor(call, call.tensors[0], "the input");
-    check_tensor(call, call.tensors[1], "the output");
-    check_same(call, call.tensors[0], call.tensors[1]);
+    check_pair(call);
     if (call.tensors[0].count() != call.tensors[1].count() * static_cast<std::size_t>(size_))
       bad_call(call, fmt::format("the input must hold size() x output = {} x {} elements, not {}", size_,
                                  call.tensors[1].count(), call.tensors[0].count()));
     break;
   case collective_kind::barrier:
+  case collective_kind::monitored_barrier:
     break;
+  case collective_kind::send:
+  case collective_kind::recv:
+  case collective_kind::batch_isend_irecv:
+    check_p2p(call, rank_, size_);
+    break;
+  case collective_kind::all_to_all_single:
+    check_pair(call);
+    check_splits(call, call.in_splits, call.tensors[0], "input", "in_splits", size_);
+    check_splits(call, call.out_splits, call.tensors[1], "output", "out_splits", size_);
+    break;
+  case collective_kind::all_to_all:
+    check_all_to_all(call, size_);
+    break;
+  case collective_kind::gather:
+  case collective_kind::scatter: {
+    check_root(call, size_);
+    check_tensor(call, call.tensors[0], "the input");
+    check_tensor(call, call.tensors[1], "the output");
+    if (rank_ != call.root)
+      break; // the root's other buffer is ignored elsewhere
+    check_same(call, call.tensors[0], call.tensors[1]);
+    const bool g = call.kind == collective_kind::gather;
+    const auto& block = g ? call.tensors[0] : call.tensors[1];
+    const auto& whole = g ? call.tensors[1] : call.tensors[0];
+    if (whole.count() != block.count() * static_cast<std::size_t>(size_))
+      bad_call(call, fmt::format("the root's {} must hold size() x {} = {} x {} elements, not {}",
+                                 g ? "output" : "input", g ? "input" : "output", size_, block.count(), whole.count()));
+    break;
+  }
+  case collective_kind::reduce:
+    check_root(call, size_);
+    check_tensor(call, call.tensors[0], "the buffer");
+    break;
+  case collective_kind::allgatherv: {
+    check_pair(call);
+    if (call.in_splits.size() != static_cast<std::size_t>(size_))
+      bad_call(call, fmt::format("counts has {} entries; it needs one per rank ({})", call.in_splits.size(), size_));
+    std::size_t total = 0;
+    for (auto c : call.in_splits)
+      total += c;
+    if (call.tensors[0].count() != call.in_splits[static_cast<std::size_t>(rank_)])
+      bad_call(call, fmt::format("the input has {} elements but counts[{}] is {}", call.tensors[0].count(), rank_,
+                                 call.in_splits[static_cast<std::size_t>(rank_)]));
+    if (call.tensors[1].count() != total)
+      bad_call(call, fmt::format("the output must hold the sum of counts ({} elements), not {}", total,
+                                 call.tensors[1].count()));
+    break;
+  }
   case collective_kind::allreduce_coalesced:
   case collective_kind::broadcast_coalesced:
     for (std::size_t i = 0; i < call.tensors.size(); ++i) {
@@ -167,6 +328,7 @@ work process_group::issue(collective_call call, call_options opts) {
   }
   if (call.kind == collective_kind::broadcast || call.kind == collective_kind::broadcast_coalesced)
     check_root(call, size_);
+
   if (static_cast<std::uint8_t>(call.op) > static_cast<std::uint8_t>(reduce_op::product))
     bad_call(call, "invalid reduce_op");
   return submit(std::move(call));
@@ -198,6 +360,86 @@ work process_group::reduce_scatter(tensor_view input, tensor_view output, reduce
 
 work process_group::barrier(call_options opts) {
   return issue({collective_kind::barrier, {}, reduce_op::sum, 0, {}}, opts);
+}
+
+namespace {
+collective_call p2p_call(collective_kind kind, std::vector<p2p_op> ops) {
+  collective_call c;
+  c.kind = kind;
+  c.p2p = std::move(ops);
+  return c;
+}
+} // namespace
+
+work process_group::send(tensor_view t, int dst, std::uint32_t tag, call_options opts) {
+  return issue(p2p_call(collective_kind::send, {p2p_op::isend(t, dst, tag)}), opts);
+}
+
+work process_group::recv(tensor_view t, int src, std::uint32_t tag, call_options opts) {
+  return issue(p2p_call(collective_kind::recv, {p2p_op::irecv(t, src, tag)}), opts);
+}
+
+work process_group::batch_isend_irecv(std::vector<p2p_op> ops, call_options opts) {
+  return issue(p2p_call(collective_kind::batch_isend_irecv, std::move(ops)), opts);
+}
+
+work process_group::all_to_all_single(tensor_view input, tensor_view output, std::vector<std::size_t> in_splits,
+                                      std::vector<std::size_t> out_splits, call_options opts) {
+  collective_call c{collective_kind::all_to_all_single, {input, output}, reduce_op::sum, 0, {}};
+  c.in_splits = std::move(in_splits);
+  c.out_splits = std::move(out_splits);
+  return issue(std::move(c), opts);
+}
+
+work process_group::all_to_all(std::vector<tensor_view> inputs, std::vector<tensor_view> outputs,
+                               call_options opts) {
+  collective_call c{collective_kind::all_to_all, std::move(inputs), reduce_op::sum, 0, {}};
+  c.tensors.insert(c.tensors.end(), outputs.begin(), outputs.end());
+  if (outputs.size() != c.tensors.size() - outputs.size())
+    bad_call(c, fmt::format("{} inputs but {} outputs (one each per rank)", c.tensors.size() - outputs.size(),
+                            outputs.size()));
+  return issue(std::move(c), opts);
+}
+
+work process_group::gather(tensor_view input, tensor_view output, int root, call_options opts) {
+  return issue({collective_kind::gather, {input, output}, reduce_op::sum, root, {}}, opts);
+}
+
+work process_group::scatter(tensor_view input, tensor_view output, int root, call_options opts) {
+  return issue({collective_kind::scatter, {input, output}, reduce_op::sum, root, {}}, opts);
+}
+
+work process_group::reduce(tensor_view t, int root, reduce_op op, call_options opts) {
+  return issue({collective_kind::reduce, {t}, op, root, {}}, opts);
+}
+
+work process_group::allgatherv(tensor_view input, tensor_view output, std::vector<std::size_t> counts,
+                               call_options opts) {
+  collective_call c{collective_kind::allgatherv, {input, output}, reduce_op::sum, 0, {}};
+  c.in_splits = std::move(counts);
+  return issue(std::move(c), opts);
+}
+
+work process_group::monitored_barrier(call_options opts) {
+  return issue({collective_kind::monitored_barrier, {}, reduce_op::sum, 0, {}}, opts);
+}
+
+asio::awaitable<std::shared_ptr<process_group>> process_group::split(int, int, split_options) {
+  throw usage_error(fmt::format("split: the {} backend cannot make subgroups", backend()));
+  co_return nullptr;
+}
+
+asio::awaitable<std::vector<std::pair<int, int>>> process_group::exchange_colors(int color, int key,
+                                                                                 corodist::timeout limit) {
+  std::vector<std::int64_t> mine{color, key};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(size_));
+  call_options o;
+  o.timeout = limit;
+  co_await allgather(tensor_view(mine), tensor_view(all), o);
+  std::vector<std::pair<int, int>> out;
+  for (std::size_t i = 0; i < all.size(); i += 2)
+    out.emplace_back(static_cast<int>(all[i]), static_cast<int>(all[i + 1]));
+  co_return out;
 }
 
 } // namespace corodist::collective

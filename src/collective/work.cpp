@@ -126,4 +126,9 @@ const std::string& work::op() const {
   return state_->op();
 }
 
+int work::source_rank() const {
+  check_valid();
+  return state_->source();
+}
+
 } // namespace corodist::collective

@@ -52,6 +52,16 @@ public:
     return end_ - start_;
   }
 
+  /// A receive: records the rank its data came from (before `complete`).
+  void set_source(int rank) noexcept {
+    std::lock_guard lk(mutex_);
+    source_ = rank;
+  }
+  int source() const noexcept {
+    std::lock_guard lk(mutex_);
+    return done_ ? source_ : -1;
+  }
+
   const std::string& op() const noexcept { return op_; }
   std::uint64_t seq() const noexcept { return seq_; }
 
@@ -68,6 +78,7 @@ private:
   std::optional<promise<void>> waiter_;
   clock::time_point start_{};
   clock::time_point end_{};
+  int source_ = -1;
 };
 
 } // namespace corodist::collective::detail

@@ -79,6 +79,10 @@ public:
   /// The collective's name ("allreduce", ...).
   const std::string& op() const;
 
+  /// A completed receive: the rank its data came from (for a `recv` from
+  /// `any_source`, the rank that sent it); -1 for other works and until completed.
+  int source_rank() const;
+
 private:
   void check_valid() const;
 

@@ -25,6 +25,10 @@ namespace corodist::collective::detail {
 // Our slot prefixes, clear of Gloo's own (0x01..0x08).
 inline constexpr std::uint8_t header_slot_prefix = 0xc1;
 inline constexpr std::uint8_t reduce_scatter_slot_prefix = 0xc2;
+inline constexpr std::uint8_t pairwise_slot_prefix = 0xc3;   // check_pairwise's counts
+inline constexpr std::uint8_t exchange_slot_prefix = 0xc4;   // all_to_all's data
+inline constexpr std::uint8_t p2p_slot_prefix = 0xc5;        // send/recv (PyTorch's ranks: the tag alone)
+inline constexpr std::uint8_t monitor_slot_prefix = 0xc6;    // monitored_barrier
 
 /// Time left before the deadline, at least 1 ms (Gloo treats 0 as "unset").
 inline std::chrono::milliseconds time_left(const gloo_call& gc) {

@@ -73,4 +73,45 @@ std::string check_call(const gloo_call& gc, header_inbox& inbox, header_outbox& 
   return {};
 }
 
+std::size_t pair_count(const collective_call& call, int peer, int size, bool out) {
+  const auto p = static_cast<std::size_t>(peer);
+  const auto n = static_cast<std::size_t>(size);
+  if (call.kind == collective_kind::all_to_all)
+    return call.tensors[(out ? n : 0) + p].count();
+  const auto& splits = out ? call.out_splits : call.in_splits;
+  return splits.empty() ? call.tensors[out ? 1 : 0].count() / n : splits[p];
+}
+
+std::string check_pairwise(const gloo_call& gc, const collective_call& call, std::uint32_t tag) {
+  auto& ctx = *gc.context;
+  const auto n = static_cast<std::size_t>(ctx.size);
+  // Row r of `counts`: rank r's counts to each rank, then from each rank.
+  std::vector<std::uint64_t> counts(n * 2 * n);
+  const auto row = [&](std::size_t r) { return counts.data() + r * 2 * n; };
+  for (std::size_t p = 0; p < n; ++p) {
+    row(static_cast<std::size_t>(ctx.rank))[p] = pair_count(call, static_cast<int>(p), ctx.size, false);
+    row(static_cast<std::size_t>(ctx.rank))[n + p] = pair_count(call, static_cast<int>(p), ctx.size, true);
+  }
+  const auto bytes = 2 * n * sizeof(std::uint64_t);
+  auto buffer = ctx.createUnboundBuffer(counts.data(), counts.size() * sizeof(std::uint64_t));
+  const auto slot = gloo::Slot::build(pairwise_slot_prefix, tag);
+  for (int p = 0; p < ctx.size; ++p)
+    if (p != ctx.rank) {
+      buffer->recv(p, slot, static_cast<std::size_t>(p) * bytes, bytes);
+      buffer->send(p, slot, static_cast<std::size_t>(ctx.rank) * bytes, bytes);
+    }
+  for (int p = 0; p < ctx.size; ++p)
+    if (p != ctx.rank) {
+      buffer->waitRecv(time_left(gc));
+      buffer->waitSend(time_left(gc));
+    }
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      if (i != j && row(i)[j] != row(j)[n + i])
+        return fmt::format("the ranks' calls differ: rank {} called {} sending {} elements to rank {}, rank {} "
+                           "expects {} from rank {}",
+                           i, to_string(call.kind), row(i)[j], j, j, row(j)[n + i], i);
+  return {};
+}
+
 } // namespace corodist::collective::detail

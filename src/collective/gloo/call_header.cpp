@@ -31,9 +31,11 @@ call_header header_of(const collective_call& call, std::uint64_t seq) {
   h.seq = seq;
   h.kind = static_cast<std::uint8_t>(call.kind);
   const bool reduces = call.kind == collective_kind::allreduce || call.kind == collective_kind::reduce_scatter ||
-                       call.kind == collective_kind::allreduce_coalesced;
+                       call.kind == collective_kind::allreduce_coalesced || call.kind == collective_kind::reduce;
   h.op = reduces ? static_cast<std::uint8_t>(call.op) : 0;
-  const bool rooted = call.kind == collective_kind::broadcast || call.kind == collective_kind::broadcast_coalesced;
+  const bool rooted = call.kind == collective_kind::broadcast || call.kind == collective_kind::broadcast_coalesced ||
+                      call.kind == collective_kind::gather || call.kind == collective_kind::scatter ||
+                      call.kind == collective_kind::reduce;
   h.root = rooted ? call.root : 0;
   switch (call.kind) {
   case collective_kind::allreduce:
@@ -48,7 +50,40 @@ call_header header_of(const collective_call& call, std::uint64_t seq) {
     h.count1 = call.tensors[1].count();
     break;
   case collective_kind::barrier:
+  case collective_kind::monitored_barrier:
+  case collective_kind::send:
+  case collective_kind::recv:
+  case collective_kind::batch_isend_irecv:
     break;
+  case collective_kind::reduce:
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    h.count0 = call.tensors[0].count();
+    break;
+  case collective_kind::gather:
+  case collective_kind::scatter: // the block each rank sends or receives
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    h.count0 = call.tensors[call.kind == collective_kind::gather ? 0 : 1].count();
+    break;
+  case collective_kind::all_to_all_single:
+  case collective_kind::all_to_all:
+    // The counts each pair of ranks exchanges are compared by check_pairwise;
+    // an even all_to_all_single compares its sizes here.
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    if (call.kind == collective_kind::all_to_all_single && call.in_splits.empty() && call.out_splits.empty()) {
+      h.count0 = call.tensors[0].count();
+      h.count1 = call.tensors[1].count();
+    }
+    break;
+  case collective_kind::allgatherv: {
+    fnv1a hash;
+    for (auto c : call.in_splits)
+      hash.mix(c);
+    h.type = static_cast<std::uint8_t>(call.tensors[0].type());
+    h.count0 = call.tensors[1].count();
+    h.count1 = call.in_splits.size();
+    h.digest = hash.value();
+    break;
+  }
   case collective_kind::allreduce_coalesced:
   case collective_kind::broadcast_coalesced: {
     fnv1a hash;
@@ -77,7 +112,21 @@ std::string header_text(const call_header& h) {
   case collective_kind::reduce_scatter:
     args = fmt::format("in {} x {}, out {} x {}, {}", type, h.count0, type, h.count1, op);
     break;
-  case collective_kind::barrier: break;
+  case collective_kind::barrier:
+  case collective_kind::monitored_barrier: break;
+  case collective_kind::reduce: args = fmt::format("{} x {}, {}, root {}", type, h.count0, op, h.root); break;
+  case collective_kind::gather: args = fmt::format("{} x {} per rank, root {}", type, h.count0, h.root); break;
+  case collective_kind::scatter: args = fmt::format("{} x {} per rank, root {}", type, h.count0, h.root); break;
+  case collective_kind::all_to_all_single:
+  case collective_kind::all_to_all:
+    if (h.count0 != 0 || h.count1 != 0)
+      args = fmt::format("in {} x {}, out {} x {}", type, h.count0, type, h.count1);
+    else
+      args = fmt::format("{}, uneven", type);
+    break;
+  case collective_kind::allgatherv:
+    args = fmt::format("{} x {} in all over {} counts, counts digest {:016x}", type, h.count0, h.count1, h.digest);
+    break;
   case collective_kind::allreduce_coalesced:
   case collective_kind::broadcast_coalesced:
     args = fmt::format("{} buffers, {} elements in all, layout digest {:016x}, ", h.count1, h.count0, h.digest);
@@ -86,6 +135,11 @@ std::string header_text(const call_header& h) {
   default: return fmt::format("an unknown collective (kind {})", h.kind);
   }
   return fmt::format("{}({})", to_string(kind), args);
+}
+
+bool per_peer(const collective_call& call) noexcept {
+  return call.kind == collective_kind::all_to_all ||
+         (call.kind == collective_kind::all_to_all_single && (!call.in_splits.empty() || !call.out_splits.empty()));
 }
 
 bool call_record::same_call(const call_record& o) const noexcept {

@@ -33,6 +33,10 @@ static_assert(sizeof(call_header) == 40);
 /// The header of `call`, collective number `seq`.
 call_header header_of(const collective_call& call, std::uint64_t seq);
 
+/// True for calls whose ranks exchange counts that differ per pair
+/// (all_to_all, uneven all_to_all_single): check_pairwise compares those.
+bool per_peer(const collective_call& call) noexcept;
+
 /// "allreduce(float32 x 1000, sum)", as describe() says it of the call.
 std::string header_text(const call_header& h);
 

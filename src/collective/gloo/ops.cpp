@@ -62,6 +62,7 @@ void run_collective(const gloo_call& gc, const collective_call& call) {
     if (n > 1)
       broadcast_coalesced(gc, call.tensors, call.root);
     return;
+  default: break;
   }
   throw usage_error("gloo: unknown collective");
 }

@@ -59,6 +59,17 @@ std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Co
 /// Throws Gloo's exceptions on I/O failure or timeout.
 std::string check_call(const gloo_call& gc, header_inbox& inbox, header_outbox& outbox);
 
+/// For a per_peer() call whose headers agreed: every rank sends every other
+/// its counts for each peer (to and from), so that each rank checks the
+/// whole matrix and all reach the same verdict. Returns "" when every pair
+/// agrees, else a text naming the first pair that does not. Throws Gloo's
+/// exceptions on I/O failure or timeout.
+std::string check_pairwise(const gloo_call& gc, const collective_call& call, std::uint32_t tag);
+
+/// The elements `call` (all_to_all or all_to_all_single) sends to `peer`
+/// (`out` false) or receives from it (`out` true).
+std::size_t pair_count(const collective_call& call, int peer, int size, bool out);
+
 /// The record of `call` (collective `seq` on `rank`) in a group whose
 /// allreduces up to `bcube_max_bytes` use bcube and whose coalesced calls
 /// stage `bucket_bytes`: what decides its messages.

@@ -224,6 +224,8 @@ public:
           check(ncclBroadcast(x.data(), x.data(), x.count(), nccl_type(x.type()), call.root, comm_, stream_),
                 "ncclBroadcast");
       break;
+    default:
+      throw usage_error(fmt::format("{}: {} is not implemented on NCCL yet", label_, to_string(call.kind)));
     }
     check(ncclGroupEnd(), "ncclGroupEnd");
   }
