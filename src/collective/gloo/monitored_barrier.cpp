@@ -35,9 +35,10 @@ std::vector<int> monitored_barrier(const gloo_call& gc, std::chrono::steady_cloc
     out->waitSend(time_left(gc));
     in->waitRecv(time_left(gc));
   } else {
-    // One buffer receives every rank's hello; each wait returns the next
-    // arrival and who it was. At `arrive_by` an alarm ends the wait (a Gloo
-    // wait that times out closes the group's connections instead).
+    // One buffer receives every rank's hello, a byte at the rank's offset;
+    // each wait returns at the next arrival (Gloo remembers only the last
+    // sender, so the bytes say who came). At `arrive_by` an alarm ends the
+    // wait (a Gloo wait that times out closes the group's connections instead).
     auto& hellos = kept<std::vector<std::uint8_t>>(gc, n, std::uint8_t{0});
     auto& in = kept<std::unique_ptr<gloo::transport::UnboundBuffer>>(gc, ctx.createUnboundBuffer(hellos.data(), n));
     for (int p = 1; p < ctx.size; ++p)
@@ -58,23 +59,20 @@ std::vector<int> monitored_barrier(const gloo_call& gc, std::chrono::steady_cloc
       cv.notify_all();
       alarm.join();
     };
-    std::vector<std::uint8_t> arrived(n, 0);
-    arrived[0] = 1;
     try {
-      for (int k = 1; k < ctx.size; ++k) {
-        int who = -1;
-        if (!in->waitRecv(&who, time_left(gc)))
-          break; // the alarm: the others did not arrive in time
-        if (who > 0 && static_cast<std::size_t>(who) < n)
-          arrived[static_cast<std::size_t>(who)] = 1;
-      }
+      for (int k = 1; k < ctx.size; ++k)
+        if (!in->waitRecv(time_left(gc)))
+          break; // the alarm: some did not arrive in time
     } catch (...) {
       stop_alarm();
       throw;
     }
     stop_alarm();
-    for (std::size_t p = 0; p < n; ++p)
-      verdict[p] = arrived[p] ? 0 : 1;
+    {
+      std::lock_guard lk(m); // (orders the reads after the waits)
+      for (std::size_t p = 1; p < n; ++p)
+        verdict[p] = hellos[p] != 0 ? 0 : 1;
+    }
     auto& out = kept<std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>>>(gc);
     for (int p = 1; p < ctx.size; ++p)
       if (verdict[static_cast<std::size_t>(p)] == 0) {
