@@ -37,6 +37,7 @@
 
 #include "harness.hpp"
 #include "peers.hpp"
+#include "turn_jobs.hpp"
 
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/event_loop.hpp>
@@ -69,14 +70,10 @@
 #include <thread>
 #include <vector>
 
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 namespace corodist::bench {
 namespace {
@@ -168,19 +165,11 @@ struct result {
 };
 
 bool parse_result(const std::string& line, std::map<std::size_t, result>& out, bool peer) {
-  std::istringstream in(line);
-  std::string tag;
-  std::size_t bytes = 0;
-  if (!(in >> tag >> bytes) || tag != "RESULT")
+  auto words = result_words(line);
+  if (!words || words->empty())
     return false;
-  std::vector<double> v; // strtod: unlike operator>>, it reads "nan"
-  for (std::string word; in >> word;) {
-    char* end = nullptr;
-    const double x = std::strtod(word.c_str(), &end);
-    if (end == word.c_str() || *end != '\0')
-      return false;
-    v.push_back(x);
-  }
+  const auto bytes = static_cast<std::size_t>(words->front());
+  const std::vector<double> v(words->begin() + 1, words->end());
   if (v.size() < 2)
     return false;
   result r;
@@ -221,120 +210,7 @@ std::vector<rank_plan> selected_plans(bool quick) {
   return out;
 }
 
-/// Reads lines from a descriptor, each within a deadline.
-class line_reader {
-public:
-  explicit line_reader(int fd) : fd_(fd) {}
-
-  /// The next line, or nullopt at end of file; throws after `timeout`.
-  std::optional<std::string> next(std::chrono::milliseconds timeout, const std::string& what) {
-    const auto deadline = clock_type::now() + timeout;
-    for (;;) {
-      if (auto nl = buf_.find('\n'); nl != std::string::npos) {
-        auto line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        return line;
-      }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock_type::now()).count();
-      if (left <= 0)
-        throw std::runtime_error("allreduce suite: no answer from " + what + " in time");
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(std::min<long>(left, 1000))) <= 0)
-        continue;
-      char chunk[4096];
-      const ssize_t n = ::read(fd_, chunk, sizeof chunk);
-      if (n <= 0) {
-        if (buf_.empty())
-          return std::nullopt;
-        return std::exchange(buf_, {});
-      }
-      buf_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-private:
-  int fd_;
-  std::string buf_;
-};
-
-void write_line(int fd, const std::string& line) {
-  const std::string l = line + "\n";
-  if (::write(fd, l.data(), l.size()) != static_cast<ssize_t>(l.size()))
-    throw std::runtime_error("allreduce suite: a job's control pipe is closed");
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-/// A job of rank processes driven over two pipes: "RUN <bytes> <iters>
-/// <warmup> <variants>" runs one block (answered "DONE"; `warmup` untimed
-/// calls first when the job has not seen `bytes` before; `variants`, a set
-/// of `variant` bits, is for our ranks only), "QUIT" ends it (answered with
-/// RESULT lines).
-class job {
-public:
-  job(std::string name, std::vector<pid_t> pids, int control, int output, bool peer)
-      : name_(std::move(name)), pids_(std::move(pids)), control_(control), output_(output), reader_(output),
-        peer_(peer) {}
-  job(const job&) = delete;
-  job& operator=(const job&) = delete;
-  ~job() {
-    if (!pids_.empty()) {
-      for (auto pid : pids_)
-        ::kill(pid, SIGKILL);
-      for (auto pid : pids_)
-        wait_child(pid);
-    }
-    ::close(control_);
-    ::close(output_);
-  }
-
-  /// Waits for the job's "READY".
-  void ready() { expect("READY", std::chrono::minutes(2)); }
-
-  /// Runs one block of `iters` allreduces of `bytes` (of each of `variants`).
-  void run(std::size_t bytes, int iters, int warmup, unsigned variants) {
-    write_line(control_, fmt::format("RUN {} {} {} {}", bytes, iters, warmup, variants));
-    expect("DONE", step_timeout);
-  }
-
-  /// Ends the job; returns rank 0's results by size.
-  std::map<std::size_t, result> finish() {
-    write_line(control_, "QUIT");
-    std::map<std::size_t, result> out;
-    while (auto line = reader_.next(step_timeout, name_))
-      parse_result(*line, out, peer_);
-    int failed = 0;
-    for (auto pid : pids_)
-      failed += wait_child(pid) != 0;
-    pids_.clear();
-    if (failed)
-      throw std::runtime_error(fmt::format("allreduce suite: {} process(es) of {} failed", failed, name_));
-    return out;
-  }
-
-private:
-  void expect(const std::string& word, std::chrono::milliseconds timeout) {
-    for (;;) {
-      auto line = reader_.next(timeout, name_);
-      if (!line)
-        throw std::runtime_error("allreduce suite: " + name_ + " ended early");
-      if (*line == word)
-        return;
-    }
-  }
-
-  std::string name_;
-  std::vector<pid_t> pids_;
-  int control_;
-  int output_;
-  line_reader reader_;
-  bool peer_;
-};
+constexpr const char* suite_name = "allreduce suite";
 
 #if CORODIST_BENCH_GLOO
 
@@ -417,8 +293,8 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output, 
   std::map<std::size_t, per_size> sizes;
   std::optional<line_reader> commands;
   if (rank == 0) {
-    commands.emplace(control);
-    write_line(output, "READY");
+    commands.emplace(control, suite_name);
+    write_line(output, "READY", suite_name);
   }
   auto ex = loop.get_executor();
   for (;;) {
@@ -493,7 +369,7 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output, 
       }
     }
     if (rank == 0)
-      write_line(output, "DONE");
+      write_line(output, "DONE", suite_name);
   }
   {
     std::lock_guard lk(m);
@@ -506,71 +382,20 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output, 
     for (auto& [bytes, s] : sizes)
       write_line(output, fmt::format("RESULT {} {} {} {} {} {} {}", bytes, s.ours.percentile(0.5),
                                      s.ours.percentile(0.99), s.with_check.percentile(0.5), s.direct.percentile(0.5),
-                                     s.direct2.percentile(0.5), s.ours.size()));
+                                     s.direct2.percentile(0.5), s.ours.size()),
+                 suite_name);
   (checked ? checked : pg)->barrier().get();
   return 0;
 }
 
 /// Forks our `n` rank processes, which run `variants` (bits of `variant`).
-std::unique_ptr<job> start_ours(int n, const std::string& dir, unsigned variants) {
-  int control[2], output[2];
-  if (::pipe(control) != 0 || ::pipe(output) != 0)
-    throw std::runtime_error("allreduce suite: pipe failed");
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < n; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0)
-      throw std::runtime_error("allreduce suite: fork failed");
-    if (pid == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL); // no rank outlives a benchmark that died
-      ::close(control[1]);
-      ::close(output[0]);
-      int rc = 1;
-      try {
-        rc = rank_main(r, n, dir, control[0], output[1], variants);
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "allreduce suite: rank %d: %s\n", r, e.what());
-      }
-      std::fflush(nullptr);
-      ::_exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  ::close(control[0]);
-  ::close(output[1]);
-  return std::make_unique<job>(fmt::format("corodist's {} ranks", n), std::move(pids), control[1], output[0], false);
+std::unique_ptr<turn_job> start_ours(int n, const std::string& dir, unsigned variants) {
+  return fork_job(suite_name, fmt::format("corodist's {} ranks", n), n, [&](int r, int control, int output) {
+    return rank_main(r, n, dir, control, output, variants);
+  });
 }
 
 #endif
-
-/// Runs `argv` with its stdin and stdout on pipes.
-std::unique_ptr<job> spawn_job(const std::string& name, const std::vector<std::string>& argv) {
-  int in[2], out[2];
-  if (::pipe(in) != 0 || ::pipe(out) != 0)
-    throw std::runtime_error("allreduce suite: pipe failed");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  for (int fd : {in[0], in[1], out[0], out[1]})
-    posix_spawn_file_actions_addclose(&fa, fd);
-  std::vector<char*> args;
-  for (const auto& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ::close(in[0]);
-  ::close(out[1]);
-  if (rc != 0) {
-    ::close(in[1]);
-    ::close(out[0]);
-    throw std::runtime_error("allreduce suite: cannot start " + argv[0]);
-  }
-  return std::make_unique<job>(name, std::vector<pid_t>{pid}, in[1], out[0], true);
-}
 
 /// The smaller of the present figures; NaN when neither is.
 double min_present(double a, double b) {
@@ -618,9 +443,9 @@ void run_allreduce_suite(context& ctx) {
       if (ctx.status)
         ctx.status->note(fmt::format("{} ranks{}", n, no_peer ? "" : " taking turns with PyTorch's"));
       auto our_job = start_ours(n, dir, plan.variants);
-      std::unique_ptr<job> peer_job;
+      std::unique_ptr<turn_job> peer_job;
       if (!no_peer)
-        peer_job = spawn_job(fmt::format("PyTorch's {} ranks", n),
+        peer_job = spawn_job(suite_name, fmt::format("PyTorch's {} ranks", n),
                              {python, script, "--ranks", std::to_string(n)});
       our_job->ready();
       if (peer_job)
@@ -632,16 +457,19 @@ void run_allreduce_suite(context& ctx) {
         const auto size_started = clock_type::now();
         int b = 0;
         while (b < plan.blocks && (b < plan.min_blocks || clock_type::now() - size_started < plan.cap)) {
-          our_job->run(c.bytes, c.iters, plan.warmup, plan.variants);
+          const auto words = fmt::format("{} {} {} {}", c.bytes, c.iters, plan.warmup, plan.variants);
+          our_job->run(words);
           if (peer_job)
-            peer_job->run(c.bytes, c.iters, plan.warmup, plan.variants);
+            peer_job->run(words);
           ++b;
         }
         blocks_run[c.bytes] = b;
       }
-      ours = our_job->finish();
+      for (const auto& line : our_job->finish())
+        parse_result(line, ours, false);
       if (peer_job)
-        peer = peer_job->finish();
+        for (const auto& line : peer_job->finish())
+          parse_result(line, peer, true);
     } catch (...) {
       remove_tree(dir);
       throw;

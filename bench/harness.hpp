@@ -94,6 +94,12 @@ public:
   /// Records one sample given in microseconds.
   void add_us(double sample_us);
 
+  /// Records every sample of `other`.
+  void add_all(const latency_recorder& other) {
+    samples_ns_.insert(samples_ns_.end(), other.samples_ns_.begin(), other.samples_ns_.end());
+    sorted_ = false;
+  }
+
   /// Number of samples recorded.
   std::size_t size() const noexcept { return samples_ns_.size(); }
 
