@@ -77,6 +77,44 @@ BOOST_AUTO_TEST_CASE(point_to_point_leaves_the_collective_numbers_alone, *utf::t
   }));
 }
 
+// A small send whose receive the peer has posted is written out by Gloo
+// within the call, and its work is complete when the call returns; behind a
+// receive still pending it waits for it (works complete in issue order).
+// Each rank posts its receive before it sends the signal the other waits
+// for, and Gloo reads a connection in order, so the posting is known.
+BOOST_AUTO_TEST_CASE(a_send_written_at_the_call_completes_there_unless_an_earlier_call_is_pending,
+                     *utf::timeout(60)) {
+  thread_ranks job;
+  require_all_ok(job.run(2, [&](int r) {
+    auto pg = job.group(r, 2);
+    std::vector<float> data(4, 1.0f), got(4, 0.0f), signal(1, 0.0f);
+    if (r == 0) {
+      pg->recv(signal, 1, 1).get(); // rank 1 has posted its receive of tag 0
+      auto reply = pg->recv(got, 1, 2); // pending until rank 1 hears tag 3
+      auto out = pg->send(data, 1, 0);
+      RANK_REQUIRE(!out.is_completed());
+      auto go = pg->send(signal, 1, 3);
+      out.get();
+      RANK_REQUIRE(reply.is_completed());
+      go.get();
+      pg->recv(signal, 1, 5).get(); // rank 1 has posted its receive of tag 4
+      auto second = pg->send(data, 1, 4);
+      RANK_REQUIRE(second.is_completed());
+      second.get();
+    } else {
+      auto in = pg->recv(got, 0, 0);
+      pg->send(signal, 0, 1).get();
+      in.get();
+      RANK_REQUIRE(got[0] == 1.0f);
+      pg->recv(signal, 0, 3).get();
+      pg->send(data, 0, 2).get();
+      auto second = pg->recv(got, 0, 4);
+      pg->send(signal, 0, 5).get();
+      second.get();
+    }
+  }));
+}
+
 // A send whose peer posts no matching receive (here one of another size)
 // fails at its deadline on both ranks, naming both and the call, and aborts
 // the group; no data lands in the mismatched receive.

@@ -53,6 +53,12 @@ public:
   /// Sets the buffer's exception and wakes its waits (Gloo's own way to fail it).
   void fail(std::exception_ptr e) { signalException(std::move(e)); }
 
+  /// A send completed and not waited for, and no failure (see send_completed).
+  bool send_done() {
+    std::lock_guard lk(m_);
+    return sendCompletions_ > 0 && ex_ == nullptr;
+  }
+
   abortable_buffer* next() const noexcept { return next_; }
 
 private:
@@ -88,6 +94,11 @@ abortable_device::~abortable_device() = default;
 std::shared_ptr<gloo::transport::Context> abortable_device::createContext(int rank, int size) {
   auto self = std::static_pointer_cast<tcp::Device>(shared_from_this());
   return std::make_shared<abortable_context>(std::move(self), rank, size, registry_);
+}
+
+bool send_completed(gloo::transport::UnboundBuffer& b) {
+  auto* a = dynamic_cast<abortable_buffer*>(&b);
+  return a != nullptr && a->send_done();
 }
 
 void abortable_device::fail_buffers(const std::string& why) {

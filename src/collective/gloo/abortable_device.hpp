@@ -9,6 +9,7 @@
 // themselves.
 
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <memory>
 #include <string>
@@ -36,5 +37,11 @@ public:
 private:
   std::shared_ptr<buffer_registry> registry_;
 };
+
+/// True when `b` (an unbound buffer of an abortable_device's context) has a
+/// send completed and not yet waited for, and has not failed: its waitSend()
+/// would return at once. Gloo counts a send complete once its data is written
+/// to the socket, which a small send does within its send() call. Never blocks.
+bool send_completed(gloo::transport::UnboundBuffer& b);
 
 } // namespace corodist::collective::detail

@@ -111,6 +111,19 @@ work gloo_group::impl::submit_p2p(collective_call call) {
     p2p_failed(*op, entry, failure.c_str());
     return w;
   }
+  // Sends that Gloo wrote out within the call complete here, unless an
+  // earlier call is still pending (works complete in issue order): the
+  // point-to-point thread's round trip would add two thread wake-ups.
+  bool sent = !op->staging;
+  for (const auto& [seq, other] : p2p_queue)
+    sent = sent && (other == op || other->state->completed());
+  for (std::size_t i = 0; sent && i < op->p2p_buffers.size(); ++i)
+    sent = op->call.p2p[i].dir == p2p_op::direction::send && detail::send_completed(*op->p2p_buffers[i]);
+  if (sent) {
+    op->state->complete(nullptr); // nothing awaits it yet: resumes no one
+    p2p_queue.erase(op->seq);
+    return w;
+  }
   p2p_waiter->post([this, op] { wait_p2p(*op); }); // under the lock: queue order = issue order
   return w;
 }
