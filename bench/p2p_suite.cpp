@@ -408,7 +408,12 @@ void run_p2p_suite(context& ctx) {
       const auto& floor = raw[key];
       record rec;
       rec.suite = "p2p";
-      rec.extra = {{"bytes", static_cast<double>(c.bytes)}, {"samples", r.samples}, {"blocks", double(p.blocks)}};
+      // The run's 64 B floor and bulk figure, since raw_* are the same size's here (the plot's floor line).
+      rec.extra = {{"bytes", static_cast<double>(c.bytes)},
+                   {"samples", r.samples},
+                   {"blocks", double(p.blocks)},
+                   {"floor_p50_us", ctx.raw_p50_us},
+                   {"floor_gbytes_per_s", ctx.raw_gbytes_per_s}};
       std::optional<result> theirs;
       if (auto q = peer.find(key); q != peer.end())
         theirs = q->second;

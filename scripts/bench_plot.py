@@ -6,12 +6,17 @@ for bulk transfers) with theirs. A peer figure that measures something else
 title. Needs matplotlib (Debian's python3-matplotlib, under /usr/bin/python3).
 
 When the run has cases at several rank counts (the store suite's
-rendezvous_N_ranks, the allreduce suite's gloo_rN_SIZE), a second PNG beside
-the first (RUN-scaling.png) draws how they grow, log-log, ours and the peer:
-rendezvous time and the store server's memory per connection against ranks
-(with Meta's published figure for PyTorch's libuv TCPStore, 96K ranks in
-about 100 s, as an anchor measured on another machine), and the allreduce
-p50 against ranks per size.
+rendezvous_N_ranks, the allreduce suite's gloo_rN_SIZE, the all_to_all
+suite's even_rN_SIZE), a second PNG beside the first (RUN-scaling.png) draws
+how they grow, log-log, ours and the peer: rendezvous time and the store
+server's memory per connection against ranks (with Meta's published figure
+for PyTorch's libuv TCPStore, 96K ranks in about 100 s, as an anchor
+measured on another machine), and the allreduce and all_to_all_single p50
+against ranks per size.
+
+Cases with a raw figure of their own (the p2p suite's ping-pong and stream,
+against the raw ping-pong and bulk transfer of the same size) get a red tick
+at it on their bar; the run's floor line is the 64 B ping-pong / bulk.
 
 Usage: /usr/bin/python3 scripts/bench_plot.py RUN.jsonl [-o RUN.png]
 """
@@ -72,18 +77,41 @@ def kind(r, peers):
     return None  # rendezvous time, memory: not drawn
 
 
-def bars(ax, rows, value_key, peer_key, fmt, log):
-    """Grouped horizontal bars: per case, corodist then each peer; missing peers are labelled."""
+def peer_value(r, p, key):
+    """The peer line `p`'s figure `key` for case `r`; a collective's peer GB/s is its algbw, from its p50."""
+    v = p.get(key)
+    if key == "peer_gbytes_per_s" and not finite(v) and finite(p.get("peer_p50_us")) and size_of(r) > 0:
+        v = size_of(r) / p["peer_p50_us"] * 1e-3
+    return v
+
+
+def run_floor(r, key):
+    """The run's floor (raw_p50_us or raw_gbytes_per_s) from record `r`: its own raw figure, unless the
+    case has one of its own (the p2p suite's, of the same size), which carries the run's as floor_*."""
+    own = r.get(key.replace("raw_", "floor_"))
+    return own if finite(own) else r.get(key)
+
+
+def bars(ax, rows, value_key, peer_key, fmt, log, raw_key=None):
+    """Grouped horizontal bars: per case, corodist then each peer; missing peers are labelled. A case
+    with a raw figure of its own (`raw_key`, where the case carries the run's floor as floor_*: the p2p
+    suite's raw ping-pong and bulk transfer of the same size) gets a red tick there on its corodist bar."""
     labels, y = [], 0.0
     seen = set()
     for name, r, peers in rows:
+        own_raw = r.get(raw_key) if raw_key and finite(r.get(raw_key.replace("raw_", "floor_"))) else None
+        if finite(own_raw) and own_raw > 0:
+            label = "raw sockets, same size" if "raw sockets, same size" not in seen else None
+            ax.plot([own_raw], [y], marker="|", markersize=11, markeredgewidth=2, color="#c0392b", linestyle="",
+                    label=label)
+            seen.add("raw sockets, same size")
         if r.get("suite") == "raw":  # the floor's own cases: bare sockets, not corodist
             group = [("raw sockets", r.get(value_key), "#e8a09a", "", "")]
         else:
             group = [("corodist", r.get(value_key), OURS, "", "")]
         for p in peers:
             status = p.get("peer_status", "")
-            group.append((p["peer"], p.get(peer_key), PEER_COLORS.get(p["peer"], "#999999"), status,
+            group.append((p["peer"], peer_value(r, p, peer_key), PEER_COLORS.get(p["peer"], "#999999"), status,
                           p.get("peer_note", "")))
         top = y
         for who, v, color, status, note in group:
@@ -114,18 +142,26 @@ LIBUV_ANCHOR = (96 * 1024, 100.0)  # PyTorch's libuv TCPStore: ~100 s for 96K ra
 IDLE_TARGET_BYTES = 4096  # the target: <= 4 KB of server memory per idle connection
 
 
-def scaling_rows(cases):
-    """(rendezvous records by ranks, allreduce records by size then ranks)."""
-    rdzv, allreduce = {}, collections.defaultdict(dict)
+def scaling_rows(cases, suite_name, pattern):
+    """Records of `suite_name` whose case matches `pattern` (groups: ranks, size), by size then ranks;
+    only sizes measured at more than one rank count."""
+    by_size = collections.defaultdict(dict)
     for (suite, name), c in cases.items():
         r = c["rec"]
+        m = re.fullmatch(pattern, name)
+        if suite == suite_name and m and finite(r.get("p50_us")):
+            by_size[m.group(2)][int(m.group(1))] = r
+    return {k: v for k, v in by_size.items() if len(v) > 1}
+
+
+def rendezvous_rows(cases):
+    """The store suite's rendezvous records by ranks."""
+    rdzv = {}
+    for (suite, name), c in cases.items():
         m = re.fullmatch(r"rendezvous_(\d+)_ranks", name)
         if suite == "store" and m:
-            rdzv[int(m.group(1))] = r
-        m = re.fullmatch(r"gloo_r(\d+)_(\w+)", name)
-        if suite == "allreduce" and m and finite(r.get("p50_us")):
-            allreduce[m.group(2)][int(m.group(1))] = r
-    return rdzv, {k: v for k, v in allreduce.items() if len(v) > 1}
+            rdzv[int(m.group(1))] = c["rec"]
+    return rdzv
 
 
 def line(ax, xs, ys, **kw):
@@ -136,8 +172,14 @@ def line(ax, xs, ys, **kw):
 
 
 def draw_scaling(cases, out, title):
-    rdzv, allreduce = scaling_rows(cases)
-    panels = (["time", "memory"] if len(rdzv) > 1 else []) + (["allreduce"] if allreduce else [])
+    rdzv = rendezvous_rows(cases)
+    collectives = {  # panel: (suite, case pattern with groups ranks and size, title)
+        "allreduce": ("allreduce", r"gloo_r(\d+)_(\w+)", "Gloo allreduce p50 against ranks (dashed: PyTorch)"),
+        "all_to_all": ("all_to_all", r"even_r(\d+)_(\w+)",
+                       "Gloo all_to_all_single (even splits) p50 against ranks (dashed: PyTorch)"),
+    }
+    measured = {k: scaling_rows(cases, suite, pattern) for k, (suite, pattern, _) in collectives.items()}
+    panels = (["time", "memory"] if len(rdzv) > 1 else []) + [k for k in collectives if measured[k]]
     if not panels:
         return None
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 5), squeeze=False)
@@ -173,19 +215,21 @@ def draw_scaling(cases, out, title):
             ax.set_title("store server memory per connection against ranks", fontsize=10, loc="left")
             ax.set_ylabel("bytes of RSS per connection (lower is better)")
         else:
-            sizes = sorted(allreduce, key=lambda s: size_of(next(iter(allreduce[s].values()))))
+            suite, pattern, panel_title = collectives[k]
+            by_size = measured[k]
+            sizes = sorted(by_size, key=lambda s: size_of(next(iter(by_size[s].values()))))
             if len(sizes) > 4:  # the smallest, the largest and two between
                 sizes = [sizes[round(i * (len(sizes) - 1) / 3)] for i in range(4)]
             cmap = plt.get_cmap("viridis")
             for i, size in enumerate(sizes):
-                by = allreduce[size]
+                by = by_size[size]
                 n = sorted(by)
                 color = cmap(i / max(1, len(sizes) - 1))
                 line(ax, n, [by[x].get("p50_us") for x in n], color=color, label=f"{size} corodist")
-                peers = [next((p.get("peer_p50_us") for p in cases[("allreduce", f"gloo_r{x}_{size}")]["peers"]),
-                              None) for x in n]
+                peers = [next((p.get("peer_p50_us") for p in cases[(suite, by[x]["case"])]["peers"]), None)
+                         for x in n]
                 line(ax, n, peers, color=color, linestyle="--", alpha=0.7, label=f"{size} PyTorch gloo")
-            ax.set_title("Gloo allreduce p50 against ranks (dashed: PyTorch)", fontsize=10, loc="left")
+            ax.set_title(panel_title, fontsize=10, loc="left")
             ax.set_ylabel("µs (lower is better)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -221,10 +265,11 @@ def main():
         rows = groups[k]
         if k == "latency":
             vals = [r.get("p50_us") for _, r, _ in rows] + [p.get("peer_p50_us") for _, _, ps in rows for p in ps]
+            vals += [r.get("raw_p50_us") for _, r, _ in rows]
             vals = [v for v in vals if finite(v) and v > 0]
-            ax.set_xlim(min(vals + [first.get("raw_p50_us", 1)]) / 2, max(vals) * 4)
-            bars(ax, rows, "p50_us", "peer_p50_us", lambda v: f"{v:.1f} µs", log=True)
-            floor = first.get("raw_p50_us")
+            ax.set_xlim(min(vals + [run_floor(first, "raw_p50_us") or 1]) / 2, max(vals) * 4)
+            bars(ax, rows, "p50_us", "peer_p50_us", lambda v: f"{v:.1f} µs", log=True, raw_key="raw_p50_us")
+            floor = run_floor(first, "raw_p50_us")
             if finite(floor):
                 ax.axvline(floor, color="#c0392b", linestyle="--", linewidth=1.2,
                            label=f"raw floor {floor:.1f} µs (64 B TCP ping-pong)")
@@ -251,12 +296,14 @@ def main():
             ax.set_title("throughput, many calls in flight (higher is better; log scale)", fontsize=10, loc="left")
             ax.set_xlabel("operations / s")
         else:
-            vals = [r.get("gbytes_per_s") for _, r, _ in rows] + [p.get("peer_gbytes_per_s") for _, _, ps in rows
-                                                                  for p in ps]
-            vals = [v for v in vals if finite(v) and v > 0] + [first.get("raw_gbytes_per_s", 1)]
+            vals = [r.get("gbytes_per_s") for _, r, _ in rows] + [peer_value(r, p, "peer_gbytes_per_s")
+                                                                  for _, r, ps in rows for p in ps]
+            vals += [r.get("raw_gbytes_per_s") for _, r, _ in rows]
+            vals = [v for v in vals if finite(v) and v > 0] + [run_floor(first, "raw_gbytes_per_s") or 1]
             ax.set_xlim(0, max(vals) * 1.3)
-            bars(ax, rows, "gbytes_per_s", "peer_gbytes_per_s", lambda v: f"{v:.2f} GB/s", log=False)
-            bulk = first.get("raw_gbytes_per_s")
+            bars(ax, rows, "gbytes_per_s", "peer_gbytes_per_s", lambda v: f"{v:.2f} GB/s", log=False,
+                 raw_key="raw_gbytes_per_s")
+            bulk = run_floor(first, "raw_gbytes_per_s")
             if finite(bulk):
                 ax.axvline(bulk, color="#c0392b", linestyle="--", linewidth=1.2, label=f"raw bulk {bulk:.2f} GB/s")
             ax.set_title("bulk transfer (higher is better)", fontsize=10, loc="left")
