@@ -9,10 +9,14 @@
 ///     in_splits[r]); the largest block is 2/(n+1) of the buffer, about
 ///     twice an even one.
 /// Rank 0 times `co_await pg->all_to_all_single(in, out, ...)` from a
-/// coroutine on its event loop (collective::gloo_group, defaults), and the
-/// same sizes and splits run in turns, block by block, with PyTorch 1.13's
-/// dist.all_to_all_single on gloo (bench/torch_allreduce_peer.py --op
-/// all_to_all) when /usr/bin/python3 can import torch.
+/// coroutine on its event loop (collective::gloo_group, defaults) and, in the
+/// same ranks and blocks (rotating which goes first), `bare`: Gloo's
+/// alltoall / alltoallv called directly from the rank's plain thread on a
+/// Gloo context of its own, as ProcessGroupGloo runs them (`bare_p50_us`;
+/// `overhead_pct` = ours over it). The same sizes and splits run in turns,
+/// block by block, with PyTorch 1.13's dist.all_to_all_single on gloo
+/// (bench/torch_allreduce_peer.py --op all_to_all) when /usr/bin/python3 can
+/// import torch.
 /// algbw = bytes per rank / p50, busbw = algbw * (n-1)/n (nccl-tests' alltoall).
 ///
 /// 8 and 16 ranks oversubscribe this project's 2 vCPUs: as in the allreduce
@@ -28,9 +32,19 @@
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/run_blocking.hpp>
 
+#if CORODIST_BENCH_GLOO
+#include <gloo/alltoall.h>
+#include <gloo/alltoallv.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#endif
+
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -128,18 +142,21 @@ std::size_t skewed_elements(int n, std::size_t count, int src, int dst) {
          (static_cast<std::size_t>(dst) < remainder ? 1 : 0);
 }
 
-/// Rank 0's figures for one (split, size): "RESULT <split> <bytes> <p50_us> <p99_us> <samples>".
+/// Rank 0's figures for one (split, size): "RESULT <split> <bytes> <p50_us> <p99_us> <samples>
+/// [<bare_p50_us>]" (the peer writes no bare figure).
 struct result {
   double p50_us = not_applicable;
   double p99_us = not_applicable;
   double samples = 0;
+  double bare_p50_us = not_applicable;
 };
 using results = std::map<std::pair<int, std::size_t>, result>;
 
 void parse_results(const std::vector<std::string>& lines, results& out) {
   for (const auto& line : lines)
     if (auto v = result_words(line); v && v->size() >= 5)
-      out[{static_cast<int>((*v)[0]), static_cast<std::size_t>((*v)[1])}] = {(*v)[2], (*v)[3], (*v)[4]};
+      out[{static_cast<int>((*v)[0]), static_cast<std::size_t>((*v)[1])}] = {
+          (*v)[2], (*v)[3], (*v)[4], v->size() >= 6 ? (*v)[5] : not_applicable};
 }
 
 #if CORODIST_BENCH_GLOO
@@ -155,12 +172,26 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output) 
   o.timeout = std::chrono::minutes(30); // includes the peer's turns
   auto pg = cc::gloo_group::create_sync(
       loop, fmt::format("file://{}/store?rank={}&world_size={}&timeout=300", dir, rank, n), o);
+  // The bare Gloo context: its own connections, rendezvous through Gloo's file store.
+  gloo::rendezvous::FileStore files(dir);
+  gloo::rendezvous::PrefixStore keys("bare", files);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto bare = std::make_shared<gloo::rendezvous::Context>(rank, n);
+  bare->setTimeout(std::chrono::minutes(30));
+  bare->connectFullMesh(keys, device);
+  std::uint32_t tag = 0;
   std::optional<line_reader> commands;
   if (rank == 0) {
     commands.emplace(control, suite_name);
     write_line(output, "READY", suite_name);
   }
-  std::map<std::pair<int, std::size_t>, latency_recorder> timed;
+  struct figures {
+    latency_recorder ours, direct;
+    int blocks = 0;
+  };
+  std::map<std::pair<int, std::size_t>, figures> timed;
   std::vector<float> in, out; // zeros
   auto ex = loop.get_executor();
   for (;;) {
@@ -197,24 +228,54 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output) 
     }
     out.resize(out_count);
     auto [it, fresh] = timed.try_emplace({static_cast<int>(how), bytes});
-    auto& rec = it->second;
+    auto& fig = it->second;
     const int warmup = fresh ? static_cast<int>(cmd[3]) : 0;
-    run_blocking(ex, [&]() -> asio::awaitable<void> {
+    auto ours = [&] {
+      run_blocking(ex, [&]() -> asio::awaitable<void> {
+        for (int i = 0; i < warmup + iters; ++i) {
+          const auto t0 = clock_type::now();
+          co_await pg->all_to_all_single(in, out, in_splits, out_splits);
+          if (i >= warmup)
+            fig.ours.add(clock_type::now() - t0);
+        }
+      }());
+    };
+    auto direct = [&] {
+      std::vector<std::int64_t> sends(in_splits.begin(), in_splits.end()), recvs(out_splits.begin(), out_splits.end());
       for (int i = 0; i < warmup + iters; ++i) {
         const auto t0 = clock_type::now();
-        co_await pg->all_to_all_single(in, out, in_splits, out_splits);
+        if (how == split::even) {
+          gloo::AlltoallOptions a(bare);
+          a.setInput(in.data(), in.size());
+          a.setOutput(out.data(), out.size());
+          a.setTag(tag++);
+          gloo::alltoall(a);
+        } else {
+          gloo::AlltoallvOptions a(bare);
+          a.setInput(in.data(), sends);
+          a.setOutput(out.data(), recvs);
+          a.setTag(tag++);
+          gloo::alltoallv(a);
+        }
         if (i >= warmup)
-          rec.add(clock_type::now() - t0);
+          fig.direct.add(clock_type::now() - t0);
       }
-    }());
+    };
+    if (fig.blocks++ % 2 == 0) {
+      ours();
+      direct();
+    } else {
+      direct();
+      ours();
+    }
     if (rank == 0)
       write_line(output, "DONE", suite_name);
   }
   if (rank == 0)
-    for (auto& [key, rec] : timed)
+    for (auto& [key, fig] : timed)
       write_line(output,
-                 fmt::format("RESULT {} {} {} {} {}", key.first, key.second, rec.percentile(0.5),
-                             rec.percentile(0.99), rec.size()),
+                 fmt::format("RESULT {} {} {} {} {} {}", key.first, key.second, fig.ours.percentile(0.5),
+                             fig.ours.percentile(0.99), fig.ours.size(), fig.direct.percentile(0.5)),
                  suite_name);
   pg->barrier().get();
   return 0;
@@ -312,6 +373,10 @@ void run_all_to_all_suite(context& ctx) {
                      {"busbw_gbps", algbw * (n - 1) / n},
                      {"samples", r.samples},
                      {"blocks", blocks_run[c.bytes]}};
+        if (!std::isnan(r.bare_p50_us)) {
+          rec.extra.emplace_back("bare_p50_us", r.bare_p50_us);
+          rec.extra.emplace_back("overhead_pct", (r.p50_us / r.bare_p50_us - 1.0) * 100.0);
+        }
         if (how == split::skewed)
           rec.extra.emplace_back("largest_block_bytes",
                                  static_cast<double>(skewed_elements(n, c.bytes / sizeof(float), n - 1, 0) *

@@ -156,7 +156,8 @@ void parse_results(const std::vector<std::string>& lines, results& out) {
 ///     nor the loop's);
 /// so that ours - plain is what resuming on the loop costs, plain - bare
 /// what the group's point-to-point thread costs, and bare - raw what Gloo's
-/// own event-loop thread costs.
+/// own event-loop thread and protocol cost (the row's overhead_pct is ours
+/// over bare).
 int rank_main(int rank, const std::string& dir, int control, int output) {
   event_loop loop;
   loop.start();
@@ -432,6 +433,7 @@ void run_p2p_suite(context& ctx) {
         };
         add("plain_p50_us", r.plain_p50_us);
         add("bare_p50_us", r.bare_p50_us);
+        add("overhead_pct", (r.p50_us / r.bare_p50_us - 1.0) * 100.0);
         if (theirs) {
           torch.p50_us = theirs->p50_us;
           rec.extra.emplace_back("peer_p99_us", theirs->p99_us);
