@@ -51,6 +51,8 @@
 #include <utility>
 #include <vector>
 
+#include <sys/resource.h>
+
 namespace corodist::bench {
 namespace {
 
@@ -119,23 +121,60 @@ struct command {
   }
 };
 
+/// The ping-pong's variants (the peer's job has only its own, 0).
+enum variant : int { v_ours = 0, v_plain = 1, v_bare = 2, variant_count = 3 };
+
 /// Figures in microseconds of one (mode, size): "RESULT <kind> <bytes> <p50> <p99> <n> [<plain_p50>
-/// <bare_p50>]" (the ping-pong's other variants; the peer writes none).
+/// <bare_p50>]" (the ping-pong's other variants; the peer writes none); and the voluntary context
+/// switches of the ping-pong (each a thread that slept and had to be woken): every rank of a job
+/// writes "SWITCHES <kind> <bytes> <variant> <switches> <round_trips>" (its process's, all threads,
+/// during that many round trips, warm-ups included).
 struct result {
   double p50_us = not_applicable;
   double p99_us = not_applicable;
   double samples = 0;
   double plain_p50_us = not_applicable;
   double bare_p50_us = not_applicable;
+  double switches[variant_count] = {0, 0, 0};    ///< summed over the job's ranks
+  double round_trips[variant_count] = {0, 0, 0}; ///< one rank's
+
+  /// Wake-ups per round trip of `v`, both processes together; NaN when not counted.
+  double wakeups_per_round_trip(int v) const {
+    return round_trips[v] > 0 ? switches[v] / round_trips[v] : not_applicable;
+  }
 };
 using results = std::map<std::pair<int, std::size_t>, result>;
 
 void parse_results(const std::vector<std::string>& lines, results& out) {
-  for (const auto& line : lines)
-    if (auto v = result_words(line); v && v->size() >= 5)
-      out[{static_cast<int>((*v)[0]), static_cast<std::size_t>((*v)[1])}] = {
-          (*v)[2], (*v)[3], (*v)[4], v->size() >= 7 ? (*v)[5] : not_applicable,
-          v->size() >= 7 ? (*v)[6] : not_applicable};
+  for (const auto& line : lines) {
+    if (auto v = result_words(line); v && v->size() >= 5) {
+      auto& r = out[{static_cast<int>((*v)[0]), static_cast<std::size_t>((*v)[1])}];
+      r.p50_us = (*v)[2];
+      r.p99_us = (*v)[3];
+      r.samples = (*v)[4];
+      if (v->size() >= 7) {
+        r.plain_p50_us = (*v)[5];
+        r.bare_p50_us = (*v)[6];
+      }
+    } else if (line.rfind("SWITCHES ", 0) == 0) {
+      std::istringstream in(line.substr(9));
+      int kind = 0, which = 0;
+      std::size_t bytes = 0;
+      double switches = 0, round_trips = 0;
+      if (in >> kind >> bytes >> which >> switches >> round_trips && which >= 0 && which < variant_count) {
+        auto& r = out[{kind, bytes}];
+        r.switches[which] += switches;
+        r.round_trips[which] = round_trips;
+      }
+    }
+  }
+}
+
+/// The voluntary context switches of this process so far (all its threads).
+long voluntary_switches() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw;
 }
 
 #if CORODIST_BENCH_GLOO
@@ -185,6 +224,8 @@ int rank_main(int rank, const std::string& dir, int control, int output) {
   struct figures {
     latency_recorder ours, plain, bare;
     int blocks = 0;
+    long switches[variant_count] = {0, 0, 0};
+    long round_trips = 0; // of each variant
   };
   std::map<std::pair<int, std::size_t>, figures> timed;
   std::vector<std::vector<std::uint8_t>> buffers;
@@ -267,13 +308,18 @@ int rank_main(int rank, const std::string& dir, int control, int output) {
           }
         });
       };
-      const int first = fig.blocks++ % 3;
-      for (int k = 0; k < 3; ++k)
-        switch ((first + k) % 3) {
-        case 0: ours(); break;
-        case 1: plain(); break;
+      const int first = fig.blocks++ % variant_count;
+      for (int k = 0; k < variant_count; ++k) {
+        const int v = (first + k) % variant_count;
+        const auto before = voluntary_switches();
+        switch (v) {
+        case v_ours: ours(); break;
+        case v_plain: plain(); break;
         default: direct(); break;
         }
+        fig.switches[v] += voluntary_switches() - before;
+      }
+      fig.round_trips += warmup + iters;
     } else {
       run_blocking(ex, [&]() -> asio::awaitable<void> {
         // `window` in flight; a stream of `window` messages warms a new size up.
@@ -307,13 +353,19 @@ int rank_main(int rank, const std::string& dir, int control, int output) {
     if (rank == 0)
       write_line(output, "DONE", suite_name);
   }
-  for (auto& [key, fig] : timed)
+  for (auto& [key, fig] : timed) {
     if (fig.ours.size() > 0)
       write_line(output,
                  fmt::format("RESULT {} {} {} {} {} {} {}", key.first, key.second, fig.ours.percentile(0.5),
                              fig.ours.percentile(0.99), fig.ours.size(), fig.plain.percentile(0.5),
                              fig.bare.percentile(0.5)),
                  suite_name);
+    if (fig.round_trips > 0)
+      for (int v = 0; v < variant_count; ++v)
+        write_line(output,
+                   fmt::format("SWITCHES {} {} {} {} {}", key.first, key.second, v, fig.switches[v], fig.round_trips),
+                   suite_name);
+  }
   pg->barrier().get();
   return 0;
 }
@@ -347,6 +399,8 @@ void run_p2p_suite(context& ctx) {
   const std::string dir = tmpl;
   results ours, peer;
   std::map<std::pair<int, std::size_t>, latency_recorder> raw; // the raw floor's samples, same units
+  // The raw ping-pong's voluntary context switches (this process: its two threads) and round trips, by size.
+  std::map<std::size_t, std::pair<double, double>> raw_wakeups;
   try {
     if (ctx.status)
       ctx.status->note(no_peer ? "2 ranks" : "2 ranks taking turns with PyTorch's");
@@ -375,8 +429,12 @@ void run_p2p_suite(context& ctx) {
           if (peer_job)
             peer_job->run(cmd.words());
           if (kind == mode::pingpong) {
-            auto pp = raw_pingpong(c.bytes, static_cast<std::size_t>(b == 0 ? p.warmup : 1),
-                                   static_cast<std::size_t>(cmd.iters));
+            const auto warm = static_cast<std::size_t>(b == 0 ? p.warmup : 1);
+            const auto before = voluntary_switches();
+            auto pp = raw_pingpong(c.bytes, warm, static_cast<std::size_t>(cmd.iters));
+            auto& w = raw_wakeups[c.bytes];
+            w.first += static_cast<double>(voluntary_switches() - before);
+            w.second += static_cast<double>(warm + pp.round_trips);
             floor.add_all(pp.latency);
           } else {
             const auto bulk = raw_bulk(static_cast<std::uint64_t>(cmd.iters) * c.bytes, c.bytes);
@@ -434,6 +492,14 @@ void run_p2p_suite(context& ctx) {
         add("plain_p50_us", r.plain_p50_us);
         add("bare_p50_us", r.bare_p50_us);
         add("overhead_pct", (r.p50_us / r.bare_p50_us - 1.0) * 100.0);
+        // Thread wake-ups per round trip, both sides together (voluntary context switches).
+        add("wakeups_per_rt", r.wakeups_per_round_trip(v_ours));
+        add("plain_wakeups_per_rt", r.wakeups_per_round_trip(v_plain));
+        add("bare_wakeups_per_rt", r.wakeups_per_round_trip(v_bare));
+        if (auto w = raw_wakeups.find(c.bytes); w != raw_wakeups.end() && w->second.second > 0)
+          add("raw_wakeups_per_rt", w->second.first / w->second.second);
+        if (theirs)
+          add("peer_wakeups_per_rt", theirs->wakeups_per_round_trip(v_ours));
         if (theirs) {
           torch.p50_us = theirs->p50_us;
           rec.extra.emplace_back("peer_p99_us", theirs->p99_us);

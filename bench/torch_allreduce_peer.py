@@ -28,7 +28,10 @@ makes them. Protocol (one line each way):
                            <samples>" per size (all_reduce) or "RESULT <kind>
                            <bytes> <p50_us> <p99_us> <samples>" per kind and
                            size (p2p, all_to_all), from the rank that timed
-                           them, then exit
+                           them, and for the p2p ping-pong from every rank
+                           "SWITCHES 0 <bytes> 0 <switches> <round_trips>"
+                           (its process's voluntary context switches: thread
+                           wake-ups), then exit
 
 ProcessGroupGloo's allreduce (AsyncAllreduceWork) leaves the algorithm of its
 gloo::AllreduceOptions unset, which gloo::allreduce runs as the ring: the ring
@@ -42,6 +45,7 @@ import ctypes
 import datetime
 import multiprocessing as mp
 import os
+import resource
 import signal
 import sys
 import time
@@ -82,6 +86,7 @@ class Block:
     def __init__(self, op, rank, world):
         self.op, self.rank, self.world = op, rank, world
         self.buffers = {}
+        self.switches = {}  # p2p ping-pong: (kind, bytes) -> [voluntary context switches, round trips]
 
     def tensors(self, key, make):
         if key not in self.buffers:
@@ -124,7 +129,11 @@ class Block:
             def round_trip():
                 dist.recv(t, other)
                 dist.send(t, other)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw  # this process, all its threads
         lat = timed(round_trip, iters, warmup)
+        counted = self.switches.setdefault((0, nbytes), [0, 0])
+        counted[0] += resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
+        counted[1] += warmup + iters
         return lat if self.rank == 0 else []  # rank 0 times the round trips
 
     def stream(self, nbytes, messages, warmup, window):
@@ -188,6 +197,8 @@ def rank_main(op, port, rank, world, warmup, commands, answers):
             continue
         figures = f"{percentile(lat, 0.5) * 1e6} {percentile(lat, 0.99) * 1e6} {len(lat)}"
         answers.put(f"RESULT {key} {figures}" if op == "all_reduce" else f"RESULT {key[0]} {key[1]} {figures}")
+    for (kind, nbytes), (switches, round_trips) in block.switches.items():
+        answers.put(f"SWITCHES {kind} {nbytes} 0 {switches} {round_trips}")
     if rank != 0:  # mp.Queue writes from a feeder thread: flushed before the barrier, so before rank 0's END
         answers.close()
         answers.join_thread()
