@@ -26,6 +26,7 @@
 
 #include "harness.hpp"
 #include "peers.hpp"
+#include "process_resources.hpp"
 #include "turn_jobs.hpp"
 
 #include <corodist/collective/gloo_group.hpp>
@@ -143,20 +144,48 @@ std::size_t skewed_elements(int n, std::size_t count, int src, int dst) {
 }
 
 /// Rank 0's figures for one (split, size): "RESULT <split> <bytes> <p50_us> <p99_us> <samples>
-/// [<bare_p50_us>]" (the peer writes no bare figure).
+/// [<bare_p50_us>]" (the peer writes no bare figure); and from every rank "SWITCHES <split> <bytes>
+/// <variant> <switches> <calls> <cpu_us>": its process's voluntary context switches (thread
+/// wake-ups, all threads) and CPU time during that many calls of variant 0 (ours; the peer's own)
+/// or 1 (bare), warm-ups included.
 struct result {
   double p50_us = not_applicable;
   double p99_us = not_applicable;
   double samples = 0;
   double bare_p50_us = not_applicable;
+  double switches[2] = {0, 0}; ///< summed over the job's ranks
+  double cpu_us[2] = {0, 0};   ///< summed over the job's ranks
+  double calls[2] = {0, 0};    ///< one rank's
+
+  /// Wake-ups per call of variant `v`, all ranks together; NaN when not counted.
+  double wakeups_per_call(int v) const { return calls[v] > 0 ? switches[v] / calls[v] : not_applicable; }
+  /// CPU time per call of variant `v`, all ranks together; NaN when not counted.
+  double cpu_us_per_call(int v) const { return calls[v] > 0 ? cpu_us[v] / calls[v] : not_applicable; }
 };
 using results = std::map<std::pair<int, std::size_t>, result>;
 
 void parse_results(const std::vector<std::string>& lines, results& out) {
-  for (const auto& line : lines)
-    if (auto v = result_words(line); v && v->size() >= 5)
-      out[{static_cast<int>((*v)[0]), static_cast<std::size_t>((*v)[1])}] = {
-          (*v)[2], (*v)[3], (*v)[4], v->size() >= 6 ? (*v)[5] : not_applicable};
+  for (const auto& line : lines) {
+    if (auto v = result_words(line); v && v->size() >= 5) {
+      auto& r = out[{static_cast<int>((*v)[0]), static_cast<std::size_t>((*v)[1])}];
+      r.p50_us = (*v)[2];
+      r.p99_us = (*v)[3];
+      r.samples = (*v)[4];
+      if (v->size() >= 6)
+        r.bare_p50_us = (*v)[5];
+    } else if (line.rfind("SWITCHES ", 0) == 0) {
+      std::istringstream in(line.substr(9));
+      int how = 0, which = 0;
+      std::size_t bytes = 0;
+      double switches = 0, calls = 0, cpu = 0;
+      if (in >> how >> bytes >> which >> switches >> calls >> cpu && (which == 0 || which == 1)) {
+        auto& r = out[{how, bytes}];
+        r.switches[which] += switches;
+        r.cpu_us[which] += cpu;
+        r.calls[which] = calls;
+      }
+    }
+  }
 }
 
 #if CORODIST_BENCH_GLOO
@@ -190,6 +219,9 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output) 
   struct figures {
     latency_recorder ours, direct;
     int blocks = 0;
+    long switches[2] = {0, 0}; // ours, bare
+    double cpu_us[2] = {0, 0};
+    long calls = 0; // of each
   };
   std::map<std::pair<int, std::size_t>, figures> timed;
   std::vector<float> in, out; // zeros
@@ -261,22 +293,36 @@ int rank_main(int rank, int n, const std::string& dir, int control, int output) 
           fig.direct.add(clock_type::now() - t0);
       }
     };
+    auto counted = [&](int which, auto&& run) {
+      const auto before = voluntary_switches();
+      const auto cpu_before = own_cpu_us();
+      run();
+      fig.switches[which] += voluntary_switches() - before;
+      fig.cpu_us[which] += own_cpu_us() - cpu_before;
+    };
     if (fig.blocks++ % 2 == 0) {
-      ours();
-      direct();
+      counted(0, ours);
+      counted(1, direct);
     } else {
-      direct();
-      ours();
+      counted(1, direct);
+      counted(0, ours);
     }
+    fig.calls += warmup + iters;
     if (rank == 0)
       write_line(output, "DONE", suite_name);
   }
-  if (rank == 0)
-    for (auto& [key, fig] : timed)
+  for (auto& [key, fig] : timed) {
+    if (rank == 0)
       write_line(output,
                  fmt::format("RESULT {} {} {} {} {} {}", key.first, key.second, fig.ours.percentile(0.5),
                              fig.ours.percentile(0.99), fig.ours.size(), fig.direct.percentile(0.5)),
                  suite_name);
+    for (int which = 0; which < 2; ++which)
+      write_line(output,
+                 fmt::format("SWITCHES {} {} {} {} {} {}", key.first, key.second, which, fig.switches[which], fig.calls,
+                             fig.cpu_us[which]),
+                 suite_name);
+  }
   pg->barrier().get();
   return 0;
 }
@@ -377,6 +423,15 @@ void run_all_to_all_suite(context& ctx) {
           rec.extra.emplace_back("bare_p50_us", r.bare_p50_us);
           rec.extra.emplace_back("overhead_pct", (r.p50_us / r.bare_p50_us - 1.0) * 100.0);
         }
+        // Thread wake-ups per call, all ranks together (voluntary context switches).
+        auto add = [&](const char* k, double v) {
+          if (!std::isnan(v))
+            rec.extra.emplace_back(k, v);
+        };
+        add("wakeups_per_call", r.wakeups_per_call(0));
+        add("bare_wakeups_per_call", r.wakeups_per_call(1));
+        add("cpu_us_per_call", r.cpu_us_per_call(0));
+        add("bare_cpu_us_per_call", r.cpu_us_per_call(1));
         if (how == split::skewed)
           rec.extra.emplace_back("largest_block_bytes",
                                  static_cast<double>(skewed_elements(n, c.bytes / sizeof(float), n - 1, 0) *
@@ -389,6 +444,8 @@ void run_all_to_all_suite(context& ctx) {
           rec.peers = {torch};
           rec.extra.emplace_back("peer_p99_us", q->second.p99_us);
           rec.extra.emplace_back("peer_samples", q->second.samples);
+          add("peer_wakeups_per_call", q->second.wakeups_per_call(0));
+          add("peer_cpu_us_per_call", q->second.cpu_us_per_call(0));
         } else {
           rec.peers = {peer_result::missing("pytorch", no_peer.value_or("no result"))};
         }

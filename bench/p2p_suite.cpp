@@ -23,6 +23,7 @@
 
 #include "harness.hpp"
 #include "peers.hpp"
+#include "process_resources.hpp"
 #include "turn_jobs.hpp"
 
 #include <corodist/collective/gloo_group.hpp>
@@ -50,8 +51,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <sys/resource.h>
 
 namespace corodist::bench {
 namespace {
@@ -170,12 +169,6 @@ void parse_results(const std::vector<std::string>& lines, results& out) {
   }
 }
 
-/// The voluntary context switches of this process so far (all its threads).
-long voluntary_switches() {
-  rusage u{};
-  ::getrusage(RUSAGE_SELF, &u);
-  return u.ru_nvcsw;
-}
 
 #if CORODIST_BENCH_GLOO
 

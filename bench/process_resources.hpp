@@ -2,7 +2,8 @@
 /// \file
 /// What the memory cases read about a process: its resident memory (and peak)
 /// from /proc, and the open-file limit they raise before opening thousands of
-/// connections. Linux only.
+/// connections; and what the exchange suites count: its thread wake-ups.
+/// Linux only.
 
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -93,6 +94,24 @@ inline long tcp_ext_counter(const std::string& name) {
         return std::stol(value);
   }
   return -1;
+}
+
+/// The voluntary context switches of this process so far, all its threads
+/// (getrusage's ru_nvcsw): each is a thread that went to sleep and had to be
+/// woken up again.
+inline long voluntary_switches() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_nvcsw;
+}
+
+/// CPU time (user + system) this process, all its threads, has used so far,
+/// in microseconds (getrusage).
+inline double own_cpu_us() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e6 +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 /// Resets this process's peak resident memory (VmHWM) to its current resident

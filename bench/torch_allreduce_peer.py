@@ -28,10 +28,11 @@ makes them. Protocol (one line each way):
                            <samples>" per size (all_reduce) or "RESULT <kind>
                            <bytes> <p50_us> <p99_us> <samples>" per kind and
                            size (p2p, all_to_all), from the rank that timed
-                           them, and for the p2p ping-pong from every rank
-                           "SWITCHES 0 <bytes> 0 <switches> <round_trips>"
-                           (its process's voluntary context switches: thread
-                           wake-ups), then exit
+                           them, and for the p2p ping-pong and all_to_all from
+                           every rank "SWITCHES <kind> <bytes> 0 <switches>
+                           <calls> <cpu_us>" (its process's voluntary context
+                           switches, i.e. thread wake-ups, and CPU time), then
+                           exit
 
 ProcessGroupGloo's allreduce (AsyncAllreduceWork) leaves the algorithm of its
 gloo::AllreduceOptions unset, which gloo::allreduce runs as the ring: the ring
@@ -86,7 +87,8 @@ class Block:
     def __init__(self, op, rank, world):
         self.op, self.rank, self.world = op, rank, world
         self.buffers = {}
-        self.switches = {}  # p2p ping-pong: (kind, bytes) -> [voluntary context switches, round trips]
+        # p2p ping-pong, all_to_all: (kind, bytes) -> [voluntary context switches, calls, CPU us]
+        self.switches = {}
 
     def tensors(self, key, make):
         if key not in self.buffers:
@@ -116,7 +118,20 @@ class Block:
             out_count = sum(outs)
         inp = self.tensors((nbytes,), lambda: torch.zeros(count, dtype=torch.float32))
         out = torch.empty(out_count, dtype=torch.float32)
-        return timed(lambda: dist.all_to_all_single(out, inp, outs, ins), iters, warmup)
+        return self.counted((kind, nbytes), lambda: timed(lambda: dist.all_to_all_single(out, inp, outs, ins), iters,
+                                                          warmup), warmup + iters)
+
+    def counted(self, key, run, calls):
+        """run(), counting this process's voluntary context switches and CPU time (all its threads) against
+        `calls`."""
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        result = run()
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        counted = self.switches.setdefault(key, [0, 0, 0.0])
+        counted[0] += after.ru_nvcsw - before.ru_nvcsw
+        counted[1] += calls
+        counted[2] += (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) * 1e6
+        return result
 
     def pingpong(self, nbytes, iters, warmup):
         t = self.tensors((nbytes, 1), lambda: torch.zeros(nbytes, dtype=torch.uint8))
@@ -129,11 +144,7 @@ class Block:
             def round_trip():
                 dist.recv(t, other)
                 dist.send(t, other)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw  # this process, all its threads
-        lat = timed(round_trip, iters, warmup)
-        counted = self.switches.setdefault((0, nbytes), [0, 0])
-        counted[0] += resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before
-        counted[1] += warmup + iters
+        lat = self.counted((0, nbytes), lambda: timed(round_trip, iters, warmup), warmup + iters)
         return lat if self.rank == 0 else []  # rank 0 times the round trips
 
     def stream(self, nbytes, messages, warmup, window):
@@ -197,8 +208,8 @@ def rank_main(op, port, rank, world, warmup, commands, answers):
             continue
         figures = f"{percentile(lat, 0.5) * 1e6} {percentile(lat, 0.99) * 1e6} {len(lat)}"
         answers.put(f"RESULT {key} {figures}" if op == "all_reduce" else f"RESULT {key[0]} {key[1]} {figures}")
-    for (kind, nbytes), (switches, round_trips) in block.switches.items():
-        answers.put(f"SWITCHES {kind} {nbytes} 0 {switches} {round_trips}")
+    for (kind, nbytes), (switches, calls, cpu_us) in block.switches.items():
+        answers.put(f"SWITCHES {kind} {nbytes} 0 {switches} {calls} {cpu_us}")
     if rank != 0:  # mp.Queue writes from a feeder thread: flushed before the barrier, so before rank 0's END
         answers.close()
         answers.join_thread()
