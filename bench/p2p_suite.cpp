@@ -9,7 +9,9 @@
 ///     `window` sends in flight; rank 1 keeps `window` receives posted and
 ///     times its completions from the first to the last (as the raw bulk
 ///     transfer times first byte to last byte): one figure per block, the
-///     time per message; GB/s = bytes / the median over blocks.
+///     time per message; GB/s = bytes / the median over blocks. In the same
+///     blocks, the same stream on Gloo's unbound buffers of a context of the
+///     rank's own, waited for on its plain thread (`bare_gbytes_per_s`).
 /// Both are measured in turns, block by block on each size, against
 ///   * PyTorch 1.13's gloo (bench/torch_allreduce_peer.py --op p2p: the same
 ///     with dist.send/dist.recv, and dist.isend/dist.irecv for the stream's
@@ -107,7 +109,7 @@ std::string size_name(std::size_t bytes) {
   return fmt::format("{}B", bytes);
 }
 
-/// The command of one block: "<kind> <bytes> <iters> <warmup> <window>".
+/// The command of one block: its words after "RUN", "<bytes> <iters> <warmup> <kind> <window>".
 struct command {
   mode kind = mode::pingpong;
   std::size_t bytes = 0;
@@ -115,6 +117,7 @@ struct command {
   int warmup = 0;
   int window = 1;
 
+  /// The words, as the jobs read them.
   std::string words() const {
     return fmt::format("{} {} {} {} {}", bytes, iters, warmup, static_cast<int>(kind), window);
   }
@@ -314,33 +317,69 @@ int rank_main(int rank, const std::string& dir, int control, int output) {
       }
       fig.round_trips += warmup + iters;
     } else {
-      run_blocking(ex, [&]() -> asio::awaitable<void> {
-        // `window` in flight; a stream of `window` messages warms a new size up.
+      // `window` in flight; a stream of `window` messages warms a new size up.
+      auto ours = [&] {
+        run_blocking(ex, [&]() -> asio::awaitable<void> {
+          for (int pass = warmup > 0 ? 0 : 1; pass < 2; ++pass) {
+            const int n = pass == 0 ? static_cast<int>(window) : iters;
+            std::deque<cc::work> in_flight;
+            clock_type::time_point first{};
+            bool started = false;
+            auto complete_oldest = [&]() -> asio::awaitable<void> {
+              co_await std::move(in_flight.front());
+              in_flight.pop_front();
+              if (!started) {
+                first = clock_type::now();
+                started = true;
+              }
+            };
+            for (int i = 0; i < n; ++i) {
+              if (in_flight.size() == window)
+                co_await complete_oldest();
+              in_flight.push_back(rank == 0 ? pg->send(view(static_cast<std::size_t>(i)), other)
+                                            : pg->recv(view(static_cast<std::size_t>(i)), other));
+            }
+            while (!in_flight.empty())
+              co_await complete_oldest();
+            if (pass == 1 && rank == 1 && n > 1) // the receiver times the stream
+              fig.ours.add((clock_type::now() - first) / (n - 1));
+          }
+        }());
+      };
+      // The same stream on Gloo's unbound buffers, one per buffer, waited for in order on this thread.
+      auto direct = [&] {
+        std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> ubs;
+        for (auto& b : buffers)
+          ubs.push_back(bare->createUnboundBuffer(b.data(), bytes));
         for (int pass = warmup > 0 ? 0 : 1; pass < 2; ++pass) {
           const int n = pass == 0 ? static_cast<int>(window) : iters;
-          std::deque<cc::work> in_flight;
+          int oldest = 0;
           clock_type::time_point first{};
-          bool started = false;
-          auto complete_oldest = [&]() -> asio::awaitable<void> {
-            co_await std::move(in_flight.front());
-            in_flight.pop_front();
-            if (!started) {
+          auto complete_oldest = [&] {
+            auto& b = *ubs[static_cast<std::size_t>(oldest) % ubs.size()];
+            rank == 0 ? b.waitSend() : b.waitRecv();
+            if (oldest++ == 0)
               first = clock_type::now();
-              started = true;
-            }
           };
           for (int i = 0; i < n; ++i) {
-            if (in_flight.size() == window)
-              co_await complete_oldest();
-            in_flight.push_back(rank == 0 ? pg->send(view(static_cast<std::size_t>(i)), other)
-                                          : pg->recv(view(static_cast<std::size_t>(i)), other));
+            if (i - oldest == static_cast<int>(window))
+              complete_oldest();
+            auto& b = *ubs[static_cast<std::size_t>(i) % ubs.size()];
+            rank == 0 ? b.send(other, 1) : b.recv(other, 1);
           }
-          while (!in_flight.empty())
-            co_await complete_oldest();
-          if (pass == 1 && rank == 1 && n > 1) // the receiver times the stream
-            fig.ours.add((clock_type::now() - first) / (n - 1));
+          while (oldest < n)
+            complete_oldest();
+          if (pass == 1 && rank == 1 && n > 1)
+            fig.bare.add((clock_type::now() - first) / (n - 1));
         }
-      }());
+      };
+      if (fig.blocks++ % 2 == 0) {
+        ours();
+        direct();
+      } else {
+        direct();
+        ours();
+      }
     }
     pg->barrier().get(); // both sides are done before the next job's turn
     if (rank == 0)
@@ -503,6 +542,10 @@ void run_p2p_suite(context& ctx) {
         rec.gbytes_per_s = gbps(r.p50_us);
         rec.raw_gbytes_per_s = gbps(floor.percentile(0.5));
         rec.extra.emplace_back("us_per_message", r.p50_us);
+        if (!std::isnan(r.bare_p50_us)) {
+          rec.extra.emplace_back("bare_us_per_message", r.bare_p50_us);
+          rec.extra.emplace_back("bare_gbytes_per_s", gbps(r.bare_p50_us));
+        }
         rec.extra.emplace_back("window", stream_window(c.bytes));
         rec.extra.emplace_back("messages", c.messages);
         if (theirs) {
