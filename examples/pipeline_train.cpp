@@ -146,6 +146,7 @@ struct stage {
     return dy;
   }
 
+  /// Every layer's SGD step (after the mini-batch's last backward).
   void sgd() {
     for (auto& l : layers)
       l.sgd();
