@@ -74,7 +74,9 @@ struct nccl_options {
 /// ProcessGroupNCCL), and `any_source` is refused with `usage_error` at the
 /// call (`ncclRecv` names its peer). One left unmatched past its deadline
 /// fails with `collective_timeout_error` naming both ranks, and aborts the
-/// group. `all_to_all_single`, `all_to_all`, `gather` and `scatter` are
+/// group. The first call with a peer connects to it inside `ncclGroupEnd`,
+/// which returns once the peer posted its side: that call holds its thread
+/// until then, or until its deadline. `all_to_all_single`, `all_to_all`, `gather` and `scatter` are
 /// grouped `ncclSend`/`ncclRecv` (as ProcessGroupNCCL; this rank's own block
 /// a device-to-device copy), `reduce` is `ncclReduce` (every `reduce_op`,
 /// `avg` as `ncclAvg`), `allgatherv` a grouped `ncclBroadcast` per rank.
