@@ -170,8 +170,9 @@ public:
   /// its store keys live under this group's prefix, `opts.name` (empty:
   /// "split<n>", n counting this group's splits) and the color. Its timeout is
   /// `opts.timeout` (`inherit()`: this group's), also the limit of the split.
-  /// Non-blocking, polled on this group's executor like `create`; collectives
-  /// issued on this group meanwhile start after it.
+  /// Non-blocking, polled on this group's executor like `create`; await it
+  /// before issuing more on this group (NCCL's communicator is busy with the
+  /// split until then).
   /// Throws `usage_error` (a color below 0 other than `no_color`; a bad
   /// timeout), `collective_error` (this group was aborted; NCCL failed),
   /// `timeout_error` (not every rank called split in time: this group is
