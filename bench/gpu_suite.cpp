@@ -106,6 +106,49 @@ cc::nccl_options bench_nccl_options(int device, std::string prefix) {
   return o;
 }
 
+/// Back-to-back calls per sample for `bytes` per call: enough that launch and
+/// poll costs are amortised (4 to 256, 512 MiB in all).
+int batch_for(std::size_t bytes) {
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{512} * mib) / bytes, 4, 256));
+}
+
+/// `reps` samples, each after a barrier on `pg`: `batch` calls of `issue`
+/// back to back, then waiting for all; a sample is the time per call.
+latency_recorder time_batches(cc::process_group& pg, int reps, int batch, const std::function<cc::work()>& issue) {
+  latency_recorder lat(static_cast<std::size_t>(reps));
+  std::vector<cc::work> ws;
+  ws.reserve(static_cast<std::size_t>(batch));
+  for (int rep = 0; rep < reps; ++rep) {
+    pg.barrier().get();
+    const auto t0 = clock_type::now();
+    for (int b = 0; b < batch; ++b)
+      ws.push_back(issue());
+    for (auto& w : ws)
+      w.get();
+    ws.clear();
+    lat.add_us(us_since(t0) / batch);
+  }
+  return lat;
+}
+
+/// Runs `body(rank, group, executor)` on `n` rank threads, rank r on GPU r
+/// in an nccl_group named `prefix` (the ranks meet in one hash_store), each
+/// with its own event loop (the executor); a barrier after the body.
+void on_gpu_ranks(int n, const std::string& prefix,
+                  const std::function<void(int, cc::nccl_group&, const asio::any_io_executor&)>& body) {
+  event_loop store_loop;
+  store_loop.start();
+  auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
+  corodist::test::run_on_threads_or_throw(n, [&](int r) {
+    event_loop loop;
+    loop.start();
+    const auto ex = loop.get_executor();
+    auto pg = cc::nccl_group::create_sync(ex, store, r, n, bench_nccl_options(r, prefix));
+    body(r, *pg, ex);
+    pg->barrier().get();
+  });
+}
+
 // ---- NCCL allreduce bandwidth ---------------------------------------------
 
 struct allreduce_point {
@@ -116,14 +159,8 @@ struct allreduce_point {
 
 /// Ranks as threads, one per GPU; every size in `sizes` (ascending), rank 0's figures.
 std::vector<allreduce_point> measure_allreduce(int n, const std::vector<std::size_t>& sizes, int reps) {
-  event_loop store_loop;
-  store_loop.start();
-  auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
   std::vector<allreduce_point> out(sizes.size());
-  corodist::test::run_on_threads_or_throw(n, [&](int r) {
-    event_loop loop;
-    loop.start();
-    auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, r, n, bench_nccl_options(r, "bench/gpu/allreduce"));
+  on_gpu_ranks(n, "bench/gpu/allreduce", [&](int r, cc::nccl_group& pg, const asio::any_io_executor&) {
     const auto where = cc::device::cuda(r);
     auto buf = cc::device_buffer::allocate(where, sizes.back());
     auto s = cc::cuda_stream::create(r);
@@ -131,27 +168,13 @@ std::vector<allreduce_point> measure_allreduce(int n, const std::vector<std::siz
     s.synchronize();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const cc::tensor_view v(buf.data(), sizes[i] / sizeof(float), cc::dtype::float32, where);
-      // Enough back-to-back allreduces per sample that launch and poll costs are amortised.
-      const int batch = static_cast<int>(std::clamp<std::size_t>((std::size_t{512} * mib) / sizes[i], 4, 256));
+      const int batch = batch_for(sizes[i]);
       for (int w = 0; w < 3; ++w)
-        pg->allreduce(v, cc::reduce_op::avg).get();
-      latency_recorder lat(static_cast<std::size_t>(reps));
-      std::vector<cc::work> ws;
-      ws.reserve(static_cast<std::size_t>(batch));
-      for (int rep = 0; rep < reps; ++rep) {
-        pg->barrier().get();
-        const auto t0 = clock_type::now();
-        for (int b = 0; b < batch; ++b)
-          ws.push_back(pg->allreduce(v, cc::reduce_op::avg));
-        for (auto& w : ws)
-          w.get();
-        ws.clear();
-        lat.add_us(us_since(t0) / batch);
-      }
+        pg.allreduce(v, cc::reduce_op::avg).get();
+      const auto lat = time_batches(pg, reps, batch, [&] { return pg.allreduce(v, cc::reduce_op::avg); });
       if (r == 0)
         out[i] = {sizes[i], lat.percentile(0.5), lat.percentile(0.99), batch};
     }
-    pg->barrier().get();
   });
   return out;
 }
@@ -214,14 +237,8 @@ struct p2p_point {
 
 /// Ranks 0 and 1 on GPUs 0 and 1; rank 0's ping-pong figures, rank 1's one-way ones.
 std::vector<p2p_point> measure_p2p(const std::vector<std::size_t>& sizes, int reps) {
-  event_loop store_loop;
-  store_loop.start();
-  auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
   std::vector<p2p_point> out(sizes.size());
-  corodist::test::run_on_threads_or_throw(2, [&](int r) {
-    event_loop loop;
-    loop.start();
-    auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, r, 2, bench_nccl_options(r, "bench/gpu/p2p"));
+  on_gpu_ranks(2, "bench/gpu/p2p", [&](int r, cc::nccl_group& pg, const asio::any_io_executor&) {
     const auto where = cc::device::cuda(r);
     auto buf = cc::device_buffer::allocate(where, sizes.back());
     auto s = cc::cuda_stream::create(r);
@@ -232,13 +249,13 @@ std::vector<p2p_point> measure_p2p(const std::vector<std::size_t>& sizes, int re
       const cc::tensor_view v(buf.data(), sizes[i], cc::dtype::uint8, where);
       auto round_trip = [&] {
         if (r == 0) {
-          auto a = pg->send(v, peer);
-          auto b = pg->recv(v, peer);
+          auto a = pg.send(v, peer);
+          auto b = pg.recv(v, peer);
           a.get();
           b.get();
         } else {
-          auto a = pg->recv(v, peer);
-          auto b = pg->send(v, peer);
+          auto a = pg.recv(v, peer);
+          auto b = pg.send(v, peer);
           a.get();
           b.get();
         }
@@ -248,26 +265,15 @@ std::vector<p2p_point> measure_p2p(const std::vector<std::size_t>& sizes, int re
       const int trips = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} * mib) / sizes[i], 4, 200));
       latency_recorder pingpong(static_cast<std::size_t>(reps));
       for (int rep = 0; rep < reps; ++rep) {
-        pg->barrier().get();
+        pg.barrier().get();
         const auto t0 = clock_type::now();
         for (int t = 0; t < trips; ++t)
           round_trip();
         pingpong.add_us(us_since(t0) / trips / 2);
       }
-      const int batch = static_cast<int>(std::clamp<std::size_t>((std::size_t{512} * mib) / sizes[i], 4, 256));
-      latency_recorder oneway(static_cast<std::size_t>(reps));
-      std::vector<cc::work> ws;
-      ws.reserve(static_cast<std::size_t>(batch));
-      for (int rep = 0; rep < reps; ++rep) {
-        pg->barrier().get();
-        const auto t0 = clock_type::now();
-        for (int b = 0; b < batch; ++b)
-          ws.push_back(r == 0 ? pg->send(v, peer) : pg->recv(v, peer));
-        for (auto& w : ws)
-          w.get();
-        ws.clear();
-        oneway.add_us(us_since(t0) / batch);
-      }
+      const int batch = batch_for(sizes[i]);
+      const auto oneway =
+          time_batches(pg, reps, batch, [&] { return r == 0 ? pg.send(v, peer) : pg.recv(v, peer); });
       if (r == 0) {
         out[i].bytes = sizes[i];
         out[i].pingpong_p50_us = pingpong.percentile(0.5);
@@ -278,7 +284,6 @@ std::vector<p2p_point> measure_p2p(const std::vector<std::size_t>& sizes, int re
         out[i].batch = batch;
       }
     }
-    pg->barrier().get();
   });
   return out;
 }
@@ -315,14 +320,8 @@ void report_p2p(context& ctx, bool quick) {
 
 /// all_to_all_single with even splits, ranks as threads on `n` GPUs; rank 0's figures.
 std::vector<allreduce_point> measure_all_to_all(int n, const std::vector<std::size_t>& sizes, int reps) {
-  event_loop store_loop;
-  store_loop.start();
-  auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
   std::vector<allreduce_point> out(sizes.size());
-  corodist::test::run_on_threads_or_throw(n, [&](int r) {
-    event_loop loop;
-    loop.start();
-    auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, r, n, bench_nccl_options(r, "bench/gpu/all_to_all"));
+  on_gpu_ranks(n, "bench/gpu/all_to_all", [&](int r, cc::nccl_group& pg, const asio::any_io_executor&) {
     const auto where = cc::device::cuda(r);
     auto in = cc::device_buffer::allocate(where, sizes.back());
     auto result = cc::device_buffer::allocate(where, sizes.back());
@@ -334,26 +333,13 @@ std::vector<allreduce_point> measure_all_to_all(int n, const std::vector<std::si
       const std::size_t count = sizes[i] / sizeof(float) / static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
       const cc::tensor_view a(in.data(), count, cc::dtype::float32, where);
       const cc::tensor_view b(result.data(), count, cc::dtype::float32, where);
-      const int batch = static_cast<int>(std::clamp<std::size_t>((std::size_t{512} * mib) / sizes[i], 4, 256));
+      const int batch = batch_for(sizes[i]);
       for (int w = 0; w < 3; ++w)
-        pg->all_to_all_single(a, b).get();
-      latency_recorder lat(static_cast<std::size_t>(reps));
-      std::vector<cc::work> ws;
-      ws.reserve(static_cast<std::size_t>(batch));
-      for (int rep = 0; rep < reps; ++rep) {
-        pg->barrier().get();
-        const auto t0 = clock_type::now();
-        for (int k = 0; k < batch; ++k)
-          ws.push_back(pg->all_to_all_single(a, b));
-        for (auto& w : ws)
-          w.get();
-        ws.clear();
-        lat.add_us(us_since(t0) / batch);
-      }
+        pg.all_to_all_single(a, b).get();
+      const auto lat = time_batches(pg, reps, batch, [&] { return pg.all_to_all_single(a, b); });
       if (r == 0)
         out[i] = {count * sizeof(float), lat.percentile(0.5), lat.percentile(0.99), batch};
     }
-    pg->barrier().get();
   });
   return out;
 }
@@ -390,26 +376,18 @@ void report_split(context& ctx, int n, bool quick) {
   if (ctx.status)
     ctx.status->note(fmt::format("ncclCommSplit, {} GPU(s)", n));
   const int reps = quick ? 3 : 7;
-  event_loop store_loop;
-  store_loop.start();
-  auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
   std::vector<std::vector<double>> times(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(reps)));
-  corodist::test::run_on_threads_or_throw(n, [&](int r) {
-    event_loop loop;
-    loop.start();
-    const auto ex = loop.get_executor();
-    auto pg = cc::nccl_group::create_sync(ex, store, r, n, bench_nccl_options(r, "bench/gpu/split"));
+  on_gpu_ranks(n, "bench/gpu/split", [&](int r, cc::nccl_group& pg, const asio::any_io_executor& ex) {
     for (int rep = -1; rep < reps; ++rep) { // rep -1: a warm-up
-      pg->barrier().get();
+      pg.barrier().get();
       const auto t0 = clock_type::now();
-      auto child = run_blocking(ex, pg->split(r % 2, r), "split");
+      auto child = run_blocking(ex, pg.split(r % 2, r), "split");
       const double us = us_since(t0);
       if (!child)
         throw std::runtime_error("split: no group for a rank with a color");
       if (rep >= 0)
         times[static_cast<std::size_t>(r)][static_cast<std::size_t>(rep)] = us;
     }
-    pg->barrier().get();
   });
   latency_recorder lat(static_cast<std::size_t>(reps));
   for (int rep = 0; rep < reps; ++rep) {

@@ -79,6 +79,25 @@ std::vector<float> to_host(const float* d, std::size_t n) {
   return h;
 }
 
+// Arrives at `done` when it goes out of scope: also when the rank's body throws.
+struct arrive_on_exit {
+  ct::countdown& done;
+  ~arrive_on_exit() { done.arrive(); }
+};
+
+// The text of the collective_timeout_error that `w` ends with (a rank body's
+// check: throws otherwise). `w` was issued with a deadline well inside 30 s.
+std::string timeout_of(const cc::work& w, const std::string& what) {
+  return ct::require_throws<cc::collective_timeout_error>([&] { w.wait(30s); }, what);
+}
+
+// call_options with a time limit of `limit`.
+cc::call_options within(std::chrono::milliseconds limit) {
+  cc::call_options co;
+  co.timeout = limit;
+  return co;
+}
+
 // The GPUs that NCCL's multi-rank cases use: every device, at most `cap`.
 int gpu_count(int cap) { return std::min(cc::cuda_stream::device_count(), cap); }
 
@@ -316,15 +335,10 @@ BOOST_AUTO_TEST_CASE(deadline_when_a_rank_never_joins, *utf::precondition(two_gp
       pg->abort("rank 1 leaves");
       return;
     }
-    struct done_guard {
-      ct::countdown& done;
-      ~done_guard() { done.arrive(); }
-    } guard{rank0_done}; // also when this rank fails
+    arrive_on_exit guard{rank0_done};
     auto buf = ct::to_device(r, cc::dtype::float32, std::vector<float>(1024, 1.0f));
-    cc::call_options co;
-    co.timeout = 1s;
-    auto w = pg->allreduce(ct::view_of(buf, cc::dtype::float32, 1024), cc::reduce_op::sum, co);
-    const auto what = ct::require_throws<cc::collective_timeout_error>([&] { w.wait(30s); }, "allreduce alone");
+    auto w = pg->allreduce(ct::view_of(buf, cc::dtype::float32, 1024), cc::reduce_op::sum, within(1s));
+    const auto what = timeout_of(w, "allreduce alone");
     RANK_REQUIRE(what.find("allreduce") != std::string::npos);
     RANK_REQUIRE(pg->aborted());
   });
@@ -579,16 +593,10 @@ BOOST_AUTO_TEST_CASE(unmatched_send_times_out_naming_both_ranks, *utf::precondit
       pg->abort("rank 1 leaves");
       return;
     }
-    struct done_guard {
-      ct::countdown& done;
-      ~done_guard() { done.arrive(); }
-    } guard{rank0_done}; // also when this rank fails
+    arrive_on_exit guard{rank0_done};
     device_floats buf(r, std::vector<float>(1024, 1.0f));
-    cc::call_options co;
-    co.timeout = 1s;
-    auto w = pg->send(buf.view, 1, 0, co);
-    const auto what = ct::require_throws<cc::collective_timeout_error>([&] { w.wait(30s); }, "unmatched send");
-    BOOST_TEST_MESSAGE(what);
+    auto w = pg->send(buf.view, 1, 0, within(1s));
+    const auto what = timeout_of(w, "unmatched send");
     RANK_REQUIRE(what.find("rank 0") != std::string::npos);
     RANK_REQUIRE(what.find("rank 1") != std::string::npos);
     RANK_REQUIRE(what.find("send") != std::string::npos);
@@ -751,15 +759,9 @@ BOOST_AUTO_TEST_CASE(monitored_barrier_names_the_missing_rank, *utf::preconditio
       RANK_REQUIRE(arrived_done.wait_for(90s));
       return;
     }
-    struct done_guard {
-      ct::countdown& done;
-      ~done_guard() { done.arrive(); }
-    } guard{arrived_done};
-    cc::call_options co;
-    co.timeout = 1s;
-    auto w = pg->monitored_barrier(co);
-    const auto what = ct::require_throws<cc::collective_timeout_error>([&] { w.wait(30s); }, "monitored_barrier");
-    BOOST_TEST_MESSAGE(what);
+    arrive_on_exit guard{arrived_done};
+    auto w = pg->monitored_barrier(within(1s));
+    const auto what = timeout_of(w, "monitored_barrier");
     RANK_REQUIRE(what.find("rank " + std::to_string(missing) + " did not reach monitored_barrier") !=
                  std::string::npos);
     RANK_REQUIRE(pg->aborted());

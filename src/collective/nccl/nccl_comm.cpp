@@ -99,23 +99,32 @@ bool present(F* f) noexcept {
 
 std::string ranks_text(const std::vector<int>& ranks) { return fmt::format("{}", fmt::join(ranks, ",")); }
 
-// Element offsets of the blocks of an all_to_all_single side: `splits`, or
-// `total / n` each when empty (even).
-std::vector<std::size_t> block_counts(const std::vector<std::size_t>& splits, std::size_t total, int n) {
-  if (!splits.empty())
-    return splits;
-  return std::vector<std::size_t>(static_cast<std::size_t>(n), total / static_cast<std::size_t>(n));
-}
+// The blocks of one side of an all_to_all_single: block j is `counts[j]`
+// elements from element `at[j]` (the split list, or total / n each when it is
+// empty: even).
+struct blocks {
+  std::vector<std::size_t> counts;
+  std::vector<std::size_t> at;
 
-std::vector<std::size_t> block_offsets(const std::vector<std::size_t>& counts) {
-  std::vector<std::size_t> out(counts.size());
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < counts.size(); ++i) {
-    out[i] = at;
-    at += counts[i];
+  blocks() = default;
+  blocks(const std::vector<std::size_t>& splits, std::size_t total, int n)
+      : counts(splits.empty() ? std::vector<std::size_t>(static_cast<std::size_t>(n),
+                                                         total / static_cast<std::size_t>(n))
+                              : splits),
+        at(counts.size()) {
+    std::size_t offset = 0;
+    for (std::size_t j = 0; j < counts.size(); ++j) {
+      at[j] = offset;
+      offset += counts[j];
+    }
   }
-  return out;
-}
+
+  /// Block `j` of `t`.
+  tensor_view of(const tensor_view& t, int j) const {
+    const auto q = static_cast<std::size_t>(j);
+    return t.slice(at[q], counts[q]);
+  }
+};
 
 // The ranks a point-to-point call waits on, for its timeout text: "rank 1", "ranks 1, 3".
 std::string peers_text(const std::vector<p2p_op>& ops) {
@@ -325,17 +334,15 @@ public:
     };
     const auto& t = call.tensors;
     const auto me = static_cast<std::size_t>(rank_);
-    std::vector<std::size_t> in_counts, out_counts, in_at, out_at;
+    blocks in, out; // all_to_all_single's
     if (call.kind == collective_kind::all_to_all_single) {
-      in_counts = block_counts(call.in_splits, t[0].count(), size_);
-      out_counts = block_counts(call.out_splits, t[1].count(), size_);
-      in_at = block_offsets(in_counts);
-      out_at = block_offsets(out_counts);
+      in = blocks(call.in_splits, t[0].count(), size_);
+      out = blocks(call.out_splits, t[1].count(), size_);
     }
     // This rank's own block: a copy on the stream, before the group.
     switch (call.kind) {
     case collective_kind::all_to_all_single:
-      copy(t[1].slice(out_at[me], out_counts[me]), t[0].slice(in_at[me], in_counts[me]));
+      copy(out.of(t[1], rank_), in.of(t[0], rank_));
       break;
     case collective_kind::all_to_all:
       copy(t[t.size() / 2 + me], t[me]);
@@ -353,7 +360,7 @@ public:
     }
     check(ncclGroupStart(), "ncclGroupStart");
     try {
-      enqueue_grouped(op, check, send, recv);
+      enqueue_grouped(op, in, out, check, send, recv);
     } catch (...) {
       ncclGroupEnd(); // leaves no group open on this thread; the caller aborts the communicator
       throw;
@@ -361,18 +368,13 @@ public:
     check(ncclGroupEnd(), "ncclGroupEnd");
   }
 
-  // The NCCL calls of `op` inside its group (see enqueue).
+  // The NCCL calls of `op` inside its group (see enqueue); `in` and `out`:
+  // the blocks of an all_to_all_single.
   template <class Check, class Send, class Recv>
-  void enqueue_grouped(const pending_op& op, Check& check, Send& send, Recv& recv) {
+  void enqueue_grouped(const pending_op& op, const blocks& in, const blocks& out, Check& check, Send& send,
+                       Recv& recv) {
     const auto& call = op.call;
     const auto& t = call.tensors;
-    std::vector<std::size_t> in_counts, out_counts, in_at, out_at;
-    if (call.kind == collective_kind::all_to_all_single) {
-      in_counts = block_counts(call.in_splits, t[0].count(), size_);
-      out_counts = block_counts(call.out_splits, t[1].count(), size_);
-      in_at = block_offsets(in_counts);
-      out_at = block_offsets(out_counts);
-    }
     switch (call.kind) {
     case collective_kind::allreduce:
       check(ncclAllReduce(t[0].data(), t[0].data(), t[0].count(), nccl_type(t[0].type()), nccl_op(call.op), comm_,
@@ -423,9 +425,8 @@ public:
       for (int j = 0; j < size_; ++j) {
         if (j == rank_)
           continue;
-        const auto q = static_cast<std::size_t>(j);
-        send(t[0].slice(in_at[q], in_counts[q]), j);
-        recv(t[1].slice(out_at[q], out_counts[q]), j);
+        send(in.of(t[0], j), j);
+        recv(out.of(t[1], j), j);
       }
       break;
     case collective_kind::all_to_all: {
@@ -439,23 +440,23 @@ public:
       break;
     }
     case collective_kind::gather:
+    case collective_kind::scatter: {
+      // Gather: every block to the root; scatter: the root's blocks out.
+      const bool to_root = call.kind == collective_kind::gather;
+      const auto& block = to_root ? t[0] : t[1];
+      const auto& whole = to_root ? t[1] : t[0];
       if (rank_ != call.root) {
-        send(t[0], call.root);
-      } else {
-        for (int j = 0; j < size_; ++j)
-          if (j != rank_)
-            recv(t[1].slice(static_cast<std::size_t>(j) * t[0].count(), t[0].count()), j);
+        to_root ? send(block, call.root) : recv(block, call.root);
+        break;
+      }
+      for (int j = 0; j < size_; ++j) {
+        if (j == rank_)
+          continue;
+        const auto part = whole.slice(static_cast<std::size_t>(j) * block.count(), block.count());
+        to_root ? recv(part, j) : send(part, j);
       }
       break;
-    case collective_kind::scatter:
-      if (rank_ != call.root) {
-        recv(t[1], call.root);
-      } else {
-        for (int j = 0; j < size_; ++j)
-          if (j != rank_)
-            send(t[0].slice(static_cast<std::size_t>(j) * t[1].count(), t[1].count()), j);
-      }
-      break;
+    }
     case collective_kind::reduce:
       check(ncclReduce(t[0].data(), t[0].data(), t[0].count(), nccl_type(t[0].type()), nccl_op(call.op), call.root,
                        comm_, stream_),
