@@ -84,7 +84,8 @@ struct nccl_options {
 /// does not wait for earlier collectives): every rank sets a key, rank 0
 /// waits for them until the deadline and then releases the others with the
 /// list of ranks that did not arrive; those that did fail with
-/// `collective_timeout_error` naming them, and abort the group.
+/// `collective_timeout_error` naming them, and abort the group (the other
+/// ranks wait for the release up to twice the time limit).
 ///
 /// The CUDA and NCCL code lives in a plugin, `libcorodist-cuda.so`, built and
 /// installed beside libcorodist when CUDA and NCCL are found, and loaded the

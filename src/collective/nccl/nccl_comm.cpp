@@ -539,7 +539,8 @@ public:
   // each arrival until the deadline, then writes the release: "ok", or the
   // ranks that did not arrive. On a failure, rank 0 and every rank that
   // arrived fail with collective_timeout_error naming those ranks, and abort
-  // the group. A rank that finds no release by the deadline names rank 0.
+  // the group. A rank that finds no release within twice the time limit says
+  // that rank 0 did not answer.
   static asio::awaitable<void> monitored_barrier(std::shared_ptr<nccl_comm> self, std::shared_ptr<pending_op> op) {
     const auto base = fmt::format("monitored_barrier/{}/", op->seq);
     const corodist::deadline by(op->deadline);
@@ -585,15 +586,25 @@ public:
         std::string arrived_key = base + "arrived/" + std::to_string(self->rank_);
         std::string one = "1";
         co_await store.set(std::move(arrived_key), std::move(one));
+        // Rank 0 writes the release once its own deadline passed: the others
+        // wait for it up to twice the time limit from their call.
+        const auto answer_by = by.is_never() ? by : corodist::deadline(by.at() + op->call.timeout.length());
         std::string release;
+        bool answered = true;
         try {
           std::string release_key = base + "release";
-          const corodist::timeout left = by.left();
+          const corodist::timeout left = answer_by.left();
           release = co_await store.get(std::move(release_key), left);
         } catch (const timeout_error&) {
-          release = "missing:0";
+          answered = false;
         }
-        if (release != "ok") {
+        if (!answered) {
+          const auto e = detail::timeout_at(
+              site, fmt::format("rank 0, which monitors the barrier, did not answer within {} ms; the group is aborted",
+                                2 * op->call.timeout.length().count()));
+          abort_why = e.what();
+          failure = std::make_exception_ptr(e);
+        } else if (release != "ok") {
           std::vector<int> missing;
           const auto list = release.substr(release.find(':') + 1);
           for (std::size_t at = 0; at < list.size();) {
