@@ -76,10 +76,11 @@ struct nccl_options {
 /// fails with `collective_timeout_error` naming both ranks, and aborts the
 /// group. The first call with a peer connects to it inside `ncclGroupEnd`,
 /// which returns once the peer posted its side: that call holds its thread
-/// until then, or until its deadline. `all_to_all_single`, `all_to_all`, `gather` and `scatter` are
-/// grouped `ncclSend`/`ncclRecv` (as ProcessGroupNCCL; this rank's own block
-/// a device-to-device copy), `reduce` is `ncclReduce` (every `reduce_op`,
-/// `avg` as `ncclAvg`), `allgatherv` a grouped `ncclBroadcast` per rank.
+/// until then, or until its deadline. `all_to_all_single`, `all_to_all`,
+/// `gather` and `scatter` are grouped `ncclSend`/`ncclRecv` (as
+/// ProcessGroupNCCL; this rank's own block a device-to-device copy),
+/// `reduce` is `ncclReduce` (every `reduce_op`, `avg` as `ncclAvg`),
+/// `allgatherv` a grouped `ncclBroadcast` per rank.
 /// `monitored_barrier` runs through the group's store beside the stream (it
 /// does not wait for earlier collectives): every rank sets a key, rank 0
 /// waits for them until the deadline and then releases the others with the
