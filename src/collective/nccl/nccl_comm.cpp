@@ -264,10 +264,11 @@ public:
   }
 
   // Waits (yielding the thread) while a non-blocking communicator reports
-  // ncclInProgress for the call just made; bounded by `deadline`.
+  // ncclInProgress for the call just made; bounded by `deadline`, and by an
+  // abort asked for meanwhile (ncclInProgress then too).
   ncclResult_t settle(ncclResult_t r, clock::time_point deadline) {
     while (r == ncclInProgress) {
-      if (clock::now() >= deadline)
+      if (clock::now() >= deadline || abort_requested_.load(std::memory_order_acquire))
         return ncclInProgress;
       std::this_thread::yield();
       ncclResult_t state = ncclSuccess;
@@ -306,6 +307,8 @@ public:
     const auto deadline = op.deadline;
     auto check = [&](ncclResult_t r, const char* what) {
       r = settle(r, deadline);
+      if (r == ncclInProgress && abort_requested_.load(std::memory_order_acquire))
+        throw error_of(op, fmt::format("the group was aborted while {} waited", what));
       // Still in progress at the deadline: NCCL waits on a peer (the first
       // point-to-point call with a rank connects to it, and waits for its side).
       if (r == ncclInProgress)
@@ -520,7 +523,8 @@ public:
     } catch (const std::exception& e) {
       const std::string why = e.what();
       lk.unlock();
-      abort_now(why);
+      if (!abort_requested_.load(std::memory_order_acquire)) // else the abort asked for names its own reason
+        abort_now(why);
       op->state->complete(std::current_exception());
       return w;
     }
@@ -737,6 +741,7 @@ public:
   // a thread of its own settles the communicator, holding the backend.
   void abort_now(const std::string& why) {
     ncclComm_t comm = nullptr;
+    abort_requested_.store(true, std::memory_order_release); // ends a submit's settle, which holds mutex_
     {
       std::lock_guard lk(mutex_);
       if (aborted_)
@@ -862,6 +867,7 @@ private:
   std::uint64_t splits_ = 0;       // split calls so far (names a child without one)
   std::uint64_t shrinks_ = 0;      // shrink calls so far (names the shrunk group's store prefix)
   bool aborted_ = false;
+  std::atomic<bool> abort_requested_{false}; // set before abort_now takes mutex_
   bool revoked_ = false;  // aborted by ncclCommRevoke: comm_ is kept for a shrink
   bool settling_ = false; // the revoke or abort of abort_now still runs on its thread
   std::string abort_reason_;
