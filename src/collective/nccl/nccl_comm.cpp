@@ -549,11 +549,12 @@ public:
     const auto base = fmt::format("monitored_barrier/{}/", op->seq);
     const corodist::deadline by(op->deadline);
     const detail::call_site site{op->call, op->seq, self->rank_, self->size_, self->label_};
-    auto late = [&](const std::vector<int>& missing) {
-      return detail::timeout_at(site, fmt::format("{} {} did not reach monitored_barrier within {} ms; the group is "
-                                                  "aborted",
-                                                  missing.size() == 1 ? "rank" : "ranks", fmt::join(missing, ", "),
-                                                  op->call.timeout.length().count()));
+    auto late = [&](const std::vector<int>& missing) { // the words of the Gloo backend's
+      return detail::timeout_at(site, fmt::format("rank{} {} did not reach monitored_barrier within {} ms (of {} ranks, "
+                                                  "{} arrived); the group is aborted",
+                                                  missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
+                                                  op->call.timeout.length().count(), self->size_,
+                                                  self->size_ - static_cast<int>(missing.size())));
     };
     std::exception_ptr failure;
     std::string abort_why;
