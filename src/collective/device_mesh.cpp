@@ -62,6 +62,10 @@ asio::awaitable<device_mesh> device_mesh::create(std::shared_ptr<process_group> 
   co_return m;
 }
 
+asio::awaitable<device_mesh> device_mesh::create(std::shared_ptr<process_group> parent, std::vector<mesh_dim> shape) {
+  return create(std::move(parent), std::move(shape), split_options{});
+}
+
 int device_mesh::index(std::string_view name) const {
   for (std::size_t i = 0; i < dims_.size(); ++i)
     if (dims_[i].name == name)

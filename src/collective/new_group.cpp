@@ -33,4 +33,9 @@ asio::awaitable<std::shared_ptr<process_group>> new_group(std::shared_ptr<proces
   co_return co_await parent->split(color, key, std::move(opts));
 }
 
+asio::awaitable<std::shared_ptr<process_group>> new_group(std::shared_ptr<process_group> parent,
+                                                          std::vector<int> ranks) {
+  return new_group(std::move(parent), std::move(ranks), split_options{});
+}
+
 } // namespace corodist::collective

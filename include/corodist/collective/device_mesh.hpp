@@ -44,11 +44,15 @@ public:
   /// Throws `usage_error` for a null parent, an empty shape, a dimension
   /// without a name, named twice or of size < 1, or sizes whose product is
   /// not the parent's size (before any communication); otherwise as `split`.
-  /// (Name the shape first, or pass it as a braced list to a named variable:
-  /// GCC 12 destroys a braced temporary inside `co_await` twice.)
+  /// (Name the shape first: GCC 12 destroys a braced temporary inside
+  /// `co_await` twice.)
   /// Cancellation: as `split`; the groups made so far are dropped.
   [[nodiscard]] static asio::awaitable<device_mesh> create(std::shared_ptr<process_group> parent,
-                                                           std::vector<mesh_dim> shape, split_options opts = {});
+                                                           std::vector<mesh_dim> shape, split_options opts);
+
+  /// As above with default options (an overload: see new_group).
+  [[nodiscard]] static asio::awaitable<device_mesh> create(std::shared_ptr<process_group> parent,
+                                                           std::vector<mesh_dim> shape);
 
   /// The dimensions, in order.
   const std::vector<mesh_dim>& dims() const noexcept { return dims_; }

@@ -213,7 +213,8 @@ public:
   /// group's errors) and `create`.
   /// Cancellation: as the allgather, then as `create`.
   [[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> split(int color, int key,
-                                                                     split_options opts = {}) override;
+                                                                     split_options opts) override;
+  using process_group::split;
 
   /// True when the group joined a PyTorch job (gloo_options::pytorch).
   bool joins_pytorch() const noexcept;

@@ -31,6 +31,12 @@ namespace corodist::collective {
 /// Cancellation: as `split`.
 [[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> new_group(std::shared_ptr<process_group> parent,
                                                                        std::vector<int> ranks,
-                                                                       split_options opts = {});
+                                                                       split_options opts);
+
+/// As above with default options. (An overload, not a default argument: GCC
+/// 12 destroys a defaulted `split_options{}` inside `co_await` twice; name a
+/// rank list too rather than passing a braced one inside `co_await`.)
+[[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> new_group(std::shared_ptr<process_group> parent,
+                                                                       std::vector<int> ranks);
 
 } // namespace corodist::collective
