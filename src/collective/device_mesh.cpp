@@ -95,8 +95,31 @@ int device_mesh::rank_of(const std::vector<int>& coords) const {
   return r;
 }
 
+int device_mesh::total_size() const noexcept {
+  int n = dims_.empty() ? 0 : 1;
+  for (const auto& d : dims_)
+    n *= d.size;
+  return n;
+}
+
+device_mesh device_mesh::with_outer_dimension(std::string name, std::shared_ptr<process_group> group) const {
+  if (!group)
+    throw usage_error("device_mesh::with_outer_dimension: the group is null");
+  if (name.empty())
+    throw usage_error("device_mesh::with_outer_dimension: the dimension has no name");
+  for (const auto& d : dims_)
+    if (d.name == name)
+      throw usage_error(fmt::format("device_mesh::with_outer_dimension: '{}' is already a dimension of {}", name,
+                                    shape_text(dims_)));
+  device_mesh m = *this;
+  m.dims_.insert(m.dims_.begin(), mesh_dim{std::move(name), group->size()});
+  m.coords_.insert(m.coords_.begin(), group->rank());
+  m.groups_.insert(m.groups_.begin(), std::move(group));
+  return m;
+}
+
 std::vector<int> device_mesh::coordinates_of(int rank) const {
-  if (!parent_ || rank < 0 || rank >= parent_->size())
+  if (rank < 0 || rank >= total_size())
     throw usage_error(fmt::format("device_mesh::coordinates_of: rank {} is out of range", rank));
   std::vector<int> c(dims_.size());
   for (std::size_t i = dims_.size(); i-- > 0;) {

@@ -56,9 +56,12 @@ public:
 
   /// The dimensions, in order.
   const std::vector<mesh_dim>& dims() const noexcept { return dims_; }
+  /// The number of ranks in the shape (the product of the sizes).
+  int total_size() const noexcept;
   /// The number of dimensions.
   int ndim() const noexcept { return static_cast<int>(dims_.size()); }
-  /// The group the mesh lays out.
+  /// The group the mesh lays out (of a mesh made by with_outer_dimension:
+  /// the inner mesh's).
   const std::shared_ptr<process_group>& parent() const noexcept { return parent_; }
 
   /// This rank's group along dimension `name` (its rank there is
@@ -69,12 +72,25 @@ public:
   int coordinate(std::string_view name) const;
   /// The size of dimension `name`. Throws `usage_error` for an unknown name.
   int size(std::string_view name) const;
+  /// This mesh with a new outermost dimension `name` along which this rank's
+  /// group is `group` (its size the dimension's, its rank this rank's
+  /// coordinate): each copy of this mesh (a replica) is one slice of the
+  /// new dimension. The data-parallel dimension that ft::manager re-forms
+  /// after a loss (its group() over the replicas) while the inner dimensions
+  /// stay (docs/collective.md, "Subgroups and meshes"). The result's
+  /// rank_of and coordinates_of are indices in its shape, not ranks of
+  /// parent(). Throws `usage_error` for a null group or a name that is empty
+  /// or already a dimension.
+  device_mesh with_outer_dimension(std::string name, std::shared_ptr<process_group> group) const;
+
   /// This rank's coordinates, one per dimension in order.
   const std::vector<int>& coordinates() const noexcept { return coords_; }
-  /// The parent rank at `coords` (one per dimension, in order). Throws
-  /// `usage_error` for a wrong count or a coordinate out of range.
+  /// The parent rank at `coords` (one per dimension, in order): the
+  /// row-major index in the shape. Throws `usage_error` for a wrong count
+  /// or a coordinate out of range.
   int rank_of(const std::vector<int>& coords) const;
-  /// The coordinates of parent rank `rank`. Throws `usage_error` out of range.
+  /// The coordinates of parent rank (row-major index) `rank`. Throws
+  /// `usage_error` out of range.
   std::vector<int> coordinates_of(int rank) const;
   /// The index of dimension `name`. Throws `usage_error` for an unknown name.
   int index(std::string_view name) const;
