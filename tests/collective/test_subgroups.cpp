@@ -107,7 +107,8 @@ BOOST_AUTO_TEST_CASE(split_by_colors_and_keys, *utf::timeout(120)) {
 
 // new_group over parent ranks {3, 1} of 4 (unsorted): 1 becomes rank 0, 3
 // rank 1; 0 and 2 get null. Bad rank lists throw on every rank before any
-// communication, and the parent stays usable.
+// communication, and the parent stays usable. A group's timeout is the
+// split's, or the parent's; aborting the parent leaves a subgroup working.
 BOOST_AUTO_TEST_CASE(new_group_over_a_subset, *utf::timeout(120)) {
   thread_ranks job;
   require_all_ok(job.run(4, [&](int r) {
@@ -129,10 +130,19 @@ BOOST_AUTO_TEST_CASE(new_group_over_a_subset, *utf::timeout(120)) {
     require_throws<corodist::usage_error>([&] { blocking(job, cc::new_group(nullptr, {0})); }, "null parent");
     require_throws<corodist::usage_error>([&] { blocking(job, parent->split(-2, 0)); }, "negative color");
     RANK_REQUIRE(parent->sequence_number() == 2);
-    // Every rank, in a new group of all ranks: a copy of the parent.
-    auto all = blocking(job, cc::new_group(parent, {0, 1, 2, 3}));
+    // Every rank, in a new group of all ranks: a copy of the parent, with the
+    // split's own timeout.
+    cc::split_options o;
+    o.timeout = std::chrono::seconds(7);
+    auto all = blocking(job, cc::new_group(parent, {0, 1, 2, 3}, o));
     RANK_REQUIRE(all && all->rank() == r && all->size() == 4);
+    RANK_REQUIRE(all->timeout().length() == std::chrono::seconds(7));
+    RANK_REQUIRE(g == nullptr || g->timeout().length() == parent->timeout().length()); // inherited
     RANK_REQUIRE(sum_over(*all, r + 1) == 10);
+    // The parent's abort leaves its subgroups working.
+    parent->abort("test");
+    RANK_REQUIRE(!all->aborted());
+    RANK_REQUIRE(sum_over(*all, 1) == 4);
   }));
 }
 

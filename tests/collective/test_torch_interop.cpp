@@ -8,6 +8,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/collective/new_group.hpp>
 #include <corodist/core/run_blocking.hpp>
+#include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
@@ -105,6 +106,11 @@ std::string run_subgroups(event_loop& loop, const std::shared_ptr<cc::process_gr
       others.push_back(r);
   const std::vector<std::vector<int>> lists{{cpp_rank, 1}, others, {0, 2, 3}};
   std::string bad;
+  try { // PyTorch has no split: refused before anything is sent
+    (void)corodist::run_blocking(loop.get_executor(), pg->split(0, rank), "split");
+    bad += "split on a PyTorch group did not throw; ";
+  } catch (const corodist::usage_error&) {
+  }
   for (const auto& ranks : lists) {
     auto g = corodist::run_blocking(loop.get_executor(), cc::new_group(pg, ranks), "new_group");
     const bool member = std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
