@@ -163,8 +163,8 @@ asio::awaitable<std::string> missing_ranks(store::store& gloo_keys, int size) {
 // number that the group's rank 0 publishes.
 asio::awaitable<void> pytorch_handshake(const group_stores& s, const gloo_options& opts, int rank, int size) {
   const int world = opts.pytorch->world_size > 0 ? opts.pytorch->world_size : size;
-  co_await detail::pytorch_store_barrier(*s.job, opts.pytorch->group_index, world, opts.timeout,
-                                         create_text(opts, rank, size));
+  const auto what = create_text(opts, rank, size);
+  co_await detail::pytorch_store_barrier(*s.job, opts.pytorch->group_index, world, opts.timeout, what);
   if (rank == 0) {
     std::uint64_t seq = std::random_device{}();
     std::string bytes(8, '\0');

@@ -58,9 +58,8 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::pytorch_new_group(std::
     // PyTorch's non-members take the group number and run the barrier only.
     std::shared_ptr<store::store> job =
         py.store_prefix.empty() ? impl_->store : std::make_shared<store::prefix_store>(py.store_prefix, impl_->store);
-    co_await detail::pytorch_store_barrier(
-        *job, index, size(), limit,
-        fmt::format("new_group (PyTorch group {}, rank {} of the job, not a member)", index, rank()));
+    const auto what = fmt::format("new_group (PyTorch group {}, rank {} of the job, not a member)", index, rank());
+    co_await detail::pytorch_store_barrier(*job, index, size(), limit, what);
     co_return nullptr;
   }
   gloo_options o = impl_->opts;
