@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include <cstddef>
+
 namespace corodist::collective {
 
 std::string_view to_string(collective_kind k) noexcept {
@@ -219,6 +221,15 @@ void check_all_to_all(const collective_call& call, int size) {
   }
 }
 
+void check_all_to_all_self(const collective_call& call, int rank, int size) {
+  const auto me = static_cast<std::size_t>(rank);
+  const auto& in = call.tensors[me];
+  const auto& out = call.tensors[static_cast<std::size_t>(size) + me];
+  if (in.count() != out.count())
+    bad_call(call, fmt::format("input {} has {} elements but output {} (this rank's own) has {}", rank, in.count(),
+                               rank, out.count()));
+}
+
 void check_p2p(const collective_call& call, int rank, int size) {
   if (call.p2p.empty())
     bad_call(call, "no sends or receives given");
@@ -272,13 +283,26 @@ work process_group::issue(collective_call call, call_options opts) {
   case collective_kind::batch_isend_irecv:
     check_p2p(call, rank_, size_);
     break;
-  case collective_kind::all_to_all_single:
+  case collective_kind::all_to_all_single: {
     check_pair(call);
     check_splits(call, call.in_splits, call.tensors[0], "input", "in_splits", size_);
     check_splits(call, call.out_splits, call.tensors[1], "output", "out_splits", size_);
+    const auto me = static_cast<std::size_t>(rank_);
+    const auto n = static_cast<std::size_t>(size_);
+    const auto to_self = call.in_splits.empty() ? call.tensors[0].count() / n : call.in_splits[me];
+    const auto from_self = call.out_splits.empty() ? call.tensors[1].count() / n : call.out_splits[me];
+    if (to_self != from_self)
+      bad_call(call, fmt::format("this rank sends itself {} elements but expects {} from itself", to_self, from_self));
+    const auto* a = static_cast<const std::byte*>(call.tensors[0].data());
+    const auto* b = static_cast<const std::byte*>(call.tensors[1].data());
+    if (call.tensors[0].bytes() > 0 && call.tensors[1].bytes() > 0 && a < b + call.tensors[1].bytes() &&
+        b < a + call.tensors[0].bytes())
+      bad_call(call, "the input and the output overlap (an all-to-all cannot run in place)");
     break;
+  }
   case collective_kind::all_to_all:
     check_all_to_all(call, size_);
+    check_all_to_all_self(call, rank_, size_);
     break;
   case collective_kind::gather:
   case collective_kind::scatter: {
@@ -334,35 +358,16 @@ work process_group::issue(collective_call call, call_options opts) {
   return submit(std::move(call));
 }
 
-work process_group::allreduce(tensor_view t, reduce_op op, call_options opts) {
-  return issue({collective_kind::allreduce, {t}, op, 0, {}}, opts);
-}
-
-work process_group::allreduce_coalesced(std::vector<tensor_view> ts, reduce_op op, call_options opts) {
-  return issue({collective_kind::allreduce_coalesced, std::move(ts), op, 0, {}}, opts);
-}
-
-work process_group::broadcast(tensor_view t, int root, call_options opts) {
-  return issue({collective_kind::broadcast, {t}, reduce_op::sum, root, {}}, opts);
-}
-
-work process_group::broadcast_coalesced(std::vector<tensor_view> ts, int root, call_options opts) {
-  return issue({collective_kind::broadcast_coalesced, std::move(ts), reduce_op::sum, root, {}}, opts);
-}
-
-work process_group::allgather(tensor_view input, tensor_view output, call_options opts) {
-  return issue({collective_kind::allgather, {input, output}, reduce_op::sum, 0, {}}, opts);
-}
-
-work process_group::reduce_scatter(tensor_view input, tensor_view output, reduce_op op, call_options opts) {
-  return issue({collective_kind::reduce_scatter, {input, output}, op, 0, {}}, opts);
-}
-
-work process_group::barrier(call_options opts) {
-  return issue({collective_kind::barrier, {}, reduce_op::sum, 0, {}}, opts);
-}
-
 namespace {
+collective_call make_call(collective_kind kind, std::vector<tensor_view> tensors, reduce_op op, int root) {
+  collective_call c;
+  c.kind = kind;
+  c.tensors = std::move(tensors);
+  c.op = op;
+  c.root = root;
+  return c;
+}
+
 collective_call p2p_call(collective_kind kind, std::vector<p2p_op> ops) {
   collective_call c;
   c.kind = kind;
@@ -370,6 +375,35 @@ collective_call p2p_call(collective_kind kind, std::vector<p2p_op> ops) {
   return c;
 }
 } // namespace
+
+work process_group::allreduce(tensor_view t, reduce_op op, call_options opts) {
+  return issue(make_call(collective_kind::allreduce, {t}, op, 0), opts);
+}
+
+work process_group::allreduce_coalesced(std::vector<tensor_view> ts, reduce_op op, call_options opts) {
+  return issue(make_call(collective_kind::allreduce_coalesced, std::move(ts), op, 0), opts);
+}
+
+work process_group::broadcast(tensor_view t, int root, call_options opts) {
+  return issue(make_call(collective_kind::broadcast, {t}, reduce_op::sum, root), opts);
+}
+
+work process_group::broadcast_coalesced(std::vector<tensor_view> ts, int root, call_options opts) {
+  return issue(make_call(collective_kind::broadcast_coalesced, std::move(ts), reduce_op::sum, root), opts);
+}
+
+work process_group::allgather(tensor_view input, tensor_view output, call_options opts) {
+  return issue(make_call(collective_kind::allgather, {input, output}, reduce_op::sum, 0), opts);
+}
+
+work process_group::reduce_scatter(tensor_view input, tensor_view output, reduce_op op, call_options opts) {
+  return issue(make_call(collective_kind::reduce_scatter, {input, output}, op, 0), opts);
+}
+
+work process_group::barrier(call_options opts) {
+  return issue(make_call(collective_kind::barrier, {}, reduce_op::sum, 0), opts);
+}
+
 
 work process_group::send(tensor_view t, int dst, std::uint32_t tag, call_options opts) {
   return issue(p2p_call(collective_kind::send, {p2p_op::isend(t, dst, tag)}), opts);
@@ -385,7 +419,7 @@ work process_group::batch_isend_irecv(std::vector<p2p_op> ops, call_options opts
 
 work process_group::all_to_all_single(tensor_view input, tensor_view output, std::vector<std::size_t> in_splits,
                                       std::vector<std::size_t> out_splits, call_options opts) {
-  collective_call c{collective_kind::all_to_all_single, {input, output}, reduce_op::sum, 0, {}};
+  auto c = make_call(collective_kind::all_to_all_single, {input, output}, reduce_op::sum, 0);
   c.in_splits = std::move(in_splits);
   c.out_splits = std::move(out_splits);
   return issue(std::move(c), opts);
@@ -393,7 +427,7 @@ work process_group::all_to_all_single(tensor_view input, tensor_view output, std
 
 work process_group::all_to_all(std::vector<tensor_view> inputs, std::vector<tensor_view> outputs,
                                call_options opts) {
-  collective_call c{collective_kind::all_to_all, std::move(inputs), reduce_op::sum, 0, {}};
+  auto c = make_call(collective_kind::all_to_all, std::move(inputs), reduce_op::sum, 0);
   c.tensors.insert(c.tensors.end(), outputs.begin(), outputs.end());
   if (outputs.size() != c.tensors.size() - outputs.size())
     bad_call(c, fmt::format("{} inputs but {} outputs (one each per rank)", c.tensors.size() - outputs.size(),
@@ -402,26 +436,26 @@ work process_group::all_to_all(std::vector<tensor_view> inputs, std::vector<tens
 }
 
 work process_group::gather(tensor_view input, tensor_view output, int root, call_options opts) {
-  return issue({collective_kind::gather, {input, output}, reduce_op::sum, root, {}}, opts);
+  return issue(make_call(collective_kind::gather, {input, output}, reduce_op::sum, root), opts);
 }
 
 work process_group::scatter(tensor_view input, tensor_view output, int root, call_options opts) {
-  return issue({collective_kind::scatter, {input, output}, reduce_op::sum, root, {}}, opts);
+  return issue(make_call(collective_kind::scatter, {input, output}, reduce_op::sum, root), opts);
 }
 
 work process_group::reduce(tensor_view t, int root, reduce_op op, call_options opts) {
-  return issue({collective_kind::reduce, {t}, op, root, {}}, opts);
+  return issue(make_call(collective_kind::reduce, {t}, op, root), opts);
 }
 
 work process_group::allgatherv(tensor_view input, tensor_view output, std::vector<std::size_t> counts,
                                call_options opts) {
-  collective_call c{collective_kind::allgatherv, {input, output}, reduce_op::sum, 0, {}};
+  auto c = make_call(collective_kind::allgatherv, {input, output}, reduce_op::sum, 0);
   c.in_splits = std::move(counts);
   return issue(std::move(c), opts);
 }
 
 work process_group::monitored_barrier(call_options opts) {
-  return issue({collective_kind::monitored_barrier, {}, reduce_op::sum, 0, {}}, opts);
+  return issue(make_call(collective_kind::monitored_barrier, {}, reduce_op::sum, 0), opts);
 }
 
 asio::awaitable<std::shared_ptr<process_group>> process_group::split(int, int, split_options) {

@@ -243,4 +243,178 @@ inline failures check_every_collective(cc::process_group& pg) {
   return f;
 }
 
+/// The value rank `src` sends rank `dst` at element `i` of an all-to-all or
+/// point-to-point exchange (exact in every dtype).
+inline double pair_value(int src, int dst, std::size_t i) {
+  return static_cast<double>((src * 17 + dst * 5 + static_cast<int>(i % 23)) % 61);
+}
+
+/// The elements rank `src` sends rank `dst` in the skewed all-to-all: 0 for
+/// some pairs, up to 12 for others.
+inline std::size_t skewed_count(int src, int dst) { return static_cast<std::size_t>((src * 7 + dst * 3) % 13); }
+
+/// The operations beyond the classic collectives, every dtype where it
+/// matters: gather, scatter and reduce from each root (every op), all_to_all_single
+/// even and skewed, all_to_all over lists, allgatherv, send/recv around a
+/// ring (batched, in opposite orders on odd and even ranks) and monitored_barrier.
+inline failures check_every_new_operation(cc::process_group& pg) {
+  failures f;
+  const int n = pg.size(), me = pg.rank();
+  const auto un = static_cast<std::size_t>(n);
+  for (auto t : all_dtypes)
+    for (int root = 0; root < n; ++root) {
+      const std::size_t per = 21;
+      buffer in(t, per), out(t, me == root ? per * un : 0);
+      for (std::size_t i = 0; i < per; ++i)
+        in.set(i, pair_value(me, root, i));
+      const auto what = "gather " + std::string(cc::to_string(t)) + " to " + std::to_string(root);
+      if (f.run(what, pg.gather(in.view(), out.view(), root)) && me == root)
+        f.compare(what, out, [&](std::size_t i) { return pair_value(static_cast<int>(i / per), root, i % per); });
+      buffer whole(t, me == root ? per * un : 0), mine(t, per);
+      for (std::size_t i = 0; i < whole.count; ++i)
+        whole.set(i, pair_value(root, static_cast<int>(i / per), i % per));
+      const auto swhat = "scatter " + std::string(cc::to_string(t)) + " from " + std::to_string(root);
+      if (f.run(swhat, pg.scatter(whole.view(), mine.view(), root)))
+        f.compare(swhat, mine, [&](std::size_t i) { return pair_value(root, me, i); });
+    }
+  for (auto t : all_dtypes)
+    for (auto op : all_ops)
+      for (int root = 0; root < n; ++root) {
+        buffer b(t, 77);
+        for (std::size_t i = 0; i < b.count; ++i)
+          b.set(i, input_value(me, i, t, op));
+        const auto what = "reduce " + name_of(t, op, b.count) + " to " + std::to_string(root);
+        if (f.run(what, pg.reduce(b.view(), root, op)) && me == root)
+          f.compare(what, b, [&](std::size_t i) { return expected_value(n, i, t, op); });
+      }
+  for (auto t : {cc::dtype::float32, cc::dtype::int64, cc::dtype::uint8, cc::dtype::float16}) {
+    const std::size_t per = 9;
+    buffer in(t, per * un), out(t, per * un);
+    for (std::size_t i = 0; i < in.count; ++i)
+      in.set(i, pair_value(me, static_cast<int>(i / per), i % per));
+    const auto what = "all_to_all_single even " + std::string(cc::to_string(t));
+    if (f.run(what, pg.all_to_all_single(in.view(), out.view())))
+      f.compare(what, out, [&](std::size_t i) { return pair_value(static_cast<int>(i / per), me, i % per); });
+    // Skewed: rank src sends skewed_count(src, dst) elements to dst.
+    std::vector<std::size_t> ins, outs, out_at;
+    std::size_t in_total = 0, out_total = 0;
+    for (int p = 0; p < n; ++p) {
+      ins.push_back(skewed_count(me, p));
+      outs.push_back(skewed_count(p, me));
+      out_at.push_back(out_total);
+      in_total += ins.back();
+      out_total += outs.back();
+    }
+    buffer sin(t, in_total), sout(t, out_total);
+    for (std::size_t at = 0, p = 0; p < un; at += ins[p], ++p)
+      for (std::size_t i = 0; i < ins[p]; ++i)
+        sin.set(at + i, pair_value(me, static_cast<int>(p), i));
+    const auto swhat = "all_to_all_single skewed " + std::string(cc::to_string(t));
+    if (f.run(swhat, pg.all_to_all_single(sin.view(), sout.view(), ins, outs)))
+      f.compare(swhat, sout, [&](std::size_t i) {
+        std::size_t p = un - 1;
+        while (out_at[p] > i)
+          --p;
+        return pair_value(static_cast<int>(p), me, i - out_at[p]);
+      });
+    // Lists: the same skewed counts, one buffer per rank.
+    std::vector<buffer> lin, lout;
+    std::vector<cc::tensor_view> vin, vout;
+    for (int p = 0; p < n; ++p) {
+      lin.emplace_back(t, skewed_count(me, p));
+      lout.emplace_back(t, skewed_count(p, me));
+    }
+    for (int p = 0; p < n; ++p) {
+      for (std::size_t i = 0; i < lin[static_cast<std::size_t>(p)].count; ++i)
+        lin[static_cast<std::size_t>(p)].set(i, pair_value(me, p, i));
+      vin.push_back(lin[static_cast<std::size_t>(p)].view());
+      vout.push_back(lout[static_cast<std::size_t>(p)].view());
+    }
+    const auto lwhat = "all_to_all lists " + std::string(cc::to_string(t));
+    if (f.run(lwhat, pg.all_to_all(vin, vout)))
+      for (int p = 0; p < n; ++p)
+        f.compare(lwhat + " from " + std::to_string(p), lout[static_cast<std::size_t>(p)],
+                  [&](std::size_t i) { return pair_value(p, me, i); });
+    // allgatherv: rank r contributes skewed_count(r, 0) + 1 elements.
+    std::vector<std::size_t> counts, at;
+    std::size_t total = 0;
+    for (int p = 0; p < n; ++p) {
+      counts.push_back(skewed_count(p, 0) + 1);
+      at.push_back(total);
+      total += counts.back();
+    }
+    buffer gin(t, counts[static_cast<std::size_t>(me)]), gout(t, total);
+    for (std::size_t i = 0; i < gin.count; ++i)
+      gin.set(i, pair_value(me, 0, i));
+    const auto gwhat = "allgatherv " + std::string(cc::to_string(t));
+    if (f.run(gwhat, pg.allgatherv(gin.view(), gout.view(), counts)))
+      f.compare(gwhat, gout, [&](std::size_t i) {
+        std::size_t p = un - 1;
+        while (at[p] > i)
+          --p;
+        return pair_value(static_cast<int>(p), 0, i - at[p]);
+      });
+  }
+  if (n > 1) {
+    // A ring: each rank sends to the next and receives from the previous, in
+    // one batch listed receive-first on even ranks and send-first on odd ones.
+    const int next = (me + 1) % n, prev = (me + n - 1) % n;
+    for (auto t : all_dtypes) {
+      buffer out(t, 1000), in(t, 1000);
+      for (std::size_t i = 0; i < out.count; ++i)
+        out.set(i, pair_value(me, next, i));
+      std::vector<cc::p2p_op> ops{cc::p2p_op::isend(out.view(), next, 3), cc::p2p_op::irecv(in.view(), prev, 3)};
+      if (me % 2 == 0)
+        std::swap(ops[0], ops[1]);
+      const auto what = "batch_isend_irecv ring " + std::string(cc::to_string(t));
+      if (f.run(what, pg.batch_isend_irecv(ops)))
+        f.compare(what, in, [&](std::size_t i) { return pair_value(prev, me, i); });
+    }
+    // Single sends and receives: every rank sends rank 0 a buffer; rank 0
+    // receives them from any rank, one at a time, and checks who sent which.
+    if (me != 0) {
+      buffer one(cc::dtype::int64, 5);
+      for (std::size_t i = 0; i < one.count; ++i)
+        one.set(i, pair_value(me, 0, i));
+      f.run("send to 0", pg.send(one.view(), 0, 11));
+    } else {
+      std::vector<int> seen(un, 0);
+      for (int k = 1; k < n; ++k) {
+        buffer got(cc::dtype::int64, 5);
+        cc::work w = pg.recv(got.view(), cc::any_source, 11);
+        try {
+          w.get();
+          const int src = w.source_rank();
+          if (src < 1 || src >= n || seen[static_cast<std::size_t>(src)]++ != 0) {
+            f.fail("recv from any rank: source_rank() is " + std::to_string(src));
+            continue;
+          }
+          f.compare("recv from any rank (" + std::to_string(src) + ")", got,
+                    [&](std::size_t i) { return pair_value(src, 0, i); });
+        } catch (const std::exception& e) {
+          f.fail(std::string("recv from any rank: threw ") + e.what());
+        }
+      }
+    }
+    // A receive from a named rank reports it as the source too.
+    buffer b(cc::dtype::float32, 3);
+    for (std::size_t i = 0; i < b.count; ++i)
+      b.set(i, pair_value(me, next, i));
+    cc::work s = pg.send(b.view(), next, 12);
+    buffer got(cc::dtype::float32, 3);
+    cc::work r = pg.recv(got.view(), prev, 12);
+    try {
+      s.get();
+      r.get();
+      if (r.source_rank() != prev)
+        f.fail("recv from " + std::to_string(prev) + ": source_rank() is " + std::to_string(r.source_rank()));
+      f.compare("send/recv around the ring", got, [&](std::size_t i) { return pair_value(prev, me, i); });
+    } catch (const std::exception& e) {
+      f.fail(std::string("send/recv around the ring: threw ") + e.what());
+    }
+  }
+  f.run("monitored_barrier", pg.monitored_barrier());
+  return f;
+}
+
 } // namespace corodist::test

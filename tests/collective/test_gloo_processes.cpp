@@ -72,6 +72,13 @@ int every_collective(cc::gloo_group& pg) {
   return f.ok() ? 0 : 1;
 }
 
+int every_new_operation(cc::gloo_group& pg) {
+  auto f = corodist::test::check_every_new_operation(pg);
+  if (!f.ok())
+    std::fprintf(stderr, "rank %d of %d:\n%s", pg.rank(), pg.size(), f.text().c_str());
+  return f.ok() ? 0 : 1;
+}
+
 /// Runs `size` rank processes; returns their exit codes.
 std::vector<int> run_processes(store_host& host, int size, const std::string& prefix,
                                const std::function<int(cc::gloo_group&)>& body, bool check_calls = false) {
@@ -318,6 +325,41 @@ BOOST_AUTO_TEST_CASE(every_collective_on_2_3_and_4_process_ranks, *utf::timeout(
     for (int r = 0; r < size; ++r)
       BOOST_TEST(codes[static_cast<std::size_t>(r)] == 0, "rank " << r << " of " << size);
   }
+}
+
+// Point-to-point, all-to-all, gather, scatter, reduce, allgatherv and
+// monitored_barrier (4 ranks with the call-header check on, 2 without).
+BOOST_AUTO_TEST_CASE(every_exchange_on_2_and_4_process_ranks, *utf::timeout(180)) {
+  store_host host;
+  for (int size : {2, 4}) {
+    auto codes = run_processes(host, size, "exchanges/" + std::to_string(size), every_new_operation, size == 4);
+    for (int r = 0; r < size; ++r)
+      BOOST_TEST(codes[static_cast<std::size_t>(r)] == 0, "rank " << r << " of " << size);
+  }
+}
+
+// Rank 2 ends its process while ranks 0 and 1 wait to receive from it: their
+// receives fail with rank_lost_error naming rank 2 (its member key vanished
+// or its connection reset), well before their deadline.
+BOOST_AUTO_TEST_CASE(a_lost_rank_fails_the_receives_waiting_for_it, *utf::timeout(120)) {
+  store_host host;
+  auto codes = run_processes(host, 3, "p2p_lost", [](cc::gloo_group& pg) -> int {
+    if (pg.rank() == 2)
+      ::_exit(0); // gone, with no goodbye
+    std::vector<float> x(100);
+    try {
+      pg.recv(x, 2).get();
+      return 5;
+    } catch (const cc::rank_lost_error& e) {
+      std::fprintf(stderr, "rank %d as expected: %s\n", pg.rank(), e.what());
+      return e.rank() == 2 ? 0 : 3;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", pg.rank(), e.what());
+      return 4;
+    }
+  });
+  BOOST_TEST(codes[0] == 0);
+  BOOST_TEST(codes[1] == 0);
 }
 
 // One 64 MiB float32 allreduce (16 Mi elements) between two processes.

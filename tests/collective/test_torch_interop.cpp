@@ -2,14 +2,15 @@
 // python3-torch): one C++ rank among PyTorch ranks on PyTorch's own TCPStore
 // master, and rank 0 in C++ hosting the store for PyTorch ranks. Both sides
 // run the same collectives (tests/collective/pytorch/torch_gloo_job.py) and
-// check the results.
+// check the results: the classic collectives, then send/recv, all_to_all_single
+// (even and uneven), gather, scatter and reduce.
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/collective/new_group.hpp>
-#include <corodist/core/run_blocking.hpp>
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 #include <corodist/store/torch_store.hpp>
@@ -17,8 +18,8 @@
 #include "collective/gloo_fixtures.hpp"
 #include "support/program.hpp"
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 
 using namespace std::chrono_literals;
@@ -138,6 +139,68 @@ std::string run_subgroups(event_loop& loop, const std::shared_ptr<cc::process_gr
   return bad;
 }
 
+/// The C++ side of torch_gloo_job.py's exchanges(); returns what went wrong ("" if nothing).
+std::string run_exchanges(cc::process_group& pg, int cpp_rank) {
+  const int rank = pg.rank(), world = pg.size();
+  const auto n = static_cast<std::size_t>(world);
+  std::string bad;
+  auto expect = [&](bool ok, const char* what) {
+    if (!ok)
+      bad += std::string(what) + "; ";
+  };
+  const int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  std::vector<float> out(6), in(6, 0.0f);
+  for (int i = 0; i < 6; ++i)
+    out[static_cast<std::size_t>(i)] = static_cast<float>(i + 100 * rank);
+  pg.batch_isend_irecv({cc::p2p_op::isend(out, next, 5), cc::p2p_op::irecv(in, prev, 5)}).get();
+  expect(in[0] == static_cast<float>(100 * prev) && in[5] == static_cast<float>(5 + 100 * prev), "isend/irecv ring");
+
+  std::vector<std::int64_t> even_in, even_out(2 * n, -1), even_want;
+  for (int j = 0; j < world; ++j)
+    for (int k = 0; k < 2; ++k) {
+      even_in.push_back(rank * 10 + j);
+      even_want.push_back(j * 10 + rank);
+    }
+  pg.all_to_all_single(even_in, even_out).get();
+  expect(even_out == even_want, "all_to_all_single even");
+
+  std::vector<std::size_t> ins, outs;
+  std::vector<float> un_in, un_want;
+  for (int d = 0; d < world; ++d) {
+    ins.push_back(static_cast<std::size_t>((rank + d) % 3 + 1));
+    outs.push_back(static_cast<std::size_t>((d + rank) % 3 + 1));
+    un_in.insert(un_in.end(), ins.back(), static_cast<float>(rank * 100 + d));
+    un_want.insert(un_want.end(), outs.back(), static_cast<float>(d * 100 + rank));
+  }
+  std::vector<float> un_out(un_want.size(), -1.0f);
+  pg.all_to_all_single(un_in, un_out, ins, outs).get();
+  expect(un_out == un_want, "all_to_all_single uneven");
+
+  std::vector<double> g_in(4, static_cast<double>(rank)), g_out(rank == cpp_rank ? 4 * n : 0);
+  pg.gather(g_in, g_out, cpp_rank).get();
+  if (rank == cpp_rank)
+    for (int r = 0; r < world; ++r)
+      expect(g_out[static_cast<std::size_t>(4 * r + 3)] == r, "gather");
+
+  std::vector<std::int32_t> s_in, s_out(3, -1);
+  if (rank == 0)
+    for (int j = 0; j < world; ++j)
+      s_in.insert(s_in.end(), 3, j * 7);
+  pg.scatter(s_in, s_out, 0).get();
+  expect(s_out == std::vector<std::int32_t>(3, rank * 7), "scatter");
+
+  std::vector<float> r_sum(1000, static_cast<float>(rank + 1));
+  pg.reduce(r_sum, cpp_rank).get();
+  if (rank == cpp_rank)
+    expect(r_sum[999] == static_cast<float>(world * (world + 1) / 2), "reduce sum");
+  std::vector<std::int64_t> r_max{rank, 5 - rank};
+  pg.reduce(r_max, 0, cc::reduce_op::max).get();
+  if (rank == 0)
+    expect(r_max == std::vector<std::int64_t>{world - 1, 5}, "reduce max");
+  pg.barrier().get();
+  return bad;
+}
+
 cc::gloo_options pytorch_options(std::string store_prefix) {
   cc::gloo_options o;
   o.host = "127.0.0.1";
@@ -162,6 +225,7 @@ BOOST_AUTO_TEST_CASE(cpp_rank_joins_pytorch_ranks_on_their_master, *utf::precond
   loop.start();
   auto pg = cc::gloo_group::create_sync(pytorch_client(loop, port), 2, 3, pytorch_options("default_pg"));
   BOOST_TEST(run_job(*pg, 2) == "");
+  BOOST_TEST(run_exchanges(*pg, 2) == "");
   const int rc = job.wait(120s);
   BOOST_TEST_INFO("torch_gloo_job.py output:\n" << job.output());
   BOOST_TEST(rc == 0);
@@ -181,6 +245,7 @@ BOOST_AUTO_TEST_CASE(cpp_rank_0_hosts_the_store_for_pytorch_ranks, *utf::precond
   program job({"timeout", "150", python(), job_script, "cpp-master", "3", std::to_string(port)});
   auto pg = cc::gloo_group::create_sync(pytorch_client(loop, port), 0, 3, pytorch_options(""));
   BOOST_TEST(run_job(*pg, 0) == "");
+  BOOST_TEST(run_exchanges(*pg, 0) == "");
   const int rc = job.wait(120s);
   BOOST_TEST_INFO("torch_gloo_job.py output:\n" << job.output());
   BOOST_TEST(rc == 0);

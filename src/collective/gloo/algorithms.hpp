@@ -80,6 +80,23 @@ std::size_t reduced_bytes(const tensor_view& t, reduce_op op);
 /// Allreduce of `t` with `op`, avg included (integers via int64).
 void allreduce_one(const gloo_call& gc, const tensor_view& t, reduce_op op);
 
+// ---- rooted.cpp ----
+
+/// Gather of every rank's `in` into `out` on `root`.
+void gather(const gloo_call& gc, const tensor_view& in, const tensor_view& out, int root);
+
+/// Scatter of `in`'s blocks on `root` into every rank's `out`.
+void scatter(const gloo_call& gc, const tensor_view& in, const tensor_view& out, int root);
+
+/// Reduce of `t` with `op` into `t` on `root` (avg included, integers via int64).
+void reduce_one(const gloo_call& gc, const tensor_view& t, reduce_op op, int root);
+
+// ---- all_to_all.cpp ----
+
+/// all_to_all_single or all_to_all of `call`; `pytorch`: as PyTorch's ranks
+/// run it (Gloo's alltoall/alltoallv), else on slots that carry each block's size.
+void all_to_all(const gloo_call& gc, const collective_call& call, bool pytorch);
+
 // ---- broadcast.cpp ----
 
 /// Broadcast of `t` from `root`.
@@ -89,6 +106,10 @@ void broadcast_one(const gloo_call& gc, const tensor_view& t, int root);
 
 /// Allgather of `in` from every rank into `out` (more than one rank).
 void allgather(const gloo_call& gc, const tensor_view& in, const tensor_view& out);
+
+/// Allgather of `counts[r]` elements from each rank r into `out`.
+void allgatherv(const gloo_call& gc, const tensor_view& in, const tensor_view& out,
+                const std::vector<std::size_t>& counts);
 
 // ---- reduce_scatter.cpp ----
 

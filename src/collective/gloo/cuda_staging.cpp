@@ -24,12 +24,37 @@ void wait_until(const cuda_event& e, clock::time_point deadline, const char* wha
   }
 }
 
-// Whether tensor k of `call` is read (input) and written (output) by the collective.
+// Whether tensor k of `call` is read (input) and written (output) by the
+// collective. Point-to-point calls list their entries' buffers in `tensors`.
 bool is_input(const collective_call& call, std::size_t k) {
-  return !(call.kind == collective_kind::allgather || call.kind == collective_kind::reduce_scatter) || k == 0;
+  switch (call.kind) {
+  case collective_kind::allgather:
+  case collective_kind::reduce_scatter:
+  case collective_kind::all_to_all_single:
+  case collective_kind::gather:
+  case collective_kind::scatter:
+  case collective_kind::allgatherv: return k == 0;
+  case collective_kind::all_to_all: return k < call.tensors.size() / 2;
+  case collective_kind::send:
+  case collective_kind::recv:
+  case collective_kind::batch_isend_irecv: return call.p2p.at(k).dir == p2p_op::direction::send;
+  default: return true;
+  }
 }
 bool is_output(const collective_call& call, std::size_t k) {
-  return !(call.kind == collective_kind::allgather || call.kind == collective_kind::reduce_scatter) || k == 1;
+  switch (call.kind) {
+  case collective_kind::allgather:
+  case collective_kind::reduce_scatter:
+  case collective_kind::all_to_all_single:
+  case collective_kind::gather:
+  case collective_kind::scatter:
+  case collective_kind::allgatherv: return k == 1;
+  case collective_kind::all_to_all: return k >= call.tensors.size() / 2;
+  case collective_kind::send:
+  case collective_kind::recv:
+  case collective_kind::batch_isend_irecv: return call.p2p.at(k).dir == p2p_op::direction::recv;
+  default: return true;
+  }
 }
 
 } // namespace

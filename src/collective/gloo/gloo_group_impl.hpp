@@ -16,6 +16,7 @@
 #include "collective/work_state.hpp"
 
 #include <gloo/rendezvous/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <atomic>
 #include <chrono>
@@ -58,6 +59,8 @@ struct pending_op {
   std::string mismatch;
   /// CUDA buffers: their host copies (null for host buffers).
   std::unique_ptr<cuda_staging> staging;
+  /// Point-to-point calls: one Gloo buffer per entry of call.p2p, posted at issue.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> p2p_buffers;
 };
 
 } // namespace detail
@@ -78,6 +81,9 @@ struct gloo_group::impl {
   work submit(collective_call call);
   /// Runs `op` on a communication thread and completes its work.
   void run(pending_op& op);
+  /// Runs monitored_barrier `op` and completes its work (naming the ranks
+  /// that did not arrive; that aborts the group).
+  void run_monitored_barrier(pending_op& op, const detail::gloo_call& gc);
   /// Completes `op`'s work with the error of a Gloo call that threw `what`
   /// (a timeout, an abort, or a failure that aborts the group).
   void failed(pending_op& op, const char* what);
@@ -93,6 +99,22 @@ struct gloo_group::impl {
   collective_error error_of(const pending_op& op, const std::string& what) const;
   collective_timeout_error timeout_of(const pending_op& op, const std::string& what) const;
   std::string timed_out_text(const pending_op& op) const;
+
+  // ---- point-to-point (point_to_point.cpp) ----
+
+  /// Numbers a send/recv/batch with the point-to-point counter, posts its
+  /// sends and receives to Gloo at once (so that exchanges in any order
+  /// progress), and queues the wait for them on the point-to-point thread.
+  work submit_p2p(collective_call call);
+  /// On the point-to-point thread: waits for `op`'s buffers (bounded by the
+  /// earliest deadline pending), then completes its work.
+  void wait_p2p(pending_op& op);
+  /// Completes `op`'s work with the error of a Gloo wait that threw `what`.
+  void p2p_failed(pending_op& op, std::size_t entry, const char* what);
+  /// Completes a point-to-point `op` (null: success) and drops it from `p2p_queue`.
+  void finish_p2p(const pending_op& op, std::exception_ptr e);
+  /// "rank 1 posted no matching recv(float32 x 4 from rank 0, tag 0) within 5000 ms".
+  std::string p2p_timeout_text(const pending_op& op, std::size_t entry) const;
 
   // ---- the watchdog and abort (watchdog.cpp) ----
 
@@ -165,6 +187,12 @@ struct gloo_group::impl {
   /// How long a failed Gloo call looks for a vanished member key.
   static constexpr std::chrono::milliseconds member_poll_limit{500};
   std::map<std::uint64_t, std::shared_ptr<pending_op>> inflight;
+  /// Point-to-point calls issued and not completed, in issue order, and
+  /// their counter (they are not numbered with the collectives).
+  std::map<std::uint64_t, std::shared_ptr<pending_op>> p2p_queue;
+  std::uint64_t next_p2p = 0;
+  /// The point-to-point thread (made at the first send or receive).
+  std::unique_ptr<worker_thread> p2p_waiter;
   bool stopping = false;
   clock::time_point watchdog_wakes_at = clock::time_point::max();
   std::condition_variable watchdog_cv;

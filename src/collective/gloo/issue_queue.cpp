@@ -14,6 +14,13 @@ namespace corodist::collective {
 using detail::work_state;
 
 work gloo_group::impl::submit(collective_call call) {
+  if (opts.pytorch && (call.kind == collective_kind::all_to_all || call.kind == collective_kind::monitored_barrier))
+    throw usage_error(fmt::format("{}: not available in a group joined to a PyTorch job (PyTorch 1.13's gloo has "
+                                  "no matching call{})",
+                                  to_string(call.kind),
+                                  call.kind == collective_kind::all_to_all ? "; use all_to_all_single" : ""));
+  if (is_point_to_point(call.kind))
+    return submit_p2p(std::move(call));
   // CUDA buffers: copied to pinned host memory on the group's stream, after the caller's.
   auto staged = detail::cuda_staging::stage(call, staging);
   std::unique_lock lk(mutex);
@@ -28,6 +35,10 @@ work gloo_group::impl::submit(collective_call call) {
   auto op = std::make_shared<pending_op>();
   op->seq = seq;
   op->deadline = call.by.at();
+  if (call.kind == collective_kind::monitored_barrier && call.timeout.is_finite())
+    // Arrival is bounded by call.by; rank 0's verdict travels after that
+    // (and a rank that arrived early waits for it): the work ends by this.
+    op->deadline += std::chrono::duration_cast<clock::duration>(call.timeout.length());
   op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), seq);
   op->call = std::move(call);
   op->staging = std::move(staged);
@@ -39,7 +50,7 @@ work gloo_group::impl::submit(collective_call call) {
     return w;
   }
   inflight.emplace(seq, op);
-  if (checks()) {
+  if (checks() && op->call.kind != collective_kind::monitored_barrier) {
     // Under the lock, so that every header is posted before a later
     // collective's data; a failure here (a closed connection) shows again in run().
     try {
@@ -108,9 +119,11 @@ void gloo_group::impl::run(pending_op& op) {
                                 : detail::data_tag(op.seq, detail::tag_digest(detail::record_of(
                                                                op.call, op.seq, rank, opts.bcube_max_bytes,
                                                                opts.bucket_bytes)));
-  detail::gloo_call gc{context, tag, op.deadline, opts.bucket_bytes, opts.pytorch ? 0 : opts.bcube_max_bytes,
-                       &gloo_objects};
+  detail::gloo_call gc{context,           tag, op.deadline, opts.bucket_bytes, opts.pytorch ? 0 : opts.bcube_max_bytes,
+                       &gloo_objects,     opts.pytorch.has_value()};
   try {
+    if (op.call.kind == collective_kind::monitored_barrier)
+      return run_monitored_barrier(op, gc);
     if (checks()) {
       const auto header_tag = static_cast<std::uint32_t>(op.seq); // the same on every rank, whatever the call
       if (!op.inbox)
@@ -118,6 +131,8 @@ void gloo_group::impl::run(pending_op& op) {
       if (!op.header)
         op.header = detail::post_header_outbox(context, op.call, op.seq, header_tag);
       auto mismatch = detail::check_call(gc, *op.inbox, *op.header);
+      if (mismatch.empty() && detail::per_peer(op.call))
+        mismatch = detail::check_pairwise(gc, op.call, header_tag);
       if (!mismatch.empty()) // every rank sees it and skips the data: the group stays usable
         return finish(op, std::make_exception_ptr(error_of(op, mismatch)));
     }
@@ -134,6 +149,30 @@ void gloo_group::impl::run(pending_op& op) {
   } catch (...) { // Gloo throws std::exceptions; nothing may leave a communication thread
     failed(op, "an exception of an unknown type");
   }
+}
+
+void gloo_group::impl::run_monitored_barrier(pending_op& op, const detail::gloo_call& gc) {
+  std::vector<int> missing;
+  try {
+    missing = detail::monitored_barrier(gc, op.call.by.at());
+  } catch (const std::exception& e) {
+    if (rank != 0 && (clock::now() >= op.deadline || std::strstr(e.what(), "Timed out") != nullptr)) {
+      const auto text = fmt::format("rank 0, which monitors the barrier, did not answer within {} ms; the group is "
+                                    "aborted",
+                                    2 * op.call.timeout.length().count());
+      abort(where(op) + ": " + text);
+      return finish(op, std::make_exception_ptr(timeout_of(op, text)));
+    }
+    return failed(op, e.what());
+  }
+  if (missing.empty())
+    return finish(op, nullptr);
+  const auto text = fmt::format("rank{} {} did not reach monitored_barrier within {} ms (of {} ranks, {} arrived); "
+                                "the group is aborted",
+                                missing.size() == 1 ? "" : "s", fmt::join(missing, ", "),
+                                op.call.timeout.length().count(), size, size - static_cast<int>(missing.size()));
+  abort(where(op) + ": " + text);
+  finish(op, std::make_exception_ptr(timeout_of(op, text)));
 }
 
 void gloo_group::impl::failed(pending_op& op, const char* what) {

@@ -34,6 +34,7 @@ struct gloo_call {
   /// event-loop thread, which may be waiting for the next collective (as
   /// PyTorch, complete first, then release).
   std::vector<std::shared_ptr<void>>* keep = nullptr;
+  bool pytorch = false; ///< run as PyTorch's ranks do (Gloo's algorithms, its tags)
 };
 
 /// The other ranks' call headers of one collective, received into buffers
@@ -75,6 +76,11 @@ std::size_t pair_count(const collective_call& call, int peer, int size, bool out
 /// stage `bucket_bytes`: what decides its messages.
 call_record record_of(const collective_call& call, std::uint64_t seq, int rank, std::size_t bcube_max_bytes,
                       std::size_t bucket_bytes);
+
+/// monitored_barrier (monitored_barrier.cpp): returns the ranks that did not
+/// arrive at rank 0 by `arrive_by` (empty: all did). Every other wait is
+/// bounded by the call's deadline. Throws Gloo's exceptions on I/O failure.
+std::vector<int> monitored_barrier(const gloo_call& gc, std::chrono::steady_clock::time_point arrive_by);
 
 /// Runs `call`; throws Gloo's exceptions on I/O failure or timeout.
 void run_collective(const gloo_call& gc, const collective_call& call);

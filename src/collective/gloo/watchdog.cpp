@@ -32,6 +32,7 @@ void gloo_group::impl::member_lost(int lost, const std::string& why) {
     if (aborted)
       return;
     const bool pending =
+        !p2p_queue.empty() ||
         std::any_of(inflight.begin(), inflight.end(), [](const auto& e) { return !e.second->state->completed(); });
     if (!pending) {
       if (idle_lost < 0) {
@@ -196,7 +197,8 @@ void gloo_group::impl::shutdown() noexcept {
   {
     std::lock_guard lk(mutex);
     // (A collective completes its work just before it leaves `inflight`.)
-    busy = std::any_of(inflight.begin(), inflight.end(), [](const auto& e) { return !e.second->state->completed(); });
+    busy = !p2p_queue.empty() ||
+           std::any_of(inflight.begin(), inflight.end(), [](const auto& e) { return !e.second->state->completed(); });
   }
   if (busy)
     abort("the group was destroyed with collectives in flight");
@@ -209,6 +211,8 @@ void gloo_group::impl::shutdown() noexcept {
     watchdog.join();
   if (comm)
     comm->stop(); // queued collectives fail fast (aborted) or finish
+  if (p2p_waiter)
+    p2p_waiter->stop(); // after an abort, every wait fails at once
 }
 
 } // namespace corodist::collective

@@ -56,6 +56,53 @@ def collectives(rank, world, cpp_rank):
     dist.all_reduce(t)
     assert torch.equal(t, torch.arange(262144, dtype=torch.float32) * float(world * (world + 1) // 2))
     dist.barrier()  # 7
+    exchanges(rank, world, cpp_rank)
+
+
+def exchanges(rank, world, cpp_rank):
+    """Point-to-point, all-to-all, gather, scatter and reduce, as run_exchanges() in C++."""
+    # A ring of isend/irecv (tag 5; sends and receives take no collective tag).
+    nxt, prv = (rank + 1) % world, (rank - 1) % world
+    out = torch.arange(6, dtype=torch.float32) + 100 * rank
+    inp = torch.zeros(6)
+    for req in [dist.isend(out, nxt, tag=5), dist.irecv(inp, prv, tag=5)]:
+        req.wait()
+    assert torch.equal(inp, torch.arange(6, dtype=torch.float32) + 100 * prv), inp
+    # 8: all_to_all_single even, int64: rank r's block for j holds r * 10 + j
+    t = torch.tensor([rank * 10 + j for j in range(world) for _ in range(2)], dtype=torch.int64)
+    o = torch.zeros(2 * world, dtype=torch.int64)
+    dist.all_to_all_single(o, t)
+    assert torch.equal(o, torch.tensor([j * 10 + rank for j in range(world) for _ in range(2)])), o
+    # 9: uneven: rank s sends (s + d) % 3 + 1 elements of s * 100 + d to rank d
+    ins = [(rank + d) % 3 + 1 for d in range(world)]
+    outs = [(s + rank) % 3 + 1 for s in range(world)]
+    t = torch.cat([torch.full((ins[d],), float(rank * 100 + d)) for d in range(world)])
+    o = torch.zeros(sum(outs))
+    dist.all_to_all_single(o, t, outs, ins)
+    assert torch.equal(o, torch.cat([torch.full((outs[s],), float(s * 100 + rank)) for s in range(world)])), o
+    # 10: gather float64 x 4 to the C++ rank
+    t = torch.full((4,), float(rank), dtype=torch.float64)
+    if rank == cpp_rank:
+        parts = [torch.zeros(4, dtype=torch.float64) for _ in range(world)]
+        dist.gather(t, parts, dst=cpp_rank)
+    else:
+        dist.gather(t, dst=cpp_rank)
+    # 11: scatter int32 x 3 from rank 0: rank j gets j * 7
+    o = torch.zeros(3, dtype=torch.int32)
+    if rank == 0:
+        dist.scatter(o, [torch.full((3,), j * 7, dtype=torch.int32) for j in range(world)], src=0)
+    else:
+        dist.scatter(o, src=0)
+    assert torch.equal(o, torch.full((3,), rank * 7, dtype=torch.int32)), o
+    # 12: reduce sum, float32 x 1000, to the C++ rank
+    t = torch.full((1000,), float(rank + 1))
+    dist.reduce(t, dst=cpp_rank)
+    # 13: reduce max, int64, to rank 0
+    t = torch.tensor([rank, 5 - rank], dtype=torch.int64)
+    dist.reduce(t, dst=0, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        assert torch.equal(t, torch.tensor([world - 1, 5], dtype=torch.int64)), t
+    dist.barrier()  # 14
 
 
 def subgroup_lists(world, cpp_rank):
