@@ -1,6 +1,7 @@
 // Subgroups of a gloo_group with ranks as threads of this process: split by
 // colors and keys, new_group over a subset (non-members get null), bad
-// arguments, and device meshes (2x2, 4x2) with their groups and coordinates.
+// arguments, and device meshes (2x2, 4x2) with their groups and coordinates;
+// with ranks as processes: a killed rank fails its subgroup, not its sibling.
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/collective/device_mesh.hpp>
@@ -9,7 +10,17 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 
+#include <corodist/collective/errors.hpp>
+
 #include "collective/gloo_fixtures.hpp"
+#include "store/store_fixtures.hpp"
+#include "support/child_process.hpp"
+
+#include <poll.h>
+
+#include <csignal>
+#include <cstdio>
+#include <unistd.h>
 
 #include <cstdint>
 #include <string>
@@ -33,6 +44,11 @@ std::int64_t sum_over(cc::process_group& g, std::int64_t value) {
   std::vector<std::int64_t> v{value};
   g.allreduce(cc::tensor_view(v)).get();
   return v[0];
+}
+
+bool wait_readable(int fd, std::chrono::milliseconds timeout) {
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, static_cast<int>(timeout.count())) == 1;
 }
 
 template <typename T>
@@ -193,6 +209,74 @@ BOOST_AUTO_TEST_CASE(device_mesh_groups_and_coordinates, *utf::timeout(180)) {
       RANK_REQUIRE(sum_over(*m3.group("b"), 1) == 2);
       RANK_REQUIRE(std::static_pointer_cast<cc::gloo_group>(m3.group("c"))->prefix().rfind("test/pg/mesh3/c/", 0) == 0);
     }));
+  }
+}
+
+// Four rank processes split into {0, 1} and {2, 3}; rank 3 is killed with
+// SIGKILL. Rank 2's allreduce in its subgroup fails with rank_lost_error
+// naming subgroup rank 1; once rank 3's member key of the parent is gone,
+// ranks 0 and 1 still allreduce in their subgroup (not aborted), while the
+// parent's next collective fails with rank_lost_error naming rank 3.
+BOOST_AUTO_TEST_CASE(a_killed_rank_fails_its_subgroup_and_not_its_sibling, *utf::timeout(120)) {
+  corodist::test::tcp_impl host;
+  const auto port = host.port();
+  using corodist::test::child_process;
+  enum : int { as_expected = 0, wrong_error = 2, wrong_rank = 3, never_failed = 4, failed = 5, wrong_sum = 6 };
+  auto rank_main = [port](int r, int ready_fd) -> int {
+    corodist::event_loop loop;
+    loop.start();
+    auto store = corodist::test::connect_test_store(loop, port);
+    std::shared_ptr<cc::process_group> parent =
+        cc::gloo_group::create_sync(store, r, 4, gloo_test_options("killed", std::chrono::seconds(30)));
+    auto gone = corodist::run_blocking(loop.get_executor(), store->watch_key("killed/member/3"), "watch_key");
+    auto sub = corodist::run_blocking(loop.get_executor(), parent->split(r / 2, r), "split");
+    std::vector<std::int64_t> v{r};
+    sub->allreduce(cc::tensor_view(v)).get();
+    if (v[0] != (r < 2 ? 1 : 5))
+      return wrong_sum;
+    if (r == 3) {
+      char c = 'x';
+      (void)!::write(ready_fd, &c, 1);
+      for (;;)
+        ::pause(); // until killed
+    }
+    try {
+      if (r == 2) { // in the subgroup of the killed rank
+        sub->allreduce(cc::tensor_view(v)).get();
+        return never_failed;
+      }
+      const auto e = corodist::run_blocking(loop.get_executor(), gone.next(std::chrono::seconds(30)), "member key");
+      if (e.type != corodist::store::watch_event::kind::deleted)
+        return failed;
+      v[0] = r;
+      sub->allreduce(cc::tensor_view(v)).get(); // the sibling subgroup goes on
+      if (v[0] != 1 || sub->aborted())
+        return wrong_sum;
+      parent->allreduce(cc::tensor_view(v)).get();
+      return never_failed;
+    } catch (const cc::rank_lost_error& e) {
+      std::fprintf(stderr, "rank %d as expected: %s\n", r, e.what());
+      return e.rank() == (r == 2 ? 1 : 3) ? as_expected : wrong_rank;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      return wrong_error;
+    }
+  };
+  corodist::test::pipe_pair ready;
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < 3; ++r)
+    kids.push_back(std::make_unique<child_process>([&, r] { return rank_main(r, -1); }));
+  child_process victim([&] {
+    ready.close_read();
+    return rank_main(3, ready.write_end());
+  });
+  ready.close_write();
+  BOOST_REQUIRE(wait_readable(ready.read_end(), std::chrono::seconds(60)));
+  ::kill(victim.pid(), SIGKILL);
+  BOOST_TEST(victim.wait() == 128 + SIGKILL);
+  for (int r = 0; r < 3; ++r) {
+    const int code = kids[static_cast<std::size_t>(r)]->wait_for(std::chrono::seconds(60));
+    BOOST_TEST(code == static_cast<int>(as_expected), "rank " << r << " exited with " << code);
   }
 }
 
