@@ -184,7 +184,8 @@ public:
   /// `operation_aborted`, no group, and this group is aborted (the split
   /// still runs on its communicator).
   [[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> split(int color, int key,
-                                                                     split_options opts = {}) override;
+                                                                     split_options opts) override;
+  using process_group::split;
 
   /// "" when `shrink` can run on this group, else why not (the NCCL of this
   /// build or run has no ncclCommShrink; the communicator was aborted and
