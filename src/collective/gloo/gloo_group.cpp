@@ -2,6 +2,7 @@
 // store (in PyTorch's layout, with PyTorch's handshake, when joining a
 // PyTorch job), the full mesh of connections, and the group's threads.
 #include "collective/gloo/gloo_group_impl.hpp"
+#include "collective/gloo/mesh_context.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
@@ -230,13 +231,12 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     auto attr = device_attr(opts);
     st->device = detail::abortable_device::create(attr);
     st->address = st->device->str();
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    auto ctx = std::make_shared<detail::mesh_context>(rank, size);
     ctx->setTimeout(opts.timeout.length());
     detail::gloo_store adapter(gloo_keys, opts.timeout.length());
-    std::shared_ptr<gloo::transport::Device> device = st->device;
-    ctx->connectFullMesh(adapter, device);
-    st->context = std::move(ctx);
-    st->record_endpoints(adapter);
+    ctx->connect_mesh(adapter, st->device);
+    st->context = ctx;
+    st->record_endpoints(*ctx);
     st->connected.store(true, std::memory_order_release);
   };
   try {

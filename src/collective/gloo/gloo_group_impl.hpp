@@ -37,6 +37,7 @@
 namespace corodist::collective {
 
 namespace detail {
+class mesh_context;
 
 /// One issued collective of a gloo_group, from issue to completion.
 struct pending_op {
@@ -141,7 +142,7 @@ struct gloo_group::impl {
   /// so that every blocked Gloo call fails at once.
   void signal_pairs(const std::string& why);
   /// After connecting: the addresses that identify the group's sockets.
-  void record_endpoints(detail::gloo_store& keys);
+  void record_endpoints(const detail::mesh_context& mesh);
   /// The watchdog thread's body.
   void watch();
   /// Aborts what is in flight, joins the watchdog, stops the communication threads.
