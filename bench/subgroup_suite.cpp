@@ -20,6 +20,7 @@
 
 #include "forked_ranks.hpp"
 #include "harness.hpp"
+#include "store_host.hpp"
 
 #include <corodist/collective/device_mesh.hpp>
 #include <corodist/collective/gloo_group.hpp>
@@ -51,20 +52,6 @@ namespace cc = collective;
 
 enum class what { split, new_group, mesh, store_barrier };
 
-/// A store_server on a loop of its own.
-struct store_host {
-  event_loop loop;
-  std::shared_ptr<store::store_server> server;
-  store_host() {
-    loop.start();
-    store::server_options so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    server = store::store_server::start(loop.get_executor(), so);
-  }
-  ~store_host() { server->stop(); }
-  std::uint16_t port() const { return server->local_endpoint().port(); }
-};
 
 /// One rank: the parent group, then `iters` timed creations; writes
 /// "T <iteration> <ns>" lines to `out`.

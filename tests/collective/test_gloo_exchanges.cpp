@@ -27,15 +27,12 @@ using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
 namespace cc = corodist::collective;
 using corodist::test::gloo_test_options;
+using corodist::test::require_all_ok;
 using corodist::test::require_throws;
 using corodist::test::thread_ranks;
 
 namespace {
 
-void require_all_ok(const std::vector<std::string>& errors) {
-  for (const auto& e : errors)
-    BOOST_TEST(e.empty(), e);
-}
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

@@ -29,15 +29,12 @@
 namespace utf = boost::unit_test;
 namespace cc = corodist::collective;
 using corodist::test::gloo_test_options;
+using corodist::test::require_all_ok;
 using corodist::test::require_throws;
 using corodist::test::thread_ranks;
 
 namespace {
 
-void require_all_ok(const std::vector<std::string>& errors) {
-  for (const auto& e : errors)
-    BOOST_TEST(e.empty(), e);
-}
 
 // The sum over `g` of each rank's `value` (an allreduce of one int64).
 std::int64_t sum_over(cc::process_group& g, std::int64_t value) {

@@ -123,6 +123,9 @@ struct gloo_group::impl {
   /// group's connections. With `lost` >= 0 the abort is for rank `lost`
   /// (`why` then says why it counts as lost): collectives fail with rank_lost_error.
   void abort(const std::string& why, int lost = -1);
+  /// Under `lk` (the group's mutex, held): if a rank was lost while the group
+  /// was idle, aborts the group for it now (unlocking around the abort).
+  void abort_if_lost_while_idle(std::unique_lock<std::mutex>& lk);
   /// Aborts the group for rank `lost` (`why`: "connection reset", ...).
   void rank_lost(int lost, const std::string& why);
   /// Rank `lost`'s member key vanished: aborts the group if a collective is

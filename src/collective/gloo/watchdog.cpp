@@ -27,6 +27,16 @@ void gloo_group::impl::rank_lost(int lost, const std::string& why) {
   abort(fmt::format("rank {} lost: {}", lost, why), lost);
 }
 
+void gloo_group::impl::abort_if_lost_while_idle(std::unique_lock<std::mutex>& lk) {
+  if (idle_lost < 0 || aborted)
+    return;
+  const int lost = idle_lost;
+  const auto why = idle_lost_why;
+  lk.unlock();
+  rank_lost(lost, why);
+  lk.lock();
+}
+
 void gloo_group::impl::member_lost(int lost, const std::string& why) {
   {
     std::lock_guard lk(mutex);
