@@ -7,6 +7,7 @@
 
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/gloo_group.hpp>
+#include <corodist/collective/round_robin_group.hpp>
 #include <corodist/core/error.hpp>
 
 #include "collective/collective_checks.hpp"
@@ -210,6 +211,28 @@ BOOST_AUTO_TEST_CASE(a_cancelled_await_of_a_receive_leaves_it_posted, *utf::time
     w.get();
     RANK_REQUIRE(v[0] == 2.0f && v[99] == 2.0f && w.source_rank() == 1);
     RANK_REQUIRE(!pg->aborted());
+  }));
+}
+
+// A round-robin group sends point-to-point calls to its first group without
+// moving the rotation: rank 2, which takes no part in them, stays in step.
+BOOST_AUTO_TEST_CASE(round_robin_keeps_point_to_point_out_of_the_rotation, *utf::timeout(60)) {
+  thread_ranks job;
+  require_all_ok(job.run(3, [&](int r) {
+    std::vector<std::shared_ptr<cc::process_group>> groups;
+    for (int i = 0; i < 2; ++i)
+      groups.push_back(job.group(r, 3, gloo_test_options("rr_p2p/" + std::to_string(i))));
+    cc::round_robin_group rr(groups);
+    std::vector<float> x(8, 5.0f);
+    if (r == 0)
+      rr.send(x, 1).get();
+    else if (r == 1)
+      rr.recv(x, 0).get();
+    std::vector<float> y(8, static_cast<float>(r));
+    rr.allreduce(y).get();
+    RANK_REQUIRE(y[0] == 3.0f && x[0] == 5.0f);
+    RANK_REQUIRE(rr.sequence_number() == 1u);
+    RANK_REQUIRE(groups[0]->sequence_number() == 1u && groups[1]->sequence_number() == 0u);
   }));
 }
 
