@@ -159,6 +159,27 @@ BOOST_AUTO_TEST_CASE(new_group_over_a_subset, *utf::timeout(120)) {
   }));
 }
 
+// new_group straight from the job's store (no parent): members of {2, 0}
+// form a group of 2 under "<prefix>/0,2"; the others get null without any
+// communication; bad lists are refused.
+BOOST_AUTO_TEST_CASE(new_group_from_the_store, *utf::timeout(120)) {
+  thread_ranks job;
+  require_all_ok(job.run(3, [&](int r) {
+    auto g = blocking(job, cc::new_group(job.store, r, 3, {2, 0}, gloo_test_options("from_store")));
+    if (r == 1) {
+      RANK_REQUIRE(g == nullptr);
+    } else {
+      RANK_REQUIRE(g && g->size() == 2 && g->rank() == r / 2);
+      RANK_REQUIRE(std::dynamic_pointer_cast<cc::gloo_group>(g)->prefix() == "from_store/0,2");
+      RANK_REQUIRE(sum_over(*g, r + 1) == 4);
+    }
+    require_throws<corodist::usage_error>(
+        [&] { blocking(job, cc::new_group(job.store, r, 3, {0, 3}, gloo_test_options("bad"))); }, "rank 3");
+    require_throws<corodist::usage_error>(
+        [&] { blocking(job, cc::new_group(job.store, 3, 3, {0}, gloo_test_options("bad"))); }, "rank of 3");
+  }));
+}
+
 // A 2x2 and a 4x2 mesh: coordinates row-major, each group's rank its
 // coordinate, sums along each dimension over the right ranks.
 BOOST_AUTO_TEST_CASE(device_mesh_groups_and_coordinates, *utf::timeout(180)) {

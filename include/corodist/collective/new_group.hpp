@@ -5,7 +5,9 @@
 
 #include <corodist/core/config.hpp>
 
+#include <corodist/collective/gloo_group.hpp>
 #include <corodist/collective/process_group.hpp>
+#include <corodist/store/store.hpp>
 
 #include <asio/awaitable.hpp>
 
@@ -38,5 +40,18 @@ namespace corodist::collective {
 /// rank list too rather than passing a braced one inside `co_await`.)
 [[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> new_group(std::shared_ptr<process_group> parent,
                                                                        std::vector<int> ranks);
+
+/// A Gloo group of the job's ranks `ranks`, made straight from the job's
+/// `store` (no parent group): this process is rank `rank` of the job's `size`.
+/// A member creates a gloo_group (`gloo_group::create`) of `ranks.size()`
+/// ranks, its rank the position in sorted `ranks`, under `opts.prefix` + "/"
+/// + the sorted ranks ("corodist/pg/0,2,3": give groups over the same ranks
+/// prefixes of their own); a non-member gets null at once (it need not call).
+/// Throws `usage_error` for bad ranks (as above), a null store, `opts.pytorch`
+/// set; otherwise as `gloo_group::create`.
+/// Cancellation: as `gloo_group::create`.
+[[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> new_group(std::shared_ptr<store::store> store, int rank,
+                                                                       int size, std::vector<int> ranks,
+                                                                       gloo_options opts);
 
 } // namespace corodist::collective
