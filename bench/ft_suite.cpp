@@ -53,6 +53,7 @@
 // in this process (the launcher's place).
 #include "forked_ranks.hpp"
 #include "harness.hpp"
+#include "store_host.hpp"
 #include "peers.hpp"
 #include "subprocess.hpp"
 #include "support/child_process.hpp"
@@ -102,20 +103,6 @@ using clock_type = std::chrono::steady_clock;
 constexpr const char* python = "/usr/bin/python3";
 constexpr int peer_timeout_ms = 1000; // the detection deadline of the runs (CORODIST_PEER_TIMEOUT_MS)
 
-/// A store_server on a loop of its own: the launcher's store.
-struct store_host {
-  event_loop loop;
-  std::shared_ptr<store::store_server> server;
-  store_host() {
-    loop.start();
-    store::server_options so;
-    so.host = "127.0.0.1";
-    so.port = 0;
-    server = store::store_server::start(loop.get_executor(), so);
-  }
-  ~store_host() { server->stop(); }
-  std::uint16_t port() const { return server->local_endpoint().port(); }
-};
 
 /// Runs `body(store)` in this (forked) process on a fresh io_context with a store client.
 int run_replica(std::uint16_t port, const std::function<asio::awaitable<void>(std::shared_ptr<store::store>)>& body) {

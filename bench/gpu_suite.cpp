@@ -12,6 +12,22 @@
 ///     bytes / time); at n = 1 there is no communication (NCCL's one-rank
 ///     kernel scales the buffer in place) and gbytes_per_s is algbw, said in
 ///     the row's "bandwidth" text.
+///   * sendrecv_pingpong_<size>_r2 and sendrecv_oneway_<size>_r2 (4 B ...
+///     64 MiB, powers of 16 then 64 MiB; 2 GPUs or more, else skipped with a
+///     line): send/recv between GPU 0 and GPU 1 (ranks as threads).
+///     pingpong: rank 0 sends, rank 1 receives and sends back, per round
+///     trip; p50 is half the round trip (the one-way latency). oneway: after
+///     a barrier, rank 0 issues a batch of back-to-back sends that rank 1
+///     receives; p50 is the time per message on the receiver,
+///     gbytes_per_s = bytes / p50.
+///   * all_to_all_single_<size>_r<n> (4 KiB ... 64 MiB per rank, powers of
+///     4; n = the GPU count, 2 or more, else skipped): even splits, batches
+///     after a barrier as allreduce's; algbw = the per-rank buffer's bytes /
+///     time, gbytes_per_s = busbw = algbw * (n-1)/n (nccl-tests' alltoall).
+///   * split_r<n> (n = the GPU count, 1 too): the time of one
+///     nccl_group::split (ncclCommSplit, colors rank % 2, every rank its own
+///     new communicator with its stream), on the slowest rank, p50 over
+///     repetitions; the new groups are destroyed between them.
 ///   * reducer_<backend>_r<n>: one DDP step over 100 MiB of float32
 ///     parameters on GPU 0 (the reducer suite's chain of 25 Linear(1024,
 ///     1024): 50 parameters) in 25 MiB buckets (the first 1 MiB), on
@@ -41,6 +57,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/collective/nccl_group.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/ddp/reducer.hpp>
 #include <corodist/store/hash_store.hpp>
 
@@ -89,6 +106,49 @@ cc::nccl_options bench_nccl_options(int device, std::string prefix) {
   return o;
 }
 
+/// Back-to-back calls per sample for `bytes` per call: enough that launch and
+/// poll costs are amortised (4 to 256, 512 MiB in all).
+int batch_for(std::size_t bytes) {
+  return static_cast<int>(std::clamp<std::size_t>((std::size_t{512} * mib) / bytes, 4, 256));
+}
+
+/// `reps` samples, each after a barrier on `pg`: `batch` calls of `issue`
+/// back to back, then waiting for all; a sample is the time per call.
+latency_recorder time_batches(cc::process_group& pg, int reps, int batch, const std::function<cc::work()>& issue) {
+  latency_recorder lat(static_cast<std::size_t>(reps));
+  std::vector<cc::work> ws;
+  ws.reserve(static_cast<std::size_t>(batch));
+  for (int rep = 0; rep < reps; ++rep) {
+    pg.barrier().get();
+    const auto t0 = clock_type::now();
+    for (int b = 0; b < batch; ++b)
+      ws.push_back(issue());
+    for (auto& w : ws)
+      w.get();
+    ws.clear();
+    lat.add_us(us_since(t0) / batch);
+  }
+  return lat;
+}
+
+/// Runs `body(rank, group, executor)` on `n` rank threads, rank r on GPU r
+/// in an nccl_group named `prefix` (the ranks meet in one hash_store), each
+/// with its own event loop (the executor); a barrier after the body.
+void on_gpu_ranks(int n, const std::string& prefix,
+                  const std::function<void(int, cc::nccl_group&, const asio::any_io_executor&)>& body) {
+  event_loop store_loop;
+  store_loop.start();
+  auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
+  corodist::test::run_on_threads_or_throw(n, [&](int r) {
+    event_loop loop;
+    loop.start();
+    const auto ex = loop.get_executor();
+    auto pg = cc::nccl_group::create_sync(ex, store, r, n, bench_nccl_options(r, prefix));
+    body(r, *pg, ex);
+    pg->barrier().get();
+  });
+}
+
 // ---- NCCL allreduce bandwidth ---------------------------------------------
 
 struct allreduce_point {
@@ -99,14 +159,8 @@ struct allreduce_point {
 
 /// Ranks as threads, one per GPU; every size in `sizes` (ascending), rank 0's figures.
 std::vector<allreduce_point> measure_allreduce(int n, const std::vector<std::size_t>& sizes, int reps) {
-  event_loop store_loop;
-  store_loop.start();
-  auto store = std::make_shared<store::hash_store>(store_loop.get_executor());
   std::vector<allreduce_point> out(sizes.size());
-  corodist::test::run_on_threads_or_throw(n, [&](int r) {
-    event_loop loop;
-    loop.start();
-    auto pg = cc::nccl_group::create_sync(loop.get_executor(), store, r, n, bench_nccl_options(r, "bench/gpu/allreduce"));
+  on_gpu_ranks(n, "bench/gpu/allreduce", [&](int r, cc::nccl_group& pg, const asio::any_io_executor&) {
     const auto where = cc::device::cuda(r);
     auto buf = cc::device_buffer::allocate(where, sizes.back());
     auto s = cc::cuda_stream::create(r);
@@ -114,27 +168,13 @@ std::vector<allreduce_point> measure_allreduce(int n, const std::vector<std::siz
     s.synchronize();
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       const cc::tensor_view v(buf.data(), sizes[i] / sizeof(float), cc::dtype::float32, where);
-      // Enough back-to-back allreduces per sample that launch and poll costs are amortised.
-      const int batch = static_cast<int>(std::clamp<std::size_t>((std::size_t{512} * mib) / sizes[i], 4, 256));
+      const int batch = batch_for(sizes[i]);
       for (int w = 0; w < 3; ++w)
-        pg->allreduce(v, cc::reduce_op::avg).get();
-      latency_recorder lat(static_cast<std::size_t>(reps));
-      std::vector<cc::work> ws;
-      ws.reserve(static_cast<std::size_t>(batch));
-      for (int rep = 0; rep < reps; ++rep) {
-        pg->barrier().get();
-        const auto t0 = clock_type::now();
-        for (int b = 0; b < batch; ++b)
-          ws.push_back(pg->allreduce(v, cc::reduce_op::avg));
-        for (auto& w : ws)
-          w.get();
-        ws.clear();
-        lat.add_us(us_since(t0) / batch);
-      }
+        pg.allreduce(v, cc::reduce_op::avg).get();
+      const auto lat = time_batches(pg, reps, batch, [&] { return pg.allreduce(v, cc::reduce_op::avg); });
       if (r == 0)
         out[i] = {sizes[i], lat.percentile(0.5), lat.percentile(0.99), batch};
     }
-    pg->barrier().get();
   });
   return out;
 }
@@ -176,6 +216,194 @@ void report_allreduce(context& ctx, int n, bool quick) {
   if (n == 1)
     fmt::print(ctx.table_out, "# gpu: 1 GPU: the allreduce rows are algbw of NCCL's one-rank kernel (no "
                               "communication, busbw undefined); more GPUs measure the fabric (busbw)\n");
+}
+
+// ---- NCCL send/recv, all_to_all_single, split --------------------------------
+
+std::string bytes_name(std::size_t bytes) {
+  if (bytes >= mib)
+    return fmt::format("{}MiB", bytes / mib);
+  if (bytes >= 1024)
+    return fmt::format("{}KiB", bytes / 1024);
+  return fmt::format("{}B", bytes);
+}
+
+struct p2p_point {
+  std::size_t bytes = 0;
+  double pingpong_p50_us = not_applicable, pingpong_p99_us = not_applicable;
+  double oneway_p50_us = not_applicable, oneway_p99_us = not_applicable;
+  int batch = 0;
+};
+
+/// Ranks 0 and 1 on GPUs 0 and 1; rank 0's ping-pong figures, rank 1's one-way ones.
+std::vector<p2p_point> measure_p2p(const std::vector<std::size_t>& sizes, int reps) {
+  std::vector<p2p_point> out(sizes.size());
+  on_gpu_ranks(2, "bench/gpu/p2p", [&](int r, cc::nccl_group& pg, const asio::any_io_executor&) {
+    const auto where = cc::device::cuda(r);
+    auto buf = cc::device_buffer::allocate(where, sizes.back());
+    auto s = cc::cuda_stream::create(r);
+    s.zero(buf.data(), buf.bytes());
+    s.synchronize();
+    const int peer = 1 - r;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      const cc::tensor_view v(buf.data(), sizes[i], cc::dtype::uint8, where);
+      auto round_trip = [&] {
+        if (r == 0) {
+          auto a = pg.send(v, peer);
+          auto b = pg.recv(v, peer);
+          a.get();
+          b.get();
+        } else {
+          auto a = pg.recv(v, peer);
+          auto b = pg.send(v, peer);
+          a.get();
+          b.get();
+        }
+      };
+      for (int w = 0; w < 3; ++w) // connects the pair, warms NCCL's buffers
+        round_trip();
+      const int trips = static_cast<int>(std::clamp<std::size_t>((std::size_t{256} * mib) / sizes[i], 4, 200));
+      latency_recorder pingpong(static_cast<std::size_t>(reps));
+      for (int rep = 0; rep < reps; ++rep) {
+        pg.barrier().get();
+        const auto t0 = clock_type::now();
+        for (int t = 0; t < trips; ++t)
+          round_trip();
+        pingpong.add_us(us_since(t0) / trips / 2);
+      }
+      const int batch = batch_for(sizes[i]);
+      const auto oneway =
+          time_batches(pg, reps, batch, [&] { return r == 0 ? pg.send(v, peer) : pg.recv(v, peer); });
+      if (r == 0) {
+        out[i].bytes = sizes[i];
+        out[i].pingpong_p50_us = pingpong.percentile(0.5);
+        out[i].pingpong_p99_us = pingpong.percentile(0.99);
+      } else {
+        out[i].oneway_p50_us = oneway.percentile(0.5);
+        out[i].oneway_p99_us = oneway.percentile(0.99);
+        out[i].batch = batch;
+      }
+    }
+  });
+  return out;
+}
+
+void report_p2p(context& ctx, bool quick) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t b = 4; b < 64 * mib; b *= 16)
+    sizes.push_back(b);
+  sizes.push_back(64 * mib);
+  if (ctx.status)
+    ctx.status->note("NCCL send/recv, GPUs 0 and 1");
+  const auto points = measure_p2p(sizes, quick ? 3 : 7);
+  for (const auto& p : points) {
+    record ping;
+    ping.suite = "gpu";
+    ping.name = fmt::format("sendrecv_pingpong_{}_r2", bytes_name(p.bytes));
+    ping.p50_us = p.pingpong_p50_us;
+    ping.p99_us = p.pingpong_p99_us;
+    ping.gbytes_per_s = static_cast<double>(p.bytes) / (p.pingpong_p50_us * 1e-6) / 1e9;
+    ping.extra = {{"bytes", static_cast<double>(p.bytes)}, {"ranks", 2}};
+    ping.text = {{"latency", "half the round trip"}};
+    ctx.report(std::move(ping));
+    record one;
+    one.suite = "gpu";
+    one.name = fmt::format("sendrecv_oneway_{}_r2", bytes_name(p.bytes));
+    one.p50_us = p.oneway_p50_us;
+    one.p99_us = p.oneway_p99_us;
+    one.gbytes_per_s = static_cast<double>(p.bytes) / (p.oneway_p50_us * 1e-6) / 1e9;
+    one.extra = {{"bytes", static_cast<double>(p.bytes)}, {"ranks", 2}, {"batch", p.batch}};
+    one.text = {{"bandwidth", "one-way, per message of a back-to-back batch"}};
+    ctx.report(std::move(one));
+  }
+}
+
+/// all_to_all_single with even splits, ranks as threads on `n` GPUs; rank 0's figures.
+std::vector<allreduce_point> measure_all_to_all(int n, const std::vector<std::size_t>& sizes, int reps) {
+  std::vector<allreduce_point> out(sizes.size());
+  on_gpu_ranks(n, "bench/gpu/all_to_all", [&](int r, cc::nccl_group& pg, const asio::any_io_executor&) {
+    const auto where = cc::device::cuda(r);
+    auto in = cc::device_buffer::allocate(where, sizes.back());
+    auto result = cc::device_buffer::allocate(where, sizes.back());
+    auto s = cc::cuda_stream::create(r);
+    s.zero(in.data(), in.bytes());
+    s.synchronize();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      // Whole float32 elements, a multiple of n.
+      const std::size_t count = sizes[i] / sizeof(float) / static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+      const cc::tensor_view a(in.data(), count, cc::dtype::float32, where);
+      const cc::tensor_view b(result.data(), count, cc::dtype::float32, where);
+      const int batch = batch_for(sizes[i]);
+      for (int w = 0; w < 3; ++w)
+        pg.all_to_all_single(a, b).get();
+      const auto lat = time_batches(pg, reps, batch, [&] { return pg.all_to_all_single(a, b); });
+      if (r == 0)
+        out[i] = {count * sizeof(float), lat.percentile(0.5), lat.percentile(0.99), batch};
+    }
+  });
+  return out;
+}
+
+void report_all_to_all(context& ctx, int n, bool quick) {
+  std::vector<std::size_t> sizes;
+  for (std::size_t b = 4096; b <= 64 * mib; b *= 4)
+    sizes.push_back(b);
+  if (ctx.status)
+    ctx.status->note(fmt::format("NCCL all_to_all_single, {} GPUs", n));
+  const auto points = measure_all_to_all(n, sizes, quick ? 3 : 7);
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    record rec;
+    rec.suite = "gpu";
+    rec.name = fmt::format("all_to_all_single_{}_r{}", bytes_name(sizes[i]), n);
+    rec.p50_us = p.p50_us;
+    rec.p99_us = p.p99_us;
+    const double algbw = static_cast<double>(p.bytes) / (p.p50_us * 1e-6) / 1e9;
+    const double busbw = algbw * (n - 1) / n;
+    rec.gbytes_per_s = busbw;
+    rec.extra = {{"bytes", static_cast<double>(p.bytes)},
+                 {"ranks", n},
+                 {"batch", p.batch},
+                 {"algbw_gbps", algbw},
+                 {"busbw_gbps", busbw}};
+    rec.text = {{"bandwidth", "busbw = algbw * (n-1)/n (nccl-tests' alltoall)"}};
+    ctx.report(std::move(rec));
+  }
+}
+
+/// Time of nccl_group::split on `n` GPUs (the slowest rank's, per repetition).
+void report_split(context& ctx, int n, bool quick) {
+  if (ctx.status)
+    ctx.status->note(fmt::format("ncclCommSplit, {} GPU(s)", n));
+  const int reps = quick ? 3 : 7;
+  std::vector<std::vector<double>> times(static_cast<std::size_t>(n), std::vector<double>(static_cast<std::size_t>(reps)));
+  on_gpu_ranks(n, "bench/gpu/split", [&](int r, cc::nccl_group& pg, const asio::any_io_executor& ex) {
+    for (int rep = -1; rep < reps; ++rep) { // rep -1: a warm-up
+      pg.barrier().get();
+      const auto t0 = clock_type::now();
+      auto child = run_blocking(ex, pg.split(r % 2, r), "split");
+      const double us = us_since(t0);
+      if (!child)
+        throw std::runtime_error("split: no group for a rank with a color");
+      if (rep >= 0)
+        times[static_cast<std::size_t>(r)][static_cast<std::size_t>(rep)] = us;
+    }
+  });
+  latency_recorder lat(static_cast<std::size_t>(reps));
+  for (int rep = 0; rep < reps; ++rep) {
+    double worst = 0;
+    for (int r = 0; r < n; ++r)
+      worst = std::max(worst, times[static_cast<std::size_t>(r)][static_cast<std::size_t>(rep)]);
+    lat.add_us(worst);
+  }
+  record rec;
+  rec.suite = "gpu";
+  rec.name = fmt::format("split_r{}", n);
+  rec.p50_us = lat.percentile(0.5);
+  rec.p99_us = lat.percentile(0.99);
+  rec.extra = {{"ranks", n}, {"colors", n >= 2 ? 2 : 1}};
+  rec.text = {{"operation", "nccl_group::split (ncclCommSplit, non-blocking, polled), the slowest rank"}};
+  ctx.report(std::move(rec));
 }
 
 // ---- reducer step on device -------------------------------------------------
@@ -390,6 +618,14 @@ void run_gpu_suite(context& ctx) {
   }
   const int gpus = cc::cuda_stream::device_count();
   report_allreduce(ctx, gpus, ctx.quick);
+  if (gpus >= 2) {
+    report_p2p(ctx, ctx.quick);
+    report_all_to_all(ctx, gpus, ctx.quick);
+  } else {
+    fmt::print(ctx.table_out, "# gpu: 1 GPU: the sendrecv_* and all_to_all_single_* rows need 2 GPUs or more "
+                              "(a GPU per NCCL rank): skipped\n");
+  }
+  report_split(ctx, gpus, ctx.quick);
   report_reducer(ctx, ctx.quick);
 }
 

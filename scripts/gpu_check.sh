@@ -10,12 +10,18 @@
 # checks need), then runs the checks, each ending with one line
 # `check N <name>: passed|failed|skipped (<why>)`, and prints `N passed, N failed`:
 #   1 nccl         test_collective --run_test=nccl,cuda_stream (NCCL collectives
-#                  at every world size the GPUs allow, abort, deadlines; streams)
+#                  at every world size the GPUs allow, abort, deadlines, shrink;
+#                  send/recv and batches, all_to_all_single/all_to_all, gather,
+#                  scatter, reduce, allgatherv, monitored_barrier, split: the
+#                  cases of two ranks or more need 2 GPUs; streams)
 #   2 reducer      test_ddp --run_test=reducer_cuda and test_collective
 #                  --run_test=gloo_cuda (the CUDA reducer on NCCL and on the staged Gloo group)
 #   3 ddp-torch    tests/gpu/ddp_equivalence.py: the reducer vs a replay and vs
 #                  PyTorch DDP on CUDA (skipped when PyTorch has no CUDA)
-#   4 bench        corodist-bench --suite gpu --json build-gpu/gpu_check/gpu.jsonl
+#   4 bench        corodist-bench --suite gpu --json build-gpu/gpu_check/gpu.jsonl:
+#                  NCCL allreduce busbw, split (ncclCommSplit) time, the reducer;
+#                  with 2 GPUs or more also send/recv latency and bandwidth and
+#                  all_to_all_single busbw (their rows must be there)
 # Logs go to build-gpu/gpu_check/. GPU_CHECK_NO_BUILD=1 runs the checks on the
 # targets already in the build directory (built on another machine and copied
 # here, their libraries on LD_LIBRARY_PATH); GPU_CHECK_TIMEOUT bounds each check
@@ -227,7 +233,19 @@ else
   elif [[ ${records:-0} -eq 0 ]]; then
     result 4 bench failed "no records in $json"
   else
-    result 4 bench passed "${records} JSON records in $json"
+    # The rows each GPU count must give (sendrecv and all_to_all need a GPU per rank, 2 at least).
+    gpu_count=$(grep -c '^GPU ' <<<"$gpus")
+    want=(allreduce_ split_r reducer_nccl_r1)
+    [[ $gpu_count -ge 2 ]] && want+=(sendrecv_pingpong_ sendrecv_oneway_ all_to_all_single_)
+    absent=""
+    for w in "${want[@]}"; do
+      grep -q "\"case\":\"$w" "$json" || absent+=" $w*"
+    done
+    if [[ -n $absent ]]; then
+      result 4 bench failed "no rows$absent in $json ($gpu_count GPUs)"
+    else
+      result 4 bench passed "${records} JSON records in $json ($gpu_count GPUs)"
+    fi
   fi
 fi
 

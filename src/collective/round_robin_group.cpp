@@ -30,6 +30,10 @@ work round_robin_group::submit(collective_call call) {
   // several threads; the rotation moves only when the underlying group took
   // the call (a usage_error leaves it where it was).
   std::lock_guard lk(mutex_);
+  // Sends and receives involve two ranks only: rotating on them would put the
+  // other ranks' next collective on another group. They all use the first.
+  if (is_point_to_point(call.kind))
+    return submit_to(*groups_.front(), std::move(call));
   const auto i = next_.load(std::memory_order_relaxed);
   work w = submit_to(*groups_[i % groups_.size()], std::move(call));
   next_.store(i + 1, std::memory_order_relaxed);

@@ -40,6 +40,13 @@ inline boost::test_tools::assertion_result gloo_built(boost::unit_test::test_uni
   return r;
 }
 
+/// Fails the test for each rank body that did not return normally
+/// (`thread_ranks::run`'s result: "" for a rank that did).
+inline void require_all_ok(const std::vector<std::string>& errors) {
+  for (const auto& e : errors)
+    BOOST_TEST(e.empty(), e);
+}
+
 /// Throws unless `f()` throws an `E`; returns E's message.
 template <typename E, typename F>
 std::string require_throws(F&& f, const std::string& what) {

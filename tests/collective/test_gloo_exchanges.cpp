@@ -1,18 +1,26 @@
 // The Gloo backend's exchanges beyond the classic collectives, ranks as
 // threads of this process: point-to-point (single, batched, from any rank),
 // all-to-all (even, skewed, lists), gather, scatter, reduce, allgatherv and
-// monitored_barrier; what a send with no matching receive, split lists that
+// monitored_barrier; a cancelled await; what a send with no matching receive, split lists that
 // disagree and missing ranks do; bad arguments.
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/gloo_group.hpp>
+#include <corodist/collective/round_robin_group.hpp>
 #include <corodist/core/error.hpp>
 
 #include "collective/collective_checks.hpp"
 #include "collective/gloo_fixtures.hpp"
+#include "support/cancel.hpp"
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/post.hpp>
 
 #include <atomic>
+#include <future>
 #include <string>
 #include <vector>
 
@@ -20,15 +28,12 @@ using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
 namespace cc = corodist::collective;
 using corodist::test::gloo_test_options;
+using corodist::test::require_all_ok;
 using corodist::test::require_throws;
 using corodist::test::thread_ranks;
 
 namespace {
 
-void require_all_ok(const std::vector<std::string>& errors) {
-  for (const auto& e : errors)
-    BOOST_TEST(e.empty(), e);
-}
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -207,6 +212,65 @@ BOOST_AUTO_TEST_CASE(monitored_barrier_names_every_rank_that_did_not_arrive, *ut
     RANK_REQUIRE(has(msg, "ranks 2, 3 did not reach monitored_barrier"));
     RANK_REQUIRE(has(msg, "of 4 ranks, 2 arrived"));
     RANK_REQUIRE(pg->aborted());
+  }));
+}
+
+// Cancelling the coroutine that awaits a receive ends the await with
+// operation_aborted; the receive stays posted and takes the data sent later.
+BOOST_AUTO_TEST_CASE(a_cancelled_await_of_a_receive_leaves_it_posted, *utf::timeout(60)) {
+  thread_ranks job;
+  corodist::event_loop awaiting;
+  awaiting.start();
+  std::promise<void> cancelled;
+  std::shared_future<void> cancelled_seen = cancelled.get_future().share();
+  require_all_ok(job.run(2, [&](int r) {
+    auto pg = job.group(r, 2);
+    std::vector<float> v(100, static_cast<float>(r + 1));
+    if (r == 1) {
+      RANK_REQUIRE(cancelled_seen.wait_for(30s) == std::future_status::ready);
+      pg->send(v, 0, 9).get();
+      return;
+    }
+    auto w = pg->recv(v, 1, 9); // rank 1 sends only after the cancel
+    asio::cancellation_signal cancel;
+    std::promise<std::exception_ptr> ended;
+    asio::post(awaiting.get_executor(), [&] {
+      asio::co_spawn(
+          awaiting.get_executor(), [&]() -> asio::awaitable<void> { co_await std::move(w); },
+          asio::bind_cancellation_slot(cancel.slot(), [&](std::exception_ptr e) { ended.set_value(e); }));
+      asio::post(awaiting.get_executor(), [&] { cancel.emit(asio::cancellation_type::terminal); });
+    });
+    auto outcome = ended.get_future();
+    const bool in_time = outcome.wait_for(10s) == std::future_status::ready;
+    const bool aborted = in_time && corodist::test::not_operation_aborted(outcome.get()).empty();
+    const bool still_posted = !w.is_completed();
+    cancelled.set_value();
+    RANK_REQUIRE(in_time && aborted && still_posted);
+    w.get();
+    RANK_REQUIRE(v[0] == 2.0f && v[99] == 2.0f && w.source_rank() == 1);
+    RANK_REQUIRE(!pg->aborted());
+  }));
+}
+
+// A round-robin group sends point-to-point calls to its first group without
+// moving the rotation: rank 2, which takes no part in them, stays in step.
+BOOST_AUTO_TEST_CASE(round_robin_keeps_point_to_point_out_of_the_rotation, *utf::timeout(60)) {
+  thread_ranks job;
+  require_all_ok(job.run(3, [&](int r) {
+    std::vector<std::shared_ptr<cc::process_group>> groups;
+    for (int i = 0; i < 2; ++i)
+      groups.push_back(job.group(r, 3, gloo_test_options("rr_p2p/" + std::to_string(i))));
+    cc::round_robin_group rr(groups);
+    std::vector<float> x(8, 5.0f);
+    if (r == 0)
+      rr.send(x, 1).get();
+    else if (r == 1)
+      rr.recv(x, 0).get();
+    std::vector<float> y(8, static_cast<float>(r));
+    rr.allreduce(y).get();
+    RANK_REQUIRE(y[0] == 3.0f && x[0] == 5.0f);
+    RANK_REQUIRE(rr.sequence_number() == 1u);
+    RANK_REQUIRE(groups[0]->sequence_number() == 1u && groups[1]->sequence_number() == 0u);
   }));
 }
 

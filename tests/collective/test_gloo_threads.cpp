@@ -31,6 +31,7 @@ using namespace std::chrono_literals;
 namespace utf = boost::unit_test;
 namespace cc = corodist::collective;
 using corodist::test::gloo_test_options;
+using corodist::test::require_all_ok;
 using corodist::test::require_throws;
 using corodist::test::thread_ranks;
 using clock_type = std::chrono::steady_clock;
@@ -54,10 +55,6 @@ void wait_for_value(corodist::store::sync_store& s, const std::string& key, cons
   }
 }
 
-void require_all_ok(const std::vector<std::string>& errors) {
-  for (const auto& e : errors)
-    BOOST_TEST(e.empty(), e);
-}
 
 } // namespace
 

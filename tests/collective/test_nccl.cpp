@@ -19,6 +19,9 @@
 #include <algorithm>
 #include <cstring>
 #include <latch>
+#include <memory>
+#include <string>
+#include <vector>
 #endif
 
 using namespace std::chrono_literals;
@@ -75,6 +78,65 @@ std::vector<float> to_host(const float* d, std::size_t n) {
   cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost);
   return h;
 }
+
+// Arrives at `done` when it goes out of scope: also when the rank's body throws.
+struct arrive_on_exit {
+  ct::countdown& done;
+  ~arrive_on_exit() { done.arrive(); }
+};
+
+// The text of the collective_timeout_error that `w` ends with (a rank body's
+// check: throws otherwise). `w` was issued with a deadline well inside 30 s.
+std::string timeout_of(const cc::work& w, const std::string& what) {
+  return ct::require_throws<cc::collective_timeout_error>([&] { w.wait(30s); }, what);
+}
+
+// call_options with a time limit of `limit`.
+cc::call_options within(std::chrono::milliseconds limit) {
+  cc::call_options co;
+  co.timeout = limit;
+  return co;
+}
+
+// The GPUs that NCCL's multi-rank cases use: every device, at most `cap`.
+int gpu_count(int cap) { return std::min(cc::cuda_stream::device_count(), cap); }
+
+// A group of rank r of n on GPU r (ranks as threads of this process).
+std::shared_ptr<cc::nccl_group> rank_group(corodist::event_loop& loop, ct::thread_ranks& job, int r, int n,
+                                           const std::string& prefix) {
+  cc::nccl_options o;
+  o.prefix = prefix;
+  o.device = r;
+  o.timeout = 60s;
+  return cc::nccl_group::create_sync(loop.get_executor(), job.store, r, n, o);
+}
+
+// What rank `src` sends rank `dst` in the all-to-all cases: element k of the
+// block (exact in float32).
+float a2a_value(int src, int dst, std::size_t k) { return static_cast<float>(src * 1000 + dst * 100 + static_cast<int>(k)); }
+
+std::vector<float> a2a_block(int src, int dst, std::size_t count) {
+  std::vector<float> v(count);
+  for (std::size_t k = 0; k < count; ++k)
+    v[k] = a2a_value(src, dst, k);
+  return v;
+}
+
+// Elements rank i sends rank j in the uneven cases (1 to 3; rank i's
+// in_splits[j] is rank j's out_splits[i]).
+std::size_t uneven_count(int i, int j) { return static_cast<std::size_t>((i + 2 * j) % 3 + 1); }
+
+void append(std::vector<float>& to, const std::vector<float>& v) { to.insert(to.end(), v.begin(), v.end()); }
+
+// A device buffer of float32 `values` on GPU `dev`, and its view.
+struct device_floats {
+  cc::device_buffer buf;
+  cc::tensor_view view;
+  device_floats(int dev, const std::vector<float>& values)
+      : buf(ct::to_device(dev, cc::dtype::float32, values.empty() ? std::vector<float>{0.0f} : values)),
+        view(buf.data(), values.size(), cc::dtype::float32, cc::device::cuda(dev)) {}
+  std::vector<float> host() const { return view.count() == 0 ? std::vector<float>{} : ct::from_device(view); }
+};
 #endif
 
 boost::test_tools::assertion_result built_without_gpu(utf::test_unit_id) {
@@ -273,15 +335,10 @@ BOOST_AUTO_TEST_CASE(deadline_when_a_rank_never_joins, *utf::precondition(two_gp
       pg->abort("rank 1 leaves");
       return;
     }
-    struct done_guard {
-      ct::countdown& done;
-      ~done_guard() { done.arrive(); }
-    } guard{rank0_done}; // also when this rank fails
+    arrive_on_exit guard{rank0_done};
     auto buf = ct::to_device(r, cc::dtype::float32, std::vector<float>(1024, 1.0f));
-    cc::call_options co;
-    co.timeout = 1s;
-    auto w = pg->allreduce(ct::view_of(buf, cc::dtype::float32, 1024), cc::reduce_op::sum, co);
-    const auto what = ct::require_throws<cc::collective_timeout_error>([&] { w.wait(30s); }, "allreduce alone");
+    auto w = pg->allreduce(ct::view_of(buf, cc::dtype::float32, 1024), cc::reduce_op::sum, within(1s));
+    const auto what = timeout_of(w, "allreduce alone");
     RANK_REQUIRE(what.find("allreduce") != std::string::npos);
     RANK_REQUIRE(pg->aborted());
   });
@@ -434,6 +491,352 @@ BOOST_AUTO_TEST_CASE(shrink_of_a_healthy_group, *utf::precondition(two_gpus_and_
     small->allreduce(cc::tensor_view(d, 1, cc::dtype::float32, dev)).get();
     RANK_REQUIRE(to_host(d, 1)[0] == static_cast<float>((n - 1) * n / 2));
     cudaFree(d);
+  });
+  for (auto& e : errors)
+    BOOST_TEST(e.empty(), e);
+}
+#endif
+
+#if CORODIST_TEST_CUDA
+// ---- point-to-point, all-to-all, rooted collectives, allgatherv, monitored_barrier, split ----
+
+// recv from any_source is refused at the call (ncclRecv names its peer),
+// and nothing is issued: the group is not aborted and keeps its numbers.
+BOOST_AUTO_TEST_CASE(recv_from_any_source_is_refused, *utf::precondition(ct::nccl_usable) * utf::timeout(60)) {
+  corodist::event_loop loop;
+  loop.start();
+  auto pg = one_rank_group(loop, "p2p/any");
+  device_floats buf(pg->cuda_device(), std::vector<float>(16, 1.0f));
+  BOOST_CHECK_EXCEPTION((void)pg->recv(buf.view, cc::any_source), corodist::usage_error,
+                        [](const corodist::usage_error& e) {
+                          BOOST_TEST_MESSAGE(e.what());
+                          const std::string w = e.what();
+                          return w.find("any rank") != std::string::npos && w.find("gloo") != std::string::npos;
+                        });
+  BOOST_TEST(!pg->aborted());
+  BOOST_TEST(pg->sequence_number() == 0u);
+  pg->allreduce(buf.view).get(); // still usable
+  BOOST_TEST(pg->sequence_number() == 1u);
+}
+
+// send/recv between pairs (even ranks send first, odd ranks receive first),
+// then a batch_isend_irecv ring (each rank lists its entries in its own
+// order): every value checked against what the peer sent; receives say
+// their source; point-to-point calls have their own numbers and leave
+// sequence_number() alone.
+BOOST_AUTO_TEST_CASE(send_recv_and_batch_between_gpus, *utf::precondition(two_gpus) * utf::timeout(240)) {
+  const int n = gpu_count(4);
+  ct::thread_ranks job;
+  auto errors = job.run(n, [&](int r) {
+    corodist::event_loop loop;
+    loop.start();
+    auto pg = rank_group(loop, job, r, n, "p2p/pairs");
+    const std::size_t c = 4099;
+    // Pairs (0,1), (2,3), ...: a rank without a partner (odd n) sits out.
+    const int partner = r % 2 == 0 ? r + 1 : r - 1;
+    std::uint64_t p2p_calls = 0;
+    if (partner < n) {
+      device_floats mine(r, a2a_block(r, partner, c));
+      device_floats got(r, std::vector<float>(c, -1.0f));
+      cc::work sent, received;
+      if (r % 2 == 0) {
+        sent = pg->send(mine.view, partner, 7);
+        received = pg->recv(got.view, partner, 7);
+      } else {
+        received = pg->recv(got.view, partner, 7);
+        sent = pg->send(mine.view, partner, 7);
+      }
+      sent.get();
+      received.get();
+      ct::require_equal(got.host(), a2a_block(partner, r, c), "recv from the partner");
+      RANK_REQUIRE(received.source_rank() == partner);
+      RANK_REQUIRE(sent.source_rank() == -1);
+      RANK_REQUIRE(sent.seq() + received.seq() == 1u); // numbered 0 and 1 among point-to-point calls
+      p2p_calls = 2;
+    }
+    RANK_REQUIRE(pg->sequence_number() == 0u);
+    // A ring in one batch: to r+1, from r-1; odd ranks list the receive first.
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    device_floats out(r, a2a_block(r, next, c));
+    device_floats in(r, std::vector<float>(c, -1.0f));
+    std::vector<cc::p2p_op> ops{cc::p2p_op::isend(out.view, next), cc::p2p_op::irecv(in.view, prev)};
+    if (r % 2 == 1)
+      std::swap(ops[0], ops[1]);
+    auto ring = pg->batch_isend_irecv(ops);
+    RANK_REQUIRE(ring.seq() == p2p_calls);
+    ring.get();
+    ct::require_equal(in.host(), a2a_block(prev, r, c), "batch_isend_irecv ring");
+    RANK_REQUIRE(pg->sequence_number() == 0u);
+    // A collective after them: numbered 0.
+    auto w = pg->barrier();
+    RANK_REQUIRE(w.seq() == 0u);
+    w.get();
+    RANK_REQUIRE(pg->sequence_number() == 1u);
+    RANK_REQUIRE(!pg->aborted());
+  });
+  for (auto& e : errors)
+    BOOST_TEST(e.empty(), e);
+}
+
+// A send whose peer posts no receive fails at its deadline with
+// collective_timeout_error naming both ranks, and aborts the group; the
+// peer leaves once the sender is done.
+BOOST_AUTO_TEST_CASE(unmatched_send_times_out_naming_both_ranks, *utf::precondition(two_gpus) * utf::timeout(120)) {
+  ct::countdown rank0_done(1);
+  ct::thread_ranks job;
+  auto errors = job.run(2, [&](int r) {
+    corodist::event_loop loop;
+    loop.start();
+    auto pg = rank_group(loop, job, r, 2, "p2p/unmatched");
+    if (r == 1) {
+      RANK_REQUIRE(rank0_done.wait_for(90s));
+      pg->abort("rank 1 leaves");
+      return;
+    }
+    arrive_on_exit guard{rank0_done};
+    device_floats buf(r, std::vector<float>(1024, 1.0f));
+    auto w = pg->send(buf.view, 1, 0, within(1s));
+    const auto what = timeout_of(w, "unmatched send");
+    RANK_REQUIRE(what.find("rank 0") != std::string::npos);
+    RANK_REQUIRE(what.find("rank 1") != std::string::npos);
+    RANK_REQUIRE(what.find("send") != std::string::npos);
+    RANK_REQUIRE(pg->aborted());
+    ct::require_throws<cc::collective_error>([&] { pg->barrier().wait(20s); }, "a barrier after the abort");
+  });
+  for (auto& e : errors)
+    BOOST_TEST(e.empty(), e);
+}
+
+// all_to_all_single (even and uneven splits), all_to_all over lists,
+// gather and scatter (root n-1), reduce (root 0; sum, min, max, product,
+// and avg where n is a power of two), allgatherv (one rank contributing
+// nothing) and monitored_barrier, at every world size from 1 to the device
+// count (at most 4), on float32 device buffers; every value checked against
+// the host's.
+BOOST_AUTO_TEST_CASE(new_collectives_at_every_world_size, *utf::precondition(ct::nccl_usable) * utf::timeout(300)) {
+  const int devices = gpu_count(4);
+  for (int n = 1; n <= devices; ++n) {
+    BOOST_TEST_MESSAGE("world size " << n);
+    ct::thread_ranks job;
+    auto errors = job.run(n, [&](int r) {
+      corodist::event_loop loop;
+      loop.start();
+      auto pg = rank_group(loop, job, r, n, "new/" + std::to_string(n));
+      const auto ns = static_cast<std::size_t>(n);
+      std::uint64_t issued = 0;
+      const std::string at = " at world size " + std::to_string(n);
+      // all_to_all_single, even: blocks of c.
+      {
+        const std::size_t c = 1001;
+        std::vector<float> in, want;
+        for (int j = 0; j < n; ++j) {
+          append(in, a2a_block(r, j, c));
+          append(want, a2a_block(j, r, c));
+        }
+        device_floats din(r, in), dout(r, std::vector<float>(ns * c, -1.0f));
+        pg->all_to_all_single(din.view, dout.view).get();
+        ct::require_equal(dout.host(), want, "all_to_all_single even" + at);
+        ++issued;
+      }
+      // all_to_all_single, uneven; and all_to_all over lists of the same blocks.
+      {
+        std::vector<std::size_t> in_splits, out_splits;
+        std::vector<float> in, want;
+        for (int j = 0; j < n; ++j) {
+          in_splits.push_back(uneven_count(r, j));
+          out_splits.push_back(uneven_count(j, r));
+          append(in, a2a_block(r, j, uneven_count(r, j)));
+          append(want, a2a_block(j, r, uneven_count(j, r)));
+        }
+        device_floats din(r, in), dout(r, std::vector<float>(want.size(), -1.0f));
+        pg->all_to_all_single(din.view, dout.view, in_splits, out_splits).get();
+        ct::require_equal(dout.host(), want, "all_to_all_single uneven" + at);
+        std::vector<std::unique_ptr<device_floats>> ins, outs;
+        std::vector<cc::tensor_view> in_views, out_views;
+        for (int j = 0; j < n; ++j) {
+          ins.push_back(std::make_unique<device_floats>(r, a2a_block(r, j, uneven_count(r, j))));
+          outs.push_back(std::make_unique<device_floats>(r, std::vector<float>(uneven_count(j, r), -1.0f)));
+          in_views.push_back(ins.back()->view);
+          out_views.push_back(outs.back()->view);
+        }
+        pg->all_to_all(in_views, out_views).get();
+        for (int j = 0; j < n; ++j)
+          ct::require_equal(outs[static_cast<std::size_t>(j)]->host(), a2a_block(j, r, uneven_count(j, r)),
+                            "all_to_all from rank " + std::to_string(j) + at);
+        issued += 2;
+      }
+      // gather and scatter at root n-1.
+      {
+        const std::size_t c = 513;
+        const int root = n - 1;
+        device_floats mine(r, a2a_block(r, root, c));
+        device_floats whole(r, r == root ? std::vector<float>(ns * c, -1.0f) : std::vector<float>{});
+        pg->gather(mine.view, whole.view, root).get();
+        if (r == root) {
+          std::vector<float> want;
+          for (int j = 0; j < n; ++j)
+            append(want, a2a_block(j, root, c));
+          ct::require_equal(whole.host(), want, "gather" + at);
+        }
+        std::vector<float> blocks;
+        for (int j = 0; j < n; ++j)
+          append(blocks, a2a_block(root, j, c));
+        device_floats src(r, r == root ? blocks : std::vector<float>{});
+        device_floats part(r, std::vector<float>(c, -1.0f));
+        pg->scatter(src.view, part.view, root).get();
+        ct::require_equal(part.host(), a2a_block(root, r, c), "scatter" + at);
+        issued += 2;
+      }
+      // reduce to rank 0 with every op.
+      {
+        const std::size_t c = 777;
+        auto value = [](int q, std::size_t k) { return static_cast<float>(1 + (q + static_cast<int>(k)) % 2); };
+        std::vector<cc::reduce_op> ops{cc::reduce_op::sum, cc::reduce_op::min, cc::reduce_op::max,
+                                       cc::reduce_op::product};
+        if ((n & (n - 1)) == 0)
+          ops.push_back(cc::reduce_op::avg);
+        for (auto op : ops) {
+          std::vector<float> mine(c), want(c);
+          for (std::size_t k = 0; k < c; ++k) {
+            mine[k] = value(r, k);
+            float acc = value(0, k);
+            for (int q = 1; q < n; ++q) {
+              const float x = value(q, k);
+              switch (op) {
+              case cc::reduce_op::sum:
+              case cc::reduce_op::avg: acc += x; break;
+              case cc::reduce_op::min: acc = std::min(acc, x); break;
+              case cc::reduce_op::max: acc = std::max(acc, x); break;
+              case cc::reduce_op::product: acc *= x; break;
+              }
+            }
+            want[k] = op == cc::reduce_op::avg ? acc / static_cast<float>(n) : acc;
+          }
+          device_floats t(r, mine);
+          pg->reduce(t.view, 0, op).get();
+          if (r == 0)
+            ct::require_equal(t.host(), want, std::string("reduce ") + std::string(cc::to_string(op)) + at);
+          ++issued;
+        }
+      }
+      // allgatherv: rank j contributes j % 3 * 100 elements (rank 0 none).
+      {
+        std::vector<std::size_t> counts;
+        std::vector<float> want;
+        for (int j = 0; j < n; ++j) {
+          counts.push_back(static_cast<std::size_t>(j % 3) * 100);
+          append(want, a2a_block(j, 0, counts.back()));
+        }
+        device_floats mine(r, a2a_block(r, 0, counts[static_cast<std::size_t>(r)]));
+        device_floats all(r, std::vector<float>(want.size(), -1.0f));
+        pg->allgatherv(mine.view, all.view, counts).get();
+        ct::require_equal(all.host(), want, "allgatherv" + at);
+        ++issued;
+      }
+      pg->monitored_barrier().get();
+      ++issued;
+      RANK_REQUIRE(pg->sequence_number() == issued);
+      RANK_REQUIRE(!pg->aborted());
+    });
+    for (auto& e : errors)
+      BOOST_TEST(e.empty(), e);
+  }
+}
+
+// monitored_barrier with the last rank missing: rank 0 and every rank that
+// arrived fail at the deadline with collective_timeout_error naming the
+// missing rank, and their groups are aborted.
+BOOST_AUTO_TEST_CASE(monitored_barrier_names_the_missing_rank, *utf::precondition(two_gpus) * utf::timeout(120)) {
+  const int n = gpu_count(3);
+  const int missing = n - 1;
+  ct::countdown arrived_done(n - 1);
+  ct::thread_ranks job;
+  auto errors = job.run(n, [&](int r) {
+    corodist::event_loop loop;
+    loop.start();
+    auto pg = rank_group(loop, job, r, n, "monitored/missing");
+    if (r == missing) {
+      RANK_REQUIRE(arrived_done.wait_for(90s));
+      return;
+    }
+    arrive_on_exit guard{arrived_done};
+    auto w = pg->monitored_barrier(within(1s));
+    const auto what = timeout_of(w, "monitored_barrier");
+    RANK_REQUIRE(what.find("rank " + std::to_string(missing) + " did not reach monitored_barrier") !=
+                 std::string::npos);
+    RANK_REQUIRE(pg->aborted());
+  });
+  for (auto& e : errors)
+    BOOST_TEST(e.empty(), e);
+}
+
+// split at world size 1: color 0 makes a group of one (its own numbers,
+// stream and device), no_color gets null, a negative color is refused.
+BOOST_AUTO_TEST_CASE(split_of_one_rank, *utf::precondition(ct::nccl_usable) * utf::timeout(60)) {
+  corodist::event_loop loop;
+  loop.start();
+  auto pg = one_rank_group(loop, "split/one");
+  const auto ex = loop.get_executor();
+  auto child = corodist::run_blocking(ex, pg->split(0, 0), "split");
+  BOOST_REQUIRE(child);
+  BOOST_TEST(child->rank() == 0);
+  BOOST_TEST(child->size() == 1);
+  BOOST_TEST(child->backend() == "nccl");
+  auto nccl_child = std::dynamic_pointer_cast<cc::nccl_group>(child);
+  BOOST_REQUIRE(nccl_child);
+  BOOST_TEST(nccl_child->cuda_device() == pg->cuda_device());
+  BOOST_TEST(nccl_child->stream() != pg->stream());
+  device_floats buf(pg->cuda_device(), ct::small_values(0, 100));
+  child->allreduce(buf.view).get();
+  ct::require_equal(buf.host(), ct::small_values(0, 100), "allreduce on the child");
+  child->monitored_barrier().get();
+  BOOST_TEST(child->sequence_number() == 2u);
+  BOOST_TEST(pg->sequence_number() == 0u);
+  BOOST_TEST(!corodist::run_blocking(ex, pg->split(cc::no_color, 0), "split"));
+  BOOST_CHECK_THROW(corodist::run_blocking(ex, pg->split(-5, 0), "split"), corodist::usage_error);
+  child->abort("the child goes");
+  pg->allreduce(buf.view).get(); // the parent is independent of its child
+  BOOST_TEST(!pg->aborted());
+}
+
+// split over the GPUs: color = rank % 2, key = -rank (so each new group is
+// ranked in reverse), the last rank of 3 or more passes no_color. Each new
+// group reduces over its members only, and its monitored_barrier works
+// through the store under its own prefix.
+BOOST_AUTO_TEST_CASE(split_by_color_and_key, *utf::precondition(two_gpus) * utf::timeout(240)) {
+  const int n = gpu_count(4);
+  ct::thread_ranks job;
+  auto errors = job.run(n, [&](int r) {
+    corodist::event_loop loop;
+    loop.start();
+    const auto ex = loop.get_executor();
+    auto pg = rank_group(loop, job, r, n, "split/color");
+    const bool out = n >= 3 && r == n - 1;
+    const int color = out ? cc::no_color : r % 2;
+    auto child = corodist::run_blocking(ex, pg->split(color, -r), "split");
+    if (out) {
+      RANK_REQUIRE(!child);
+      pg->barrier().get(); // the parent still works, with every rank
+      return;
+    }
+    RANK_REQUIRE(child);
+    std::vector<int> members; // ranks of the parent with this color, by key (-rank): descending
+    for (int q = n - 1; q >= 0; --q)
+      if (!(n >= 3 && q == n - 1) && q % 2 == color)
+        members.push_back(q);
+    RANK_REQUIRE(child->size() == static_cast<int>(members.size()));
+    RANK_REQUIRE(child->rank() == static_cast<int>(std::find(members.begin(), members.end(), r) - members.begin()));
+    float want = 0;
+    for (int q : members)
+      want += static_cast<float>(q + 1);
+    device_floats buf(r, std::vector<float>(64, static_cast<float>(r + 1)));
+    child->allreduce(buf.view).get();
+    ct::require_equal(buf.host(), std::vector<float>(64, want), "allreduce on the split group");
+    child->monitored_barrier().get();
+    RANK_REQUIRE(child->sequence_number() == 2u);
+    RANK_REQUIRE(pg->sequence_number() == 0u);
+    pg->barrier().get(); // the parent still works, with every rank
+    RANK_REQUIRE(pg->sequence_number() == 1u);
   });
   for (auto& e : errors)
     BOOST_TEST(e.empty(), e);

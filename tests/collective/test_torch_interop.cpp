@@ -7,7 +7,10 @@
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/collective/gloo_group.hpp>
+#include <corodist/collective/new_group.hpp>
+#include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/tcp_store.hpp>
 #include <corodist/store/torch_store.hpp>
@@ -15,6 +18,7 @@
 #include "collective/gloo_fixtures.hpp"
 #include "support/program.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <numeric>
 
@@ -89,6 +93,49 @@ std::string run_job(cc::process_group& pg, int cpp_rank) {
   pg.allreduce(big).get();
   expect(big[262143] == 262143.0f * static_cast<float>(world * (world + 1) / 2), "1 MiB allreduce");
   pg.barrier().get();
+  return bad;
+}
+
+/// The C++ side of torch_gloo_job.py's subgroups(): new_group over the same
+/// rank lists as subgroup_lists() there, an allreduce in each group this rank
+/// is a member of, then one on the whole job; returns what went wrong.
+std::string run_subgroups(event_loop& loop, const std::shared_ptr<cc::process_group>& pg, int cpp_rank) {
+  const int rank = pg->rank(), world = pg->size();
+  std::vector<int> others;
+  for (int r = 0; r < world; ++r)
+    if (r != cpp_rank)
+      others.push_back(r);
+  const std::vector<std::vector<int>> lists{{cpp_rank, 1}, others, {0, 2, 3}};
+  std::string bad;
+  try { // PyTorch has no split: refused before anything is sent
+    (void)corodist::run_blocking(loop.get_executor(), pg->split(0, rank), "split");
+    bad += "split on a PyTorch group did not throw; ";
+  } catch (const corodist::usage_error&) {
+  }
+  for (const auto& ranks : lists) {
+    auto g = corodist::run_blocking(loop.get_executor(), cc::new_group(pg, ranks), "new_group");
+    const bool member = std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+    if (member != (g != nullptr)) {
+      bad += "membership; ";
+      continue;
+    }
+    if (!g)
+      continue;
+    int want = 0;
+    for (int r : ranks)
+      want += r + 1;
+    std::vector<float> t(8);
+    for (std::size_t i = 0; i < t.size(); ++i)
+      t[i] = static_cast<float>(i) * static_cast<float>(rank + 1);
+    g->allreduce(t).get();
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (t[i] != static_cast<float>(i) * static_cast<float>(want))
+        bad += "subgroup allreduce; ";
+  }
+  std::vector<std::int64_t> all{rank + 1};
+  pg->allreduce(all).get();
+  if (all[0] != world * (world + 1) / 2)
+    bad += "allreduce on the whole job after the subgroups; ";
   return bad;
 }
 
@@ -199,6 +246,44 @@ BOOST_AUTO_TEST_CASE(cpp_rank_0_hosts_the_store_for_pytorch_ranks, *utf::precond
   auto pg = cc::gloo_group::create_sync(pytorch_client(loop, port), 0, 3, pytorch_options(""));
   BOOST_TEST(run_job(*pg, 0) == "");
   BOOST_TEST(run_exchanges(*pg, 0) == "");
+  const int rc = job.wait(120s);
+  BOOST_TEST_INFO("torch_gloo_job.py output:\n" << job.output());
+  BOOST_TEST(rc == 0);
+  BOOST_TEST(job.output().find("OK") != std::string::npos);
+}
+
+// new_group over subsets in a job of three PyTorch ranks and the C++ rank 3
+// (on PyTorch's master): PyTorch's group numbers, keys and store-based
+// barrier, members and non-members (the C++ rank is not in the second group).
+BOOST_AUTO_TEST_CASE(new_group_over_a_subset_with_pytorch_ranks, *utf::precondition(torch_available) *
+                                                                       utf::timeout(200)) {
+  program job({"timeout", "150", python(), job_script, "pytorch-master", "4", "--subgroups"});
+  auto line = job.read_line(60s);
+  BOOST_REQUIRE_MESSAGE(line && line->rfind("PORT ", 0) == 0, "no port from the job: " << job.output());
+  const auto port = static_cast<std::uint16_t>(std::stoi(line->substr(5)));
+  event_loop loop;
+  loop.start();
+  std::shared_ptr<cc::process_group> pg =
+      cc::gloo_group::create_sync(pytorch_client(loop, port), 3, 4, pytorch_options("default_pg"));
+  BOOST_TEST(run_subgroups(loop, pg, 3) == "");
+  const int rc = job.wait(120s);
+  BOOST_TEST_INFO("torch_gloo_job.py output:\n" << job.output());
+  BOOST_TEST(rc == 0);
+  BOOST_TEST(job.output().find("OK") != std::string::npos);
+}
+
+// The same with the C++ rank 0 hosting the store (PyTorch ranks pass store=).
+BOOST_AUTO_TEST_CASE(new_group_over_a_subset_with_cpp_rank_0_hosting, *utf::precondition(torch_available) *
+                                                                           utf::timeout(200)) {
+  event_loop loop;
+  loop.start();
+  cs::server_options so;
+  so.auth_token = "";
+  auto server = cs::store_server::start(loop.get_executor(), so);
+  const auto port = server->local_endpoint().port();
+  program job({"timeout", "150", python(), job_script, "cpp-master", "4", std::to_string(port), "--subgroups"});
+  std::shared_ptr<cc::process_group> pg = cc::gloo_group::create_sync(pytorch_client(loop, port), 0, 4, pytorch_options(""));
+  BOOST_TEST(run_subgroups(loop, pg, 0) == "");
   const int rc = job.wait(120s);
   BOOST_TEST_INFO("torch_gloo_job.py output:\n" << job.output());
   BOOST_TEST(rc == 0);

@@ -10,7 +10,9 @@
 #include "support/cancel.hpp"
 #include "support/coro_test.hpp"
 
+#include <corodist/collective/device_mesh.hpp>
 #include <corodist/collective/errors.hpp>
+#include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/error.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/core/when_all.hpp>
@@ -655,6 +657,96 @@ BOOST_AUTO_TEST_CASE(a_cancelled_should_commit_leaves_its_vote_and_the_replica_c
   BOOST_TEST(other.mgr->step() == 3u);
   BOOST_TEST(a.state == other.state);
   BOOST_TEST(a.state == std::vector<float>(4, 1.0f + 2 * 3.0f));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(manager_with_mesh)
+
+// A dp x tp mesh whose dp dimension ft::manager re-forms: three replicas
+// (a, b, c) of two processes each (tp coordinates 0 and 1, each with its own
+// store connection). Each replica's tp group is made once; the processes of
+// tp coordinate t of every replica run a manager under their own prefix,
+// whose group is the mesh's dp dimension. After two steps replica c is lost
+// as a whole (both its processes); a and b go on with a dp dimension of two
+// and the same tp group, and every replica's tp ranks stay at the same step.
+BOOST_AUTO_TEST_CASE(a_mesh_whose_dp_dimension_the_manager_reforms) {
+  bed b;
+  struct process {
+    replica rep;
+    cc::device_mesh mesh;
+    std::shared_ptr<cc::process_group> tp; // the replica's tp group, made once
+    std::vector<int> dp_sizes;
+    std::vector<float> tp_sums, dp_sums;
+  };
+  std::map<std::string, process> ps; // "a0", "a1", ...
+  corodist::test::run_coro(b.ctx, [&]() -> asio::awaitable<void> {
+    std::vector<corodist::future<void>> fs;
+    for (std::string id : {"a", "b", "c"})
+      for (int t = 0; t < 2; ++t) {
+        auto& p = ps[id + std::to_string(t)];
+        fs.push_back(b.spawn([&, id, t]() -> asio::awaitable<void> {
+          p.rep.store = co_await b.client();
+          cc::gloo_options go;
+          go.host = "127.0.0.1";
+          go.prefix = "mesh/" + id + "/replica";
+          go.timeout = 10s;
+          std::shared_ptr<cc::process_group> replica_group = co_await cc::gloo_group::create(p.rep.store, t, 2, go);
+          std::vector<cc::mesh_dim> inner{{"tp", 2}};
+          const auto local = co_await cc::device_mesh::create(replica_group, inner);
+          p.tp = local.group("tp");
+          auto o = options(id, 3, 2);
+          o.prefix = "mesh/ft/tp" + std::to_string(t);
+          co_await p.rep.open_on(p.rep.store, o, 0);
+          const int steps = id == "c" ? 2 : 5;
+          std::exception_ptr failed;
+          try {
+            for (int i = 0; i < steps; ++i) {
+              auto q = co_await p.rep.mgr->start_step();
+              if (q.reconfigured)
+                p.mesh = local.with_outer_dimension("dp", p.rep.mgr->group());
+              if (p.mesh.group("tp") != p.tp)
+                throw std::runtime_error("the tp group changed");
+              std::vector<float> g{static_cast<float>(t + 1)};
+              co_await p.mesh.group("tp")->allreduce(g);
+              p.tp_sums.push_back(g[0]);
+              g[0] = static_cast<float>(p.mesh.coordinate("dp") + 1);
+              co_await p.mesh.group("dp")->allreduce(g);
+              p.dp_sums.push_back(g[0]);
+              p.dp_sizes.push_back(p.mesh.size("dp"));
+              (void)co_await p.rep.mgr->should_commit(true);
+              // The tp ranks of a replica must stay at one step (else its shards diverge).
+              std::vector<std::int64_t> lo{static_cast<std::int64_t>(p.rep.mgr->step())}, hi = lo;
+              co_await p.tp->allreduce(lo, cc::reduce_op::min);
+              co_await p.tp->allreduce(hi, cc::reduce_op::max);
+              if (lo != hi)
+                throw std::runtime_error("the tp ranks of replica " + id + " are at different steps");
+            }
+          } catch (...) {
+            failed = std::current_exception();
+          }
+          // Replica c is lost as a whole: both processes' owned keys go, even
+          // when one's last collective failed because the other left first.
+          if (id == "c")
+            p.rep.store->close();
+          else if (failed)
+            std::rethrow_exception(failed);
+        }));
+      }
+    co_await corodist::when_all(std::move(fs)).async_get();
+  }(), 90s);
+  for (std::string name : {"a0", "a1", "b0", "b1"}) {
+    auto& p = ps[name];
+    BOOST_TEST_CONTEXT("process " << name) {
+      BOOST_TEST(p.rep.mgr->step() == 5u);
+      BOOST_TEST(p.dp_sizes == (std::vector<int>{3, 3, 2, 2, 2}));
+      BOOST_TEST(p.tp_sums == std::vector<float>(5, 3.0f));
+      BOOST_TEST(p.dp_sums == (std::vector<float>{6, 6, 3, 3, 3}));
+      BOOST_TEST(p.mesh.ndim() == 2);
+      BOOST_TEST(p.mesh.coordinate("tp") == (name[1] - '0'));
+      BOOST_TEST(p.mesh.group("tp") == p.tp);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

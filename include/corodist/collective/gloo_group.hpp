@@ -14,12 +14,14 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace corodist::collective {
 
@@ -32,9 +34,14 @@ struct pytorch_options {
   static constexpr const char* default_store_prefix = "default_pg";
 
   /// PyTorch's group number: 0 for the default group (init_process_group),
-  /// 1, 2, ... for the groups made by `new_group` in creation order (every
-  /// rank of the job must then be in the group).
+  /// 1, 2, ... for the groups made by `new_group` in creation order (counted
+  /// on every rank of the job, members of the group or not).
   int group_index = 0;
+  /// The number of ranks in the job, which PyTorch's store-based barrier
+  /// after creating a group counts (members and non-members of a `new_group`
+  /// alike). 0: the group's size (a group of every rank). `new_group` over a
+  /// subset sets it (see collective::new_group).
+  int world_size = 0;
   /// The prefix PyTorch puts before every key of its groups: "default_pg"
   /// when the PyTorch ranks passed `init_method` (a URL or env://), "" when
   /// they passed `store=`.
@@ -195,6 +202,36 @@ public:
   void abort(const std::string& reason) override;
   bool aborted() const noexcept override;
 
+  /// Splits the group (process_group::split): the ranks exchange (color,
+  /// key) with an allgather over this group, then the ranks of each color
+  /// create a gloo_group over this group's store, under the prefix
+  /// "<prefix()>/<opts.name, or split<n> for this group's n-th split>/<color>",
+  /// with this group's options but `opts.timeout` (`inherit()`: this
+  /// group's timeout). Throws `usage_error` for a color below 0 other than
+  /// `no_color`, or on a group joined to a PyTorch job (PyTorch has no split:
+  /// use collective::new_group there); otherwise as the allgather (this
+  /// group's errors) and `create`.
+  /// Cancellation: as the allgather, then as `create`.
+  [[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> split(int color, int key,
+                                                                     split_options opts) override;
+  using process_group::split;
+
+  /// True when the group joined a PyTorch job (gloo_options::pytorch).
+  bool joins_pytorch() const noexcept;
+
+  /// PyTorch 1.13's `torch.distributed.new_group(ranks)` on a group that
+  /// joined a PyTorch job's default group (PyTorch group 0): every rank of
+  /// the job calls it, in the same order as the PyTorch ranks call
+  /// new_group; the next PyTorch group number is taken (counted here from 1
+  /// on every rank, members or not), the members connect under PyTorch's
+  /// keys, and every rank runs PyTorch's store-based barrier. `ranks` sorted
+  /// and checked (collective::new_group does both). Returns null on a rank
+  /// not in `ranks`. Throws `usage_error` on a group that did not join a
+  /// PyTorch job's default group; otherwise as `create`.
+  /// Cancellation: as `create`.
+  [[nodiscard]] asio::awaitable<std::shared_ptr<gloo_group>> pytorch_new_group(std::vector<int> ranks,
+                                                                              split_options opts);
+
   /// The key prefix of the group in its store.
   const std::string& prefix() const noexcept;
 
@@ -209,6 +246,10 @@ private:
   gloo_group(int rank, int size, corodist::timeout timeout, std::unique_ptr<impl> i);
 
   std::unique_ptr<impl> impl_;
+  /// Splits made so far (names "split<n>"); every rank splits in the same order.
+  std::atomic<int> splits_{0};
+  /// PyTorch groups made by pytorch_new_group so far (PyTorch's `_group_count` - 1).
+  std::atomic<int> pytorch_groups_{0};
 };
 
 } // namespace corodist::collective

@@ -66,6 +66,28 @@ struct nccl_options {
 /// thread of its own: `abort` returns at once, and the loop never waits on it.
 /// Calls are not compared between ranks (no header exchange).
 ///
+/// Point-to-point (`send`, `recv`, `batch_isend_irecv`) are `ncclSend` and
+/// `ncclRecv` inside one `ncclGroupStart/End`, on the same stream as the
+/// collectives in issue order, numbered apart from them (`work::seq()`
+/// counts the point-to-point calls; `sequence_number()` does not). NCCL
+/// matches them by order alone: tags are ignored (as PyTorch's
+/// ProcessGroupNCCL), and `any_source` is refused with `usage_error` at the
+/// call (`ncclRecv` names its peer). One left unmatched past its deadline
+/// fails with `collective_timeout_error` naming both ranks, and aborts the
+/// group. The first call with a peer connects to it inside `ncclGroupEnd`,
+/// which returns once the peer posted its side: that call holds its thread
+/// until then, or until its deadline. `all_to_all_single`, `all_to_all`,
+/// `gather` and `scatter` are grouped `ncclSend`/`ncclRecv` (as
+/// ProcessGroupNCCL; this rank's own block a device-to-device copy),
+/// `reduce` is `ncclReduce` (every `reduce_op`, `avg` as `ncclAvg`),
+/// `allgatherv` a grouped `ncclBroadcast` per rank.
+/// `monitored_barrier` runs through the group's store beside the stream (it
+/// does not wait for earlier collectives): every rank sets a key, rank 0
+/// waits for them until the deadline and then releases the others with the
+/// list of ranks that did not arrive; those that did fail with
+/// `collective_timeout_error` naming them, and abort the group (the other
+/// ranks wait for the release up to twice the time limit).
+///
 /// The CUDA and NCCL code lives in a plugin, `libcorodist-cuda.so`, built and
 /// installed beside libcorodist when CUDA and NCCL are found, and loaded the
 /// first time `unavailable_reason()` or `create` runs: a program that never
@@ -140,6 +162,30 @@ public:
 
   /// As above with this group's options (the prefix suffixed with "/shrunk").
   [[nodiscard]] asio::awaitable<std::shared_ptr<nccl_group>> shrink(std::vector<int> lost);
+
+  /// Splits the group with `ncclCommSplit` (see process_group::split): every
+  /// rank of this group calls it; the ranks with the same `color` (>= 0) form
+  /// a new nccl_group ranked by (`key`, rank here), `no_color`
+  /// (NCCL_SPLIT_NOCOLOR) gets null. The new group has a communicator of its
+  /// own (not sharing this one's resources: aborting one leaves the other),
+  /// on this group's device, with its own stream, poll and sequence numbers;
+  /// its store keys live under this group's prefix, `opts.name` (empty:
+  /// "split<n>", n counting this group's splits) and the color. Its timeout is
+  /// `opts.timeout` (`inherit()`: this group's), also the limit of the split.
+  /// Non-blocking, polled on this group's executor like `create`; await it
+  /// before issuing more on this group (NCCL's communicator is busy with the
+  /// split until then).
+  /// Throws `usage_error` (a color below 0 other than `no_color`; a bad
+  /// timeout), `collective_error` (this group was aborted; NCCL failed),
+  /// `timeout_error` (not every rank called split in time: this group is
+  /// then aborted, NCCL's split being left running on it). Any thread;
+  /// resumes the caller on its own executor.
+  /// Cancellation: terminal, between its polls: ends with
+  /// `operation_aborted`, no group, and this group is aborted (the split
+  /// still runs on its communicator).
+  [[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> split(int color, int key,
+                                                                     split_options opts) override;
+  using process_group::split;
 
   /// "" when `shrink` can run on this group, else why not (the NCCL of this
   /// build or run has no ncclCommShrink; the communicator was aborted and

@@ -283,7 +283,13 @@ public:
   /// backend's `create`.
   /// Cancellation: as the backend's `create`.
   [[nodiscard]] virtual asio::awaitable<std::shared_ptr<process_group>> split(int color, int key,
-                                                                             split_options opts = {});
+                                                                             split_options opts);
+
+  /// As above with default options. (An overload, not a default argument:
+  /// GCC 12 destroys a defaulted `split_options{}` inside `co_await` twice.)
+  [[nodiscard]] asio::awaitable<std::shared_ptr<process_group>> split(int color, int key) {
+    return split(color, key, split_options{});
+  }
 
   /// The number of collectives issued on this group so far (the sequence
   /// number the next one gets).

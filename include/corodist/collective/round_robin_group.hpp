@@ -16,7 +16,8 @@ namespace corodist::collective {
 
 /// A group that sends its i-th collective to `groups[i % groups.size()]`, so
 /// that independent collectives progress in parallel on separate connections
-/// and threads. Every rank must build it from the same groups in the same
+/// and threads. Sends and receives (which only their two ranks issue) all go
+/// to the first group and do not move the rotation. Every rank must build it from the same groups in the same
 /// order (and issue in the same order, as always). Errors are those of the
 /// underlying group (its sequence numbers). `abort` aborts every group.
 class round_robin_group final : public process_group {

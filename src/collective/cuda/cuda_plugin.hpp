@@ -32,6 +32,14 @@ public:
   /// A new communicator of the ranks not in `excluded` (sorted, in range,
   /// without this rank, fewer than all; checked by nccl_group::shrink).
   virtual asio::awaitable<std::shared_ptr<nccl_backend>> shrink(std::vector<int> excluded, nccl_options opts) = 0;
+  /// A communicator of the ranks that pass the same `color` (>= 0), ordered
+  /// by (`key`, rank), with ncclCommSplit; null for `no_color`. Every rank of
+  /// this one calls it (arguments checked by nccl_group::split).
+  virtual asio::awaitable<std::shared_ptr<nccl_backend>> split(int color, int key, corodist::timeout timeout,
+                                                               std::string name) = 0;
+  /// This rank in the communicator, and its number of ranks.
+  virtual int rank() const noexcept = 0;
+  virtual int size() const noexcept = 0;
   /// The nccl_group is gone: abort if collectives are still in flight (the
   /// poller, which holds the backend, fails them and lets it go).
   virtual void group_destroyed() noexcept = 0;
@@ -72,7 +80,7 @@ struct cuda_runtime {
 /// `corodist_cuda_plugin_v1`). Both sides come from the same build; `abi`
 /// guards against a plugin of another build found on the search path.
 struct cuda_plugin {
-  static constexpr std::uint32_t abi = 3; // 2: nccl_backend::shrink; 3: the runtime table
+  static constexpr std::uint32_t abi = 4; // 2: nccl_backend::shrink; 3: the runtime table; 4: split, rank, size
 
   std::uint32_t abi_version = abi;
   /// "" when NCCL can run here, else why not ("no CUDA device: ...").

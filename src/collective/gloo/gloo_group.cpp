@@ -2,12 +2,14 @@
 // store (in PyTorch's layout, with PyTorch's handshake, when joining a
 // PyTorch job), the full mesh of connections, and the group's threads.
 #include "collective/gloo/gloo_group_impl.hpp"
+#include "collective/gloo/mesh_context.hpp"
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/store/prefix_store.hpp>
 #include <corodist/store/rendezvous.hpp>
 
+#include "collective/gloo/pytorch_barrier.hpp"
 #include "collective/gloo/sigpipe_guard.hpp"
 #include "core/log.hpp"
 
@@ -16,7 +18,6 @@
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
-#include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 
@@ -158,23 +159,13 @@ asio::awaitable<std::string> missing_ranks(store::store& gloo_keys, int size) {
   co_return missing;
 }
 
-// PyTorch 1.13's init_process_group steps after the Gloo rendezvous: the
-// store-based barrier, then the sequence number that rank 0 publishes.
+// PyTorch 1.13's init_process_group (and new_group) steps after the Gloo
+// rendezvous: the store-based barrier over the whole job, then the sequence
+// number that the group's rank 0 publishes.
 asio::awaitable<void> pytorch_handshake(const group_stores& s, const gloo_options& opts, int rank, int size) {
-  const auto deadline = clock::now() + opts.timeout.length();
-  const auto key = fmt::format("store_based_barrier_key:{}", opts.pytorch->group_index + 1);
-  (void)co_await s.job->add(key, 1);
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  for (;;) {
-    const auto arrived = co_await s.job->add(key, 0);
-    if (arrived >= size)
-      break;
-    if (clock::now() >= deadline)
-      throw timeout_error(fmt::format("{}: only {} of {} ranks reached PyTorch's store-based barrier ('{}') within {} ms",
-                                      create_text(opts, rank, size), arrived, size, key, opts.timeout.length().count()));
-    timer.expires_after(std::chrono::milliseconds(10)); // as PyTorch polls
-    co_await timer.async_wait(asio::use_awaitable);
-  }
+  const int world = opts.pytorch->world_size > 0 ? opts.pytorch->world_size : size;
+  const auto what = create_text(opts, rank, size);
+  co_await detail::pytorch_store_barrier(*s.job, opts.pytorch->group_index, world, opts.timeout, what);
   if (rank == 0) {
     std::uint64_t seq = std::random_device{}();
     std::string bytes(8, '\0');
@@ -210,6 +201,9 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     throw usage_error("gloo_group::create: mismatch_probe_delay must not be negative");
   if (opts.pytorch && opts.pytorch->group_index < 0)
     throw usage_error("gloo_group::create: pytorch.group_index must be >= 0");
+  if (opts.pytorch && opts.pytorch->world_size != 0 && opts.pytorch->world_size < size)
+    throw usage_error(fmt::format("gloo_group::create: pytorch.world_size ({}) is smaller than the group ({} ranks)",
+                                  opts.pytorch->world_size, size));
   if (const char* env = std::getenv("CORODIST_CHECK_COLLECTIVES"); env && (std::strcmp(env, "1") == 0 ||
                                                                           std::strcmp(env, "true") == 0))
     opts.check_calls = true;
@@ -237,13 +231,12 @@ asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::create(std::shared_ptr<
     auto attr = device_attr(opts);
     st->device = detail::abortable_device::create(attr);
     st->address = st->device->str();
-    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    auto ctx = std::make_shared<detail::mesh_context>(rank, size);
     ctx->setTimeout(opts.timeout.length());
     detail::gloo_store adapter(gloo_keys, opts.timeout.length());
-    std::shared_ptr<gloo::transport::Device> device = st->device;
-    ctx->connectFullMesh(adapter, device);
-    st->context = std::move(ctx);
-    st->record_endpoints(adapter);
+    ctx->connect_mesh(adapter, st->device);
+    st->context = ctx;
+    st->record_endpoints(*ctx);
     st->connected.store(true, std::memory_order_release);
   };
   try {

@@ -37,6 +37,7 @@
 namespace corodist::collective {
 
 namespace detail {
+class mesh_context;
 
 /// One issued collective of a gloo_group, from issue to completion.
 struct pending_op {
@@ -122,6 +123,9 @@ struct gloo_group::impl {
   /// group's connections. With `lost` >= 0 the abort is for rank `lost`
   /// (`why` then says why it counts as lost): collectives fail with rank_lost_error.
   void abort(const std::string& why, int lost = -1);
+  /// Under `lk` (the group's mutex, held): if a rank was lost while the group
+  /// was idle, aborts the group for it now (unlocking around the abort).
+  void abort_if_lost_while_idle(std::unique_lock<std::mutex>& lk);
   /// Aborts the group for rank `lost` (`why`: "connection reset", ...).
   void rank_lost(int lost, const std::string& why);
   /// Rank `lost`'s member key vanished: aborts the group if a collective is
@@ -141,7 +145,7 @@ struct gloo_group::impl {
   /// so that every blocked Gloo call fails at once.
   void signal_pairs(const std::string& why);
   /// After connecting: the addresses that identify the group's sockets.
-  void record_endpoints(detail::gloo_store& keys);
+  void record_endpoints(const detail::mesh_context& mesh);
   /// The watchdog thread's body.
   void watch();
   /// Aborts what is in flight, joins the watchdog, stops the communication threads.

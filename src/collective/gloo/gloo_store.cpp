@@ -23,4 +23,8 @@ void gloo_store::wait(const std::vector<std::string>& keys, const std::chrono::m
   run_blocking(store_->get_executor(), store_->wait(keys, timeout), "gloo rendezvous store wait");
 }
 
+std::vector<std::string> gloo_store::multi_get(const std::vector<std::string>& keys) {
+  return run_blocking(store_->get_executor(), store_->multi_get(keys, timeout_), "gloo rendezvous store multi_get");
+}
+
 } // namespace corodist::collective::detail

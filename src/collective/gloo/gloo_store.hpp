@@ -1,6 +1,6 @@
 #pragma once
 // gloo_store: Gloo's rendezvous store interface over a corodist store, so that
-// Gloo's connectFullMesh publishes and finds addresses through our store.
+// a gloo_group's full-mesh connect (mesh_context) publishes and finds addresses through our store.
 // Calls block the calling thread (a Gloo communication thread, never a loop).
 
 #include <corodist/store/store.hpp>
@@ -25,6 +25,8 @@ public:
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  /// The values of `keys` in one round trip (each waited for up to the timeout).
+  std::vector<std::string> multi_get(const std::vector<std::string>& keys);
 
 private:
   std::shared_ptr<store::store> store_;

@@ -24,13 +24,7 @@ work gloo_group::impl::submit(collective_call call) {
   // CUDA buffers: copied to pinned host memory on the group's stream, after the caller's.
   auto staged = detail::cuda_staging::stage(call, staging);
   std::unique_lock lk(mutex);
-  if (idle_lost >= 0 && !aborted) { // a rank was lost while the group was idle: abort now
-    const int lost = idle_lost;
-    const auto why = idle_lost_why;
-    lk.unlock();
-    rank_lost(lost, why);
-    lk.lock();
-  }
+  abort_if_lost_while_idle(lk);
   const auto seq = next_seq++;
   auto op = std::make_shared<pending_op>();
   op->seq = seq;

@@ -1,5 +1,7 @@
 #include "collective/gloo/member_watch.hpp"
 
+#include <corodist/core/future.hpp>
+
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/store/hash_store.hpp>
@@ -42,14 +44,59 @@ asio::awaitable<void> member_watch::start(lost_fn report) {
     std::lock_guard lk(mutex_);
     report_ = std::move(report);
   }
+  // Every peer's watch at once (one round trip, not one per peer).
+  struct pending {
+    std::mutex m;
+    int left = 0;
+    std::exception_ptr error;
+    std::vector<std::shared_ptr<store::watch_stream>> streams;
+    promise<void> all;
+  };
+  auto p = std::make_shared<pending>();
+  p->left = size_ - 1;
+  p->streams.resize(static_cast<std::size_t>(size_));
+  auto all = p->all.get_future();
   for (int r = 0; r < size_; ++r) {
     if (r == rank_)
       continue;
-    auto s = std::make_shared<store::watch_stream>(co_await keys_->watch_key(key(r)));
+    asio::co_spawn(keys_->get_executor(), keys_->watch_key(key(r)),
+                   [p, r](std::exception_ptr e, store::watch_stream s) {
+                     std::unique_lock lk(p->m);
+                     if (e && !p->error)
+                       p->error = e;
+                     else if (!e)
+                       p->streams[static_cast<std::size_t>(r)] = std::make_shared<store::watch_stream>(std::move(s));
+                     if (--p->left == 0) {
+                       lk.unlock();
+                       p->all.set_value();
+                     }
+                   });
+  }
+  co_await all.async_get();
+  std::exception_ptr error;
+  std::vector<std::shared_ptr<store::watch_stream>> got;
+  {
+    std::lock_guard lk(p->m);
+    error = p->error;
+    got = p->streams;
+  }
+  if (error)
+    std::rethrow_exception(error);
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_)
+      continue;
+    auto s = got[static_cast<std::size_t>(r)];
     streams_.push_back(s);
     asio::co_spawn(keys_->get_executor(), follow(r, s), asio::detached);
   }
-  // A rank lost before its key was watched.
+  // A rank lost before its key was watched: one check of every key, then,
+  // if one is gone, which.
+  std::vector<std::string> every;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_)
+      every.push_back(key(r));
+  if (co_await keys_->check(std::move(every)))
+    co_return;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_)
       continue;

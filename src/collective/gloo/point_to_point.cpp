@@ -57,13 +57,7 @@ work gloo_group::impl::submit_p2p(collective_call call) {
   if (staged)
     staged->before(call.by.at());
   std::unique_lock lk(mutex);
-  if (idle_lost >= 0 && !aborted) { // a rank was lost while the group was idle: abort now
-    const int lost = idle_lost;
-    const auto why = idle_lost_why;
-    lk.unlock();
-    rank_lost(lost, why);
-    lk.lock();
-  }
+  abort_if_lost_while_idle(lk);
   auto op = std::make_shared<pending_op>();
   op->seq = next_p2p++;
   op->deadline = call.by.at();

@@ -48,5 +48,14 @@ const std::string& gloo_group::prefix() const noexcept {
   return none;
 }
 std::string gloo_group::address() const { return {}; }
+bool gloo_group::joins_pytorch() const noexcept { return false; }
+asio::awaitable<std::shared_ptr<process_group>> gloo_group::split(int, int, split_options) {
+  unavailable();
+  co_return nullptr;
+}
+asio::awaitable<std::shared_ptr<gloo_group>> gloo_group::pytorch_new_group(std::vector<int>, split_options) {
+  unavailable();
+  co_return nullptr;
+}
 
 } // namespace corodist::collective

@@ -3,6 +3,7 @@
 // every blocked Gloo call, here and on the peers, fails at once.
 #include "collective/gloo/gloo_group_impl.hpp"
 
+#include "collective/gloo/mesh_context.hpp"
 #include "collective/gloo/socket_shutdown.hpp"
 #include "core/log.hpp"
 
@@ -24,6 +25,16 @@ std::string gloo_group::impl::reason() const {
 
 void gloo_group::impl::rank_lost(int lost, const std::string& why) {
   abort(fmt::format("rank {} lost: {}", lost, why), lost);
+}
+
+void gloo_group::impl::abort_if_lost_while_idle(std::unique_lock<std::mutex>& lk) {
+  if (idle_lost < 0 || aborted)
+    return;
+  const int lost = idle_lost;
+  const auto why = idle_lost_why;
+  lk.unlock();
+  rank_lost(lost, why);
+  lk.lock();
 }
 
 void gloo_group::impl::member_lost(int lost, const std::string& why) {
@@ -121,19 +132,12 @@ void gloo_group::impl::signal_pairs(const std::string& why) {
 }
 
 // Each pair's own listening address, and each peer's for this pair.
-void gloo_group::impl::record_endpoints(detail::gloo_store& keys) {
+void gloo_group::impl::record_endpoints(const detail::mesh_context& mesh) {
   for (int i = 0; i < size; ++i) {
     if (i == rank)
       continue;
     local_ends.push_back(gloo::transport::tcp::Address(context->getPair(i)->address().bytes()).getSockaddr());
-    // Rank i published its pairs' addresses for every other rank in order,
-    // without itself (as gloo::rendezvous::Context lays them out).
-    auto all = keys.get(std::to_string(i));
-    const std::size_t one = all.size() / static_cast<std::size_t>(size - 1);
-    const std::size_t slot = static_cast<std::size_t>(rank > i ? rank - 1 : rank);
-    std::vector<char> mine(all.begin() + static_cast<std::ptrdiff_t>(slot * one),
-                           all.begin() + static_cast<std::ptrdiff_t>((slot + 1) * one));
-    remote_ends.push_back(gloo::transport::tcp::Address(mine).getSockaddr());
+    remote_ends.push_back(gloo::transport::tcp::Address(mesh.peer_address(i)).getSockaddr());
   }
 }
 

@@ -117,6 +117,19 @@ asio::awaitable<std::shared_ptr<nccl_group>> nccl_group::shrink(std::vector<int>
   return shrink(std::move(lost), std::move(opts));
 }
 
+asio::awaitable<std::shared_ptr<process_group>> nccl_group::split(int color, int key, split_options opts) {
+  const auto what = fmt::format("nccl_group::split (rank {} of {}, color {}, key {})", rank(), size(), color, key);
+  if (color < 0 && color != no_color)
+    throw usage_error(what + ": the color must be >= 0, or no_color");
+  const auto timeout = group_timeout(opts.timeout, this->timeout(), what);
+  auto child = co_await backend_->split(color, key, timeout, std::move(opts.name));
+  if (!child)
+    co_return nullptr;
+  const int r = child->rank();
+  const int n = child->size();
+  co_return std::shared_ptr<nccl_group>(new nccl_group(r, n, timeout, std::move(child)));
+}
+
 std::string nccl_group::shrink_unavailable_reason() const { return backend_->shrink_unavailable_reason(); }
 
 work nccl_group::submit(collective_call call) { return backend_->submit(std::move(call)); }

@@ -10,8 +10,9 @@ Usage: torch_gloo_job.py MODE WORLD [PORT]
   cpp-master      the store is corodist's server at PORT; ranks 1 .. WORLD-1
                   are PyTorch processes that pass store= (no prefix); the C++
                   rank is 0
-Every rank runs the same collectives as run_job() in the C++ test, checks the
-results, and the job prints "OK" when all passed.
+  --subgroups     (last) run subgroups() instead of collectives()
+Every rank runs the same collectives as run_job() (or run_subgroups()) in the
+C++ test, checks the results, and the job prints "OK" when all passed.
 """
 import datetime
 import multiprocessing as mp
@@ -104,7 +105,31 @@ def exchanges(rank, world, cpp_rank):
     dist.barrier()  # 14
 
 
-def rank_main(mode, port, rank, world):
+def subgroup_lists(world, cpp_rank):
+    """The rank lists of subgroups(), in creation order (PyTorch groups 1, 2, 3)."""
+    return [
+        sorted({cpp_rank, 1}),  # the C++ rank and one PyTorch rank
+        [r for r in range(world) if r != cpp_rank],  # the C++ rank is not a member
+        [0, 2, 3],
+    ]
+
+
+def subgroups(rank, world, cpp_rank):
+    """new_group over subsets, each with an allreduce among its members; then
+    one on the default group (as run_subgroups() in the C++ test)."""
+    for ranks in subgroup_lists(world, cpp_rank):
+        g = dist.new_group(ranks)  # every rank calls it, members or not
+        if rank in ranks:
+            t = torch.arange(8, dtype=torch.float32) * (rank + 1)
+            dist.all_reduce(t, group=g)
+            want = torch.arange(8, dtype=torch.float32) * float(sum(r + 1 for r in ranks))
+            assert torch.equal(t, want), (ranks, t)
+    t = torch.tensor([rank + 1], dtype=torch.int64)
+    dist.all_reduce(t)
+    assert t.item() == world * (world + 1) // 2, t
+
+
+def rank_main(mode, port, rank, world, part):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     client = dist.TCPStore(HOST, port, world, False, TIMEOUT)
     if mode == "pytorch-master":
@@ -113,21 +138,25 @@ def rank_main(mode, port, rank, world):
     else:
         store, cpp_rank = client, 0
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=TIMEOUT)
-    collectives(rank, world, cpp_rank)
+    part(rank, world, cpp_rank)
     dist.destroy_process_group()
 
 
 def main():
-    mode, world = sys.argv[1], int(sys.argv[2])
+    args = sys.argv[1:]
+    part = collectives
+    if args and args[-1] == "--subgroups":
+        part, args = subgroups, args[:-1]
+    mode, world = args[0], int(args[1])
     if mode == "pytorch-master":
         master = dist.TCPStore(HOST, 0, world, True, TIMEOUT, wait_for_workers=False)
         port, ranks = master.port, range(0, world - 1)
         print(f"PORT {port}", flush=True)
     elif mode == "cpp-master":
-        port, ranks = int(sys.argv[3]), range(1, world)
+        port, ranks = int(args[2]), range(1, world)
     else:
         sys.exit(f"unknown mode {mode}")
-    procs = [mp.Process(target=rank_main, args=(mode, port, r, world)) for r in ranks]
+    procs = [mp.Process(target=rank_main, args=(mode, port, r, world, part)) for r in ranks]
     for p in procs:
         p.start()
     for p in procs:
