@@ -57,6 +57,44 @@ std::uint64_t block_slot(std::uint32_t tag, std::size_t bytes) {
   return static_cast<std::uint64_t>(gloo::Slot::build(exchange_slot_prefix, tag)) | ((h ^ (h >> 24) ^ (h >> 48)) & 0xffffff);
 }
 
+// all_to_all_single: one Gloo buffer per side, each block at its offset.
+void exchange_in_place(const gloo_call& gc, const tensor_view& input, const tensor_view& output,
+                       const std::vector<block>& sends, const std::vector<block>& recvs) {
+  auto& ctx = *gc.context;
+  const auto self = static_cast<std::size_t>(ctx.rank);
+  const auto offset = [](const tensor_view& t, const block& b) {
+    return static_cast<std::size_t>(static_cast<const std::byte*>(b.data) - static_cast<const std::byte*>(t.data()));
+  };
+  std::unique_ptr<gloo::transport::UnboundBuffer> in, out;
+  int receives = 0, sent = 0;
+  // Receives first, then sends in a rotating order (rank r starts with r+1),
+  // so that no single rank is every rank's first target.
+  for (int i = 1; i < ctx.size; ++i) {
+    const auto p = static_cast<std::size_t>((ctx.rank + ctx.size - i) % ctx.size);
+    if (recvs[p].bytes == 0)
+      continue;
+    if (!in)
+      in = ctx.createUnboundBuffer(output.data(), output.bytes());
+    in->recv(static_cast<int>(p), block_slot(gc.tag, recvs[p].bytes), offset(output, recvs[p]), recvs[p].bytes);
+    ++receives;
+  }
+  for (int i = 1; i < ctx.size; ++i) {
+    const auto p = static_cast<std::size_t>((ctx.rank + i) % ctx.size);
+    if (sends[p].bytes == 0)
+      continue;
+    if (!out)
+      out = ctx.createUnboundBuffer(input.data(), input.bytes());
+    out->send(static_cast<int>(p), block_slot(gc.tag, sends[p].bytes), offset(input, sends[p]), sends[p].bytes);
+    ++sent;
+  }
+  if (recvs[self].bytes != 0)
+    std::memcpy(recvs[self].data, sends[self].data, recvs[self].bytes); // (the buffers never overlap)
+  for (int k = 0; k < receives; ++k)
+    in->waitRecv(time_left(gc));
+  for (int k = 0; k < sent; ++k)
+    out->waitSend(time_left(gc));
+}
+
 template <typename T>
 void pytorch_all_to_all(const gloo_call& gc, const collective_call& call) {
   const auto& in = call.tensors[0];
@@ -98,6 +136,8 @@ void all_to_all(const gloo_call& gc, const collective_call& call, bool pytorch) 
   const auto sends = blocks_of(call, ctx.size, false);
   const auto recvs = blocks_of(call, ctx.size, true);
   const auto self = static_cast<std::size_t>(ctx.rank);
+  if (call.kind == collective_kind::all_to_all_single)
+    return exchange_in_place(gc, call.tensors[0], call.tensors[1], sends, recvs);
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> out, in;
   // Receives first, then sends in a rotating order (rank r starts with r+1),
   // so that no single rank is every rank's first target.
