@@ -5,6 +5,7 @@
 // not survive). With PyTorch's ranks: Gloo's alltoall and alltoallv, as
 // ProcessGroupGloo runs them.
 #include "collective/gloo/algorithms.hpp"
+#include "collective/gloo/call_header.hpp"
 
 #include <gloo/alltoall.h>
 #include <gloo/alltoallv.h>
@@ -49,12 +50,9 @@ std::vector<block> blocks_of(const collective_call& call, int size, bool out) {
 
 // The slot of a pair's block: the collective's tag, and 24 bits of its size.
 std::uint64_t block_slot(std::uint32_t tag, std::size_t bytes) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < 8; ++i) {
-    h ^= (bytes >> (8 * i)) & 0xff;
-    h *= 1099511628211ull;
-  }
-  return static_cast<std::uint64_t>(gloo::Slot::build(exchange_slot_prefix, tag)) | ((h ^ (h >> 24) ^ (h >> 48)) & 0xffffff);
+  fnv1a h;
+  h.mix(bytes);
+  return static_cast<std::uint64_t>(gloo::Slot::build(exchange_slot_prefix, tag)) | h.low24();
 }
 
 // all_to_all_single: one Gloo buffer per side, each block at its offset.

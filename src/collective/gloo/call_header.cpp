@@ -7,24 +7,6 @@
 
 namespace corodist::collective::detail {
 
-namespace {
-
-// FNV-1a, 64 bits.
-class fnv1a {
-public:
-  void mix(std::uint64_t v) noexcept {
-    for (int i = 0; i < 8; ++i) {
-      hash_ ^= (v >> (8 * i)) & 0xff;
-      hash_ *= 1099511628211ull;
-    }
-  }
-  std::uint64_t value() const noexcept { return hash_; }
-
-private:
-  std::uint64_t hash_ = 1469598103934665603ull;
-};
-
-} // namespace
 
 call_header header_of(const collective_call& call, std::uint64_t seq) {
   call_header h;

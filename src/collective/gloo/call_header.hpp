@@ -13,6 +13,23 @@
 
 namespace corodist::collective::detail {
 
+/// FNV-1a, 64 bits, over 64-bit values (little-endian bytes).
+class fnv1a {
+public:
+  void mix(std::uint64_t v) noexcept {
+    for (int i = 0; i < 8; ++i) {
+      hash_ ^= (v >> (8 * i)) & 0xff;
+      hash_ *= 1099511628211ull;
+    }
+  }
+  std::uint64_t value() const noexcept { return hash_; }
+  /// The value folded to 24 bits (the free low bits of a Gloo slot).
+  std::uint64_t low24() const noexcept { return (hash_ ^ (hash_ >> 24) ^ (hash_ >> 48)) & 0xffffff; }
+
+private:
+  std::uint64_t hash_ = 1469598103934665603ull;
+};
+
 /// A call as the ranks compare it; the call check sends it ahead of the
 /// collective's data (40 bytes on the wire).
 struct call_header {

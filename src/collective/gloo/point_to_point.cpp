@@ -9,6 +9,7 @@
 
 #include "collective/describe.hpp"
 #include "collective/gloo/algorithms.hpp"
+#include "collective/gloo/call_header.hpp"
 #include "collective/gloo/sigpipe_guard.hpp"
 
 #include <gloo/types.h>
@@ -28,14 +29,10 @@ namespace {
 std::uint64_t p2p_slot(const p2p_op& o, bool pytorch) {
   if (pytorch)
     return o.tag; // ProcessGroupGloo::send/recv: the tag is the slot
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::uint64_t v : {static_cast<std::uint64_t>(o.tensor.type()), static_cast<std::uint64_t>(o.tensor.count())})
-    for (int i = 0; i < 8; ++i) {
-      h ^= (v >> (8 * i)) & 0xff;
-      h *= 1099511628211ull;
-    }
-  return static_cast<std::uint64_t>(gloo::Slot::build(detail::p2p_slot_prefix, o.tag)) |
-         ((h ^ (h >> 24) ^ (h >> 48)) & 0xffffff);
+  detail::fnv1a h;
+  h.mix(static_cast<std::uint64_t>(o.tensor.type()));
+  h.mix(o.tensor.count());
+  return static_cast<std::uint64_t>(gloo::Slot::build(detail::p2p_slot_prefix, o.tag)) | h.low24();
 }
 
 std::chrono::milliseconds left_until(std::chrono::steady_clock::time_point t) {
