@@ -12,6 +12,7 @@ set -euo pipefail
 pkgs=(g++ meson ninja-build ccache pkg-config cmake
       liburing-dev libasio-dev libboost-test-dev libmsgpack-cxx-dev
       libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev
+      nlohmann-json3-dev
       iproute2 nftables)
 [[ " $* " == *" --python "* ]] && pkgs+=(python3 python3-torch)
 [[ " $* " == *" --bench "* ]] && pkgs+=(python3 python3-torch python3-matplotlib
