@@ -1,0 +1,108 @@
+#pragma once
+/// \file
+/// corodist::store::debug_responder: a rank's answer to "what are you doing?"
+/// over the job's store. It serves this process's flight recorders
+/// (corodist/core/flight_recorder.hpp) to whoever asks — `corodist-run`'s
+/// hang verdict, `corodist-debug`, `collect_hang_verdict`, or a collective
+/// that has waited long enough to want the names of the ranks not there —
+/// and tells the store when one of its operations has waited longer than
+/// `hang_after`, which is what wakes `corodist-run`'s verdict.
+///
+/// Keys (under the store it is given; under `corodist-run`, the
+/// generation's prefix store): `debug/rank/<r>` (pid and host, owned),
+/// `debug/world_size`, `debug/request` (a counter: each ask adds one),
+/// `debug/dump/<r>/<n>` (rank r's answer to ask n), `debug/stuck` (a
+/// counter: each newly stuck operation adds one).
+
+#include <corodist/core/config.hpp>
+
+#include <corodist/core/timeout.hpp>
+#include <corodist/store/store.hpp>
+
+#include <asio/awaitable.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace corodist::store {
+
+/// Settings of a debug responder.
+struct debug_responder_options {
+  /// An operation (collective, RPC call, store wait) running longer than
+  /// this is reported stuck (once per operation). Zero: never report.
+  /// CORODIST_HANG_AFTER_MS in the environment overrides it (corodist-run's
+  /// `--hang-after` sets it for its ranks).
+  std::chrono::milliseconds hang_after = default_hang_after;
+  /// How often the recorders are scanned for stuck operations.
+  std::chrono::milliseconds scan_every = default_scan_every;
+
+  static constexpr std::chrono::milliseconds default_hang_after{std::chrono::seconds(30)};
+  static constexpr std::chrono::milliseconds default_scan_every{std::chrono::seconds(1)};
+};
+
+/// A rank's debug responder; runs on the store's executor until stopped or
+/// destroyed. Started by `rendezvous("env://")` under a launcher that hosts
+/// the store (corodist-run, torchrun) unless CORODIST_RESPONDER=0; other
+/// programs start it themselves.
+class debug_responder : public std::enable_shared_from_this<debug_responder> {
+public:
+  /// Starts answering for `rank` of `world_size` on `job_store` and returns at
+  /// once (its keys are written on the store's executor). Sets the flight
+  /// recorders' label to "rank <rank>". Becomes `current()`. Thread-safe.
+  static std::shared_ptr<debug_responder> start(std::shared_ptr<store> job_store, int rank, int world_size,
+                                                debug_responder_options opts = {});
+
+  /// The responder this process started last, while it runs; null if none.
+  static std::shared_ptr<debug_responder> current();
+
+  ~debug_responder();
+
+  /// Stops answering (an ask in progress completes). Idempotent, thread-safe.
+  void stop();
+
+  const std::shared_ptr<store>& job_store() const noexcept { return store_; }
+  int rank() const noexcept { return rank_; }
+  int world_size() const noexcept { return world_size_; }
+
+  /// Private: use `start`.
+  debug_responder(std::shared_ptr<store> job_store, int rank, int world_size, debug_responder_options opts);
+
+private:
+  asio::awaitable<void> answer_loop();
+  asio::awaitable<void> scan_loop();
+
+  struct state;
+  const std::shared_ptr<store> store_;
+  const int rank_;
+  const int world_size_;
+  const debug_responder_options opts_;
+  std::shared_ptr<state> state_;
+};
+
+/// One rank's answer to an ask.
+struct rank_dump {
+  int rank = -1;
+  /// The rank's `dump_flight_recorders()` document; empty when it did not answer.
+  std::string json;
+  /// Why there is no answer ("did not answer within 5000 ms"), or what else
+  /// is known of the rank (a launcher adds "exited with code 1").
+  std::string problem;
+  /// Half the ask's round trip: the bound on the clock offset below.
+  std::chrono::nanoseconds offset_error{0};
+  /// The rank's system clock minus the asker's, estimated from the ask's
+  /// round trip (the timeline aligns ranks with it).
+  std::chrono::nanoseconds clock_offset{0};
+};
+
+/// Asks every rank of the job on `job_store` for its recorders and returns
+/// their answers, rank by rank (`world_size` ranks; 0: the responders' own
+/// `debug/world_size`), after all answered or `limit` passed (a missing one
+/// carries `problem`). Throws `store_error`/`connection_error` when the
+/// store fails, `timeout_error` when no world size is known within `limit`.
+/// Cancellation: terminal, through the store operations it awaits.
+[[nodiscard]] asio::awaitable<std::vector<rank_dump>> gather_dumps(std::shared_ptr<store> job_store, int world_size,
+                                                                   corodist::timeout limit);
+
+} // namespace corodist::store
