@@ -179,6 +179,17 @@ void flight_recorder::set_observer(observer obs) {
   observer_ptr.store(g.obs.get(), std::memory_order_release);
 }
 
+std::vector<pending_record> pending_flight_records() {
+  std::vector<pending_record> out;
+  auto& g = reg();
+  std::lock_guard lk(g.mutex);
+  for (const flight_recorder* r : g.live)
+    for (auto& e : r->entries())
+      if (e.state == record_state::queued || e.state == record_state::started)
+        out.push_back({r->layer(), r->name(), std::move(e)});
+  return out;
+}
+
 void set_flight_recorder_label(std::string label) {
   auto& g = reg();
   std::lock_guard lk(g.mutex);

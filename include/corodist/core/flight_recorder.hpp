@@ -149,6 +149,17 @@ private:
 /// took (ended). Never throws for lack of recorders (an empty list).
 std::string dump_flight_recorders();
 
+/// An entry that has not ended, with its recorder's layer and name.
+struct pending_record {
+  std::string layer;
+  std::string name;
+  record_entry entry;
+};
+
+/// The entries of every live recorder of this process that are queued or
+/// started (oldest first per recorder): what a hang watch scans.
+std::vector<pending_record> pending_flight_records();
+
 /// Names this process in dumps ("rank 3"); the debug responder sets it.
 void set_flight_recorder_label(std::string label);
 
