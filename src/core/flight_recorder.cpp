@@ -64,13 +64,19 @@ std::string_view to_string(record_state s) noexcept {
   return "unknown";
 }
 
-bool flight_recorder::enabled() noexcept {
-  static const bool on = [] {
+namespace {
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on{[] {
     const char* v = std::getenv("CORODIST_RECORDER");
     return v == nullptr || std::string_view(v) != "0";
-  }();
+  }()};
   return on;
 }
+} // namespace
+
+bool flight_recorder::enabled() noexcept { return enabled_flag().load(std::memory_order_relaxed); }
+
+void flight_recorder::set_enabled(bool on) noexcept { enabled_flag().store(on, std::memory_order_relaxed); }
 
 std::shared_ptr<flight_recorder> flight_recorder::create(std::string layer, std::string name,
                                                          flight_recorder_options opts) {

@@ -96,8 +96,12 @@ public:
   static std::shared_ptr<flight_recorder> create(std::string layer, std::string name,
                                                  flight_recorder_options opts = {});
 
-  /// False when CORODIST_RECORDER=0 was set when the process first asked.
+  /// Whether `create` makes recorders: false when CORODIST_RECORDER=0 was set
+  /// when the process first asked, or after `set_enabled(false)`.
   static bool enabled() noexcept;
+  /// Turns the making of recorders on or off for the objects created from now
+  /// on (those made before keep theirs). Thread-safe.
+  static void set_enabled(bool on) noexcept;
 
   ~flight_recorder();
   flight_recorder(const flight_recorder&) = delete;
