@@ -130,7 +130,8 @@ asio::awaitable<void> answer_loop(std::shared_ptr<debug_responder::state> st, st
 
 asio::awaitable<void> listen_and_answer(std::shared_ptr<debug_responder::state> st, std::weak_ptr<store> ws,
                                         int rank, int world) {
-  if (co_await listen(st, ws, rank, world))
+  const bool listening = co_await listen(st, ws, rank, world);
+  if (listening)
     co_await answer_loop(st, ws, rank);
 }
 
@@ -210,8 +211,9 @@ asio::awaitable<std::shared_ptr<debug_responder>> debug_responder::async_start(s
                                                                                int rank, int world_size,
                                                                                debug_responder_options opts) {
   auto r = make_responder(job_store, rank, world_size, opts);
-  if (!co_await asio::co_spawn(job_store->get_executor(), listen(r->state_, job_store, rank, world_size),
-                               asio::use_awaitable))
+  const bool listening = co_await asio::co_spawn(job_store->get_executor(),
+                                                 listen(r->state_, job_store, rank, world_size), asio::use_awaitable);
+  if (!listening)
     throw store_error("debug_responder: cannot listen on the job's store (see the log)");
   auto ex = job_store->get_executor();
   asio::co_spawn(ex, answer_loop(r->state_, job_store, rank), asio::detached);
