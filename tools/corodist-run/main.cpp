@@ -86,6 +86,14 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", s.log_dir,
                  "also write each rank's stdout and stderr, unprefixed, to DIR/attempt_GENERATION/RANK/stdout.log "
                  "and stderr.log (appended when a rank restarts in place)");
+  app.add_option("--hang-after", s.hang_after_s,
+                 "seconds a rank's collective or RPC call may wait before the launcher gathers every rank's flight "
+                 "recorder and prints who is behind and where (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--hang-dump-dir", s.hang_dump_dir,
+                 "directory for the ranks' flight recorders written with a hang verdict (default: --log-dir, else "
+                 "the temporary directory)");
   app.add_option("command", s.command, "the program and its arguments, after --")->required();
   CLI11_PARSE(app, argc, argv);
 

@@ -13,6 +13,9 @@ inline constexpr double default_join_window_s = 30.0;
 /// How long a launcher waits for a rendezvous round to close (torchrun's join timeout).
 inline constexpr double default_join_timeout_s = 600.0;
 
+/// A rank's collective or RPC call waiting longer than this wakes the hang watch.
+inline constexpr double default_hang_after_s = 30.0;
+
 /// all: every node's workers start again under a new generation; worker: only the failed one, in place.
 enum class restart_policy { all, worker };
 
@@ -31,6 +34,8 @@ struct settings {
   double join_window_s = default_join_window_s;
   double join_timeout_s = default_join_timeout_s;
   std::string log_dir; ///< --log-dir: per-rank stdout/stderr files under it (empty: none)
+  double hang_after_s = default_hang_after_s; ///< --hang-after (0: no hang watch)
+  std::string hang_dump_dir; ///< --hang-dump-dir: where verdict dumps go (empty: --log-dir, else the temp directory)
   std::vector<std::string> command;
 };
 

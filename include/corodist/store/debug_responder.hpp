@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -62,24 +63,28 @@ public:
   /// Stops answering (an ask in progress completes). Idempotent, thread-safe.
   void stop();
 
-  const std::shared_ptr<store>& job_store() const noexcept { return store_; }
+  /// The job's store while it lives (the responder does not keep it alive: it
+  /// stops when the store goes); null after.
+  std::shared_ptr<store> job_store() const noexcept { return store_.lock(); }
   int rank() const noexcept { return rank_; }
   int world_size() const noexcept { return world_size_; }
 
   /// Private: use `start`.
   debug_responder(std::shared_ptr<store> job_store, int rank, int world_size, debug_responder_options opts);
 
-private:
-  asio::awaitable<void> answer_loop();
-  asio::awaitable<void> scan_loop();
+  struct state; ///< what the responder's coroutines share (src/store/debug/debug_responder.cpp)
 
-  struct state;
-  const std::shared_ptr<store> store_;
+private:
+  const std::weak_ptr<store> store_;
   const int rank_;
   const int world_size_;
   const debug_responder_options opts_;
   std::shared_ptr<state> state_;
 };
+
+/// The key of the debug protocol named `name` ("request", "dump/3/7", ...)
+/// under the store a responder serves.
+std::string debug_key(std::string_view name);
 
 /// One rank's answer to an ask.
 struct rank_dump {

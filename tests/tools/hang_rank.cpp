@@ -1,0 +1,138 @@
+// A rank of the hang-verdict tests, started by corodist-run (which hosts the
+// store and runs the hang watch). Usage: corodist-test-hang SCENARIO
+//   skip      ranks make allreduce #1; the last rank skips the first of the
+//             two that follow (its next allreduce pairs with the others' #2)
+//             and then computes: the others wait in #3
+//   compute   ranks make allreduce #1; the last rank then computes (blocks its
+//             main thread) while the others wait in #2
+//   dead-rpc  rank 1 is RPC worker "w1" and stops itself (SIGSTOP) once the
+//             others know it; rank 0 calls "load" on it and hangs there; the
+//             other ranks wait for rank 0 in allreduce #2
+//   died      ranks make allreduce #1; the last rank kills itself (SIGKILL)
+//             while the others wait in #2
+//   cross     two ranks, groups "a" and "b": rank 0 calls a's allreduce first,
+//             rank 1 b's first: each waits for the other in another group
+// Every rank prints "ready" before it starts hanging; an alarm ends a rank
+// after 120 s so that nothing outlives a broken test.
+#include <corodist/collective/gloo_group.hpp>
+#include <corodist/core/event_loop.hpp>
+#include <corodist/rpc/agent.hpp>
+#include <corodist/store/rendezvous.hpp>
+#include <corodist/store/sync_store.hpp>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace cc = corodist::collective;
+namespace cs = corodist::store;
+
+namespace {
+
+void ready() {
+  std::printf("ready\n");
+  std::fflush(stdout);
+}
+
+/// "Compute" that never ends (until the launcher stops the rank).
+[[noreturn]] void compute_forever() {
+  for (;;)
+    ::pause();
+}
+
+void allreduce(cc::gloo_group& g, std::vector<float>& v) { g.allreduce(v).get(); }
+
+} // namespace
+
+int main(int argc, char** argv) {
+  ::alarm(120);
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: corodist-test-hang skip|compute|dead-rpc|died|cross\n");
+    return 2;
+  }
+  const std::string mode = argv[1];
+  corodist::event_loop loop;
+  loop.start();
+  auto [store, rank, world] = cs::rendezvous(loop, "env://");
+  const bool last = rank == world - 1;
+  std::vector<float> v(1000, 1.0f);
+
+  if (mode == "cross") {
+    cc::gloo_options a;
+    a.prefix = "a";
+    cc::gloo_options b;
+    b.prefix = "b";
+    auto ga = cc::gloo_group::create_sync(store, rank, world, a);
+    auto gb = cc::gloo_group::create_sync(store, rank, world, b);
+    ready();
+    if (rank == 0) {
+      allreduce(*ga, v);
+      allreduce(*gb, v);
+    } else {
+      allreduce(*gb, v);
+      allreduce(*ga, v);
+    }
+    return 0;
+  }
+
+  if (mode == "dead-rpc") {
+    corodist::rpc::agent_options o;
+    o.name = "w" + std::to_string(rank);
+    o.rank = rank;
+    o.world_size = world;
+    o.store = store;
+    corodist::rpc::agent rpc(loop, o);
+    rpc.register_function("load", [](int x) { return x; });
+    rpc.start();
+    auto g = cc::gloo_group::create_sync(store, rank, world);
+    allreduce(*g, v); // #1: every agent has started
+    if (rank == 1) {
+      ready();
+      ::raise(SIGSTOP); // hung: its connections stay open, nothing answers
+      return 0;
+    }
+    ready();
+    if (rank == 0)
+      (void)rpc.rpc_sync<int>("w1", "load", 7);
+    allreduce(*g, v); // #2
+    return 0;
+  }
+
+  auto g = cc::gloo_group::create_sync(store, rank, world);
+  allreduce(*g, v); // #1
+  if (mode == "skip") {
+    if (last) {
+      allreduce(*g, v); // pairs with the others' #2
+      ready();
+      compute_forever();
+    }
+    ready();
+    allreduce(*g, v); // #2
+    allreduce(*g, v); // #3
+    return 0;
+  }
+  if (mode == "compute") {
+    ready();
+    if (last)
+      compute_forever();
+    allreduce(*g, v); // #2
+    return 0;
+  }
+  if (mode == "died") {
+    ready();
+    if (last) {
+      // Once the others are in #2 (their stuck reports show it), die.
+      cs::sync_store s(store);
+      s.wait({cs::debug_key("stuck/1")}, std::chrono::seconds(60));
+      ::raise(SIGKILL);
+    }
+    allreduce(*g, v); // #2
+    return 0;
+  }
+  std::fprintf(stderr, "unknown scenario '%s'\n", mode.c_str());
+  return 2;
+}
