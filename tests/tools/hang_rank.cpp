@@ -10,7 +10,7 @@
 //             others know it; rank 0 calls "load" on it and hangs there; the
 //             other ranks wait for rank 0 in allreduce #1
 //   died      ranks make allreduce #0; the last rank kills itself (SIGKILL)
-//             while the others wait in #1
+//             while the others wait in #1; they catch the error and stay
 //   cross     two ranks, groups "a" and "b": rank 0 calls a's allreduce first,
 //             rank 1 b's first: each waits for the other in another group
 // Every rank prints "ready" before it starts hanging; an alarm ends a rank
@@ -125,12 +125,19 @@ int main(int argc, char** argv) {
   if (mode == "died") {
     ready();
     if (last) {
-      // Once the others are in #2 (their stuck reports show it), die.
+      // Once the others are in #1 (their stuck reports show it), die.
       cs::sync_store s(store);
       s.wait({cs::debug_key("stuck/1")}, std::chrono::seconds(60));
       ::raise(SIGKILL);
     }
-    g->allreduce(v).get(); // #1
+    try {
+      g->allreduce(v).get(); // #1
+    } catch (const std::exception& e) {
+      // The survivors stay (as a program that handles the error would) until stopped.
+      std::printf("allreduce #1 failed: %s\n", e.what());
+      std::fflush(stdout);
+      compute_forever();
+    }
     return 0;
   }
   std::fprintf(stderr, "unknown scenario '%s'\n", mode.c_str());
