@@ -133,6 +133,15 @@ void flight_recorder::start(handle h) {
   }
 }
 
+void flight_recorder::set_link(handle h, std::uint64_t seq, std::uint64_t flow) {
+  std::lock_guard lk(mutex_);
+  record_entry& e = ring_[h % ring_.size()];
+  if (e.id == h) {
+    e.seq = seq;
+    e.flow = flow;
+  }
+}
+
 void flight_recorder::complete(handle h) { end(h, record_state::completed, {}, {}); }
 
 void flight_recorder::fail(handle h, std::string_view error, std::string_view type) {

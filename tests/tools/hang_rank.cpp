@@ -1,15 +1,16 @@
 // A rank of the hang-verdict tests, started by corodist-run (which hosts the
 // store and runs the hang watch). Usage: corodist-test-hang SCENARIO
-//   skip      ranks make allreduce #1; the last rank skips the first of the
-//             two that follow (its next allreduce pairs with the others' #2)
-//             and then computes: the others wait in #3
-//   compute   ranks make allreduce #1; the last rank then computes (blocks its
-//             main thread) while the others wait in #2
+// (A group numbers its collectives from 0.)
+//   skip      ranks make allreduce #0; the last rank skips the first of the
+//             two that follow (its next allreduce pairs with the others' #1)
+//             and then computes: the others wait in #2
+//   compute   ranks make allreduce #0; the last rank then computes (blocks its
+//             main thread) while the others wait in #1
 //   dead-rpc  rank 1 is RPC worker "w1" and stops itself (SIGSTOP) once the
 //             others know it; rank 0 calls "load" on it and hangs there; the
-//             other ranks wait for rank 0 in allreduce #2
-//   died      ranks make allreduce #1; the last rank kills itself (SIGKILL)
-//             while the others wait in #2
+//             other ranks wait for rank 0 in allreduce #1
+//   died      ranks make allreduce #0; the last rank kills itself (SIGKILL)
+//             while the others wait in #1
 //   cross     two ranks, groups "a" and "b": rank 0 calls a's allreduce first,
 //             rank 1 b's first: each waits for the other in another group
 // Every rank prints "ready" before it starts hanging; an alarm ends a rank
@@ -17,6 +18,7 @@
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/rpc/agent.hpp>
+#include <corodist/store/debug_responder.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>
 
@@ -44,8 +46,6 @@ void ready() {
     ::pause();
 }
 
-void allreduce(cc::gloo_group& g, std::vector<float>& v) { g.allreduce(v).get(); }
-
 } // namespace
 
 int main(int argc, char** argv) {
@@ -70,11 +70,11 @@ int main(int argc, char** argv) {
     auto gb = cc::gloo_group::create_sync(store, rank, world, b);
     ready();
     if (rank == 0) {
-      allreduce(*ga, v);
-      allreduce(*gb, v);
+      ga->allreduce(v).get();
+      gb->allreduce(v).get();
     } else {
-      allreduce(*gb, v);
-      allreduce(*ga, v);
+      gb->allreduce(v).get();
+      ga->allreduce(v).get();
     }
     return 0;
   }
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
     rpc.register_function("load", [](int x) { return x; });
     rpc.start();
     auto g = cc::gloo_group::create_sync(store, rank, world);
-    allreduce(*g, v); // #1: every agent has started
+    g->allreduce(v).get(); // #0: every agent has started
     if (rank == 1) {
       ready();
       ::raise(SIGSTOP); // hung: its connections stay open, nothing answers
@@ -98,28 +98,28 @@ int main(int argc, char** argv) {
     ready();
     if (rank == 0)
       (void)rpc.rpc_sync<int>("w1", "load", 7);
-    allreduce(*g, v); // #2
+    g->allreduce(v).get(); // #1
     return 0;
   }
 
   auto g = cc::gloo_group::create_sync(store, rank, world);
-  allreduce(*g, v); // #1
+  g->allreduce(v).get(); // #0
   if (mode == "skip") {
     if (last) {
-      allreduce(*g, v); // pairs with the others' #2
+      g->allreduce(v).get(); // pairs with the others' #1
       ready();
       compute_forever();
     }
     ready();
-    allreduce(*g, v); // #2
-    allreduce(*g, v); // #3
+    g->allreduce(v).get(); // #1
+    g->allreduce(v).get(); // #2
     return 0;
   }
   if (mode == "compute") {
     ready();
     if (last)
       compute_forever();
-    allreduce(*g, v); // #2
+    g->allreduce(v).get(); // #1
     return 0;
   }
   if (mode == "died") {
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
       s.wait({cs::debug_key("stuck/1")}, std::chrono::seconds(60));
       ::raise(SIGKILL);
     }
-    allreduce(*g, v); // #2
+    g->allreduce(v).get(); // #1
     return 0;
   }
   std::fprintf(stderr, "unknown scenario '%s'\n", mode.c_str());

@@ -16,6 +16,7 @@
 #include <asio/detached.hpp>
 
 #include <filesystem>
+#include <set>
 #include <fstream>
 
 namespace corodist::tools::launch {
@@ -58,6 +59,7 @@ void publish(const std::string& dir, const cs::hang_verdict& v, const std::strin
 asio::awaitable<void> watch_hangs(std::shared_ptr<cs::store> gen, int world, std::int64_t generation, std::string dir,
                                   std::shared_ptr<watch_state> w) {
   std::int64_t next = 1;
+  std::set<std::string> judged; // the operations a verdict was given for
   for (;;) {
     std::vector<std::string> keys{cs::debug_key("stuck/" + std::to_string(next))};
     try {
@@ -75,6 +77,12 @@ asio::awaitable<void> watch_hangs(std::shared_ptr<cs::store> gen, int world, std
       const auto last = co_await gen->add(cs::debug_key("stuck"), 0);
       const auto report = co_await gen->get(cs::debug_key("stuck/" + std::to_string(next)));
       next = last + 1; // reports that came meanwhile are covered by this verdict
+      // "rank R: allreduce #2 (...) on 'g' waiting since 3.0 s": one verdict per operation, not per rank.
+      const auto colon = report.find(": ");
+      const auto what = report.substr(colon == std::string::npos ? 0 : colon + 2,
+                                      report.find(" waiting since") - (colon == std::string::npos ? 0 : colon + 2));
+      if (!judged.insert(what).second)
+        continue;
       say("hang watch: " + report + "; asking every rank for its flight recorder");
       cs::verdict_options o;
       o.gather = gather_limit;

@@ -111,6 +111,9 @@ public:
   handle record(const record_fields& f);
   /// The operation has started (a queued one).
   void start(handle h);
+  /// Sets the entry's `seq` and `flow`, known only once the operation is under
+  /// way (an RPC call's request id, once it is sent). Nothing if `h` was overwritten.
+  void set_link(handle h, std::uint64_t seq, std::uint64_t flow);
   /// The operation has completed.
   void complete(handle h);
   /// The operation has failed with `error` (`type`: its kind, as metrics count it).

@@ -50,10 +50,19 @@ struct debug_responder_options {
 class debug_responder : public std::enable_shared_from_this<debug_responder> {
 public:
   /// Starts answering for `rank` of `world_size` on `job_store` and returns at
-  /// once (its keys are written on the store's executor). Sets the flight
-  /// recorders' label to "rank <rank>". Becomes `current()`. Thread-safe.
+  /// once: it answers the asks made after its key `debug/rank/<rank>`
+  /// appears (written on the store's executor). Sets the flight recorders'
+  /// label to "rank <rank>". Becomes `current()`. Throws `usage_error` for a
+  /// null store or a rank outside the world. Thread-safe.
   static std::shared_ptr<debug_responder> start(std::shared_ptr<store> job_store, int rank, int world_size,
                                                 debug_responder_options opts = {});
+
+  /// As `start`, returning once the responder listens (every later ask is
+  /// answered). Throws as `start`, and `store_error` when it cannot listen
+  /// (the store failed; logged). Cancellation: terminal, through the store
+  /// operations it awaits (`operation_aborted`; the responder is not started).
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<debug_responder>>
+  async_start(std::shared_ptr<store> job_store, int rank, int world_size, debug_responder_options opts = {});
 
   /// The responder this process started last, while it runs; null if none.
   static std::shared_ptr<debug_responder> current();

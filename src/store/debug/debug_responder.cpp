@@ -2,6 +2,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/flight_recorder.hpp>
+#include <corodist/store/errors.hpp>
 #include <corodist/store/watch_stream.hpp>
 
 #include "core/log.hpp"
@@ -71,18 +72,18 @@ debug_responder::debug_responder(std::shared_ptr<store> job_store, int rank, int
 
 namespace {
 
-asio::awaitable<void> answer_loop(std::shared_ptr<debug_responder::state> st, std::weak_ptr<store> ws, int rank,
-                                  int world) {
-  std::shared_ptr<watch_stream> stream;
+/// Subscribes to asks and registers the rank; false when the store is gone or fails.
+asio::awaitable<bool> listen(std::shared_ptr<debug_responder::state> st, std::weak_ptr<store> ws, int rank,
+                             int world) {
   try {
     auto s = ws.lock();
     if (!s)
-      co_return;
-    stream = std::make_shared<watch_stream>(co_await s->watch_key(debug_key("request")));
+      co_return false;
+    auto stream = std::make_shared<watch_stream>(co_await s->watch_key(debug_key("request")));
     {
       std::lock_guard lk(st->mutex);
       if (st->stopped)
-        co_return;
+        co_return false;
       st->stream = stream;
     }
     char host[256] = {};
@@ -90,11 +91,20 @@ asio::awaitable<void> answer_loop(std::shared_ptr<debug_responder::state> st, st
     co_await s->set_owned(debug_key("rank/" + std::to_string(rank)),
                           fmt::format("pid {} host {}", ::getpid(), host));
     co_await s->set(debug_key("world_size"), std::to_string(world));
+    co_return true;
   } catch (const std::exception& e) {
     CORODIST_LOG_WARN("debug responder of rank {}: cannot start: {}", rank, e.what());
-    co_return;
+    co_return false;
   }
-  while (!st->stopped) {
+}
+
+asio::awaitable<void> answer_loop(std::shared_ptr<debug_responder::state> st, std::weak_ptr<store> ws, int rank) {
+  std::shared_ptr<watch_stream> stream;
+  {
+    std::lock_guard lk(st->mutex);
+    stream = st->stream;
+  }
+  while (stream && !st->stopped) {
     watch_event ev;
     try {
       ev = co_await stream->next(answer_slice);
@@ -116,6 +126,13 @@ asio::awaitable<void> answer_loop(std::shared_ptr<debug_responder::state> st, st
       CORODIST_LOG_WARN("debug responder of rank {}: cannot answer ask {}: {}", rank, ev.value, e.what());
     }
   }
+}
+
+asio::awaitable<void> listen_and_answer(std::shared_ptr<debug_responder::state> st, std::weak_ptr<store> ws,
+                                        int rank, int world) {
+  const bool listening = co_await listen(st, ws, rank, world);
+  if (listening)
+    co_await answer_loop(st, ws, rank);
 }
 
 asio::awaitable<void> scan_loop(std::shared_ptr<debug_responder::state> st, std::weak_ptr<store> ws, int rank,
@@ -162,8 +179,10 @@ asio::awaitable<void> scan_loop(std::shared_ptr<debug_responder::state> st, std:
 
 } // namespace
 
-std::shared_ptr<debug_responder> debug_responder::start(std::shared_ptr<store> job_store, int rank, int world_size,
-                                                        debug_responder_options opts) {
+namespace {
+
+std::shared_ptr<debug_responder> make_responder(const std::shared_ptr<store>& job_store, int rank, int world_size,
+                                                debug_responder_options& opts) {
   if (!job_store)
     throw usage_error("debug_responder::start: no store");
   if (rank < 0 || world_size <= 0 || rank >= world_size)
@@ -171,13 +190,36 @@ std::shared_ptr<debug_responder> debug_responder::start(std::shared_ptr<store> j
   opts.hang_after = hang_after_from_env(opts.hang_after);
   auto r = std::make_shared<debug_responder>(job_store, rank, world_size, opts);
   set_flight_recorder_label("rank " + std::to_string(rank));
-  auto ex = job_store->get_executor();
-  asio::co_spawn(ex, answer_loop(r->state_, job_store, rank, world_size), asio::detached);
-  if (opts.hang_after.count() > 0)
-    asio::co_spawn(ex, scan_loop(r->state_, job_store, rank, opts), asio::detached);
   std::lock_guard lk(current_mutex);
   current_responder = r;
   return r;
+}
+
+} // namespace
+
+std::shared_ptr<debug_responder> debug_responder::start(std::shared_ptr<store> job_store, int rank, int world_size,
+                                                        debug_responder_options opts) {
+  auto r = make_responder(job_store, rank, world_size, opts);
+  auto ex = job_store->get_executor();
+  asio::co_spawn(ex, listen_and_answer(r->state_, job_store, rank, world_size), asio::detached);
+  if (opts.hang_after.count() > 0)
+    asio::co_spawn(ex, scan_loop(r->state_, job_store, rank, opts), asio::detached);
+  return r;
+}
+
+asio::awaitable<std::shared_ptr<debug_responder>> debug_responder::async_start(std::shared_ptr<store> job_store,
+                                                                               int rank, int world_size,
+                                                                               debug_responder_options opts) {
+  auto r = make_responder(job_store, rank, world_size, opts);
+  const bool listening = co_await asio::co_spawn(job_store->get_executor(),
+                                                 listen(r->state_, job_store, rank, world_size), asio::use_awaitable);
+  if (!listening)
+    throw store_error("debug_responder: cannot listen on the job's store (see the log)");
+  auto ex = job_store->get_executor();
+  asio::co_spawn(ex, answer_loop(r->state_, job_store, rank), asio::detached);
+  if (opts.hang_after.count() > 0)
+    asio::co_spawn(ex, scan_loop(r->state_, job_store, rank, opts), asio::detached);
+  co_return r;
 }
 
 std::shared_ptr<debug_responder> debug_responder::current() {

@@ -31,6 +31,7 @@ struct rank_view {
   std::vector<op_view> pending;                       ///< queued or started, oldest first
   std::map<std::string, std::uint64_t> started_seq;   ///< collective recorder -> highest number started
   std::map<std::string, std::uint64_t> completed_seq; ///< collective recorder -> highest number ended
+  std::set<std::string> recorders;                    ///< names of its collective recorders (groups)
   std::optional<op_view> last;                        ///< the operation that ended last
   double last_end_ns = -1;
 };
@@ -100,6 +101,8 @@ rank_view read_rank(const rank_dump& d) {
   for (const auto& r : doc.value("recorders", json::array())) {
     const std::string layer = r.value("layer", "");
     const std::string name = r.value("name", "");
+    if (layer == "collective")
+      v.recorders.insert(name);
     for (const auto& e : r.value("entries", json::array())) {
       op_view o{layer,
                 name,
@@ -118,6 +121,8 @@ rank_view read_rank(const rank_dump& d) {
         if (!waiting)
           v.completed_seq[name] = std::max(v.completed_seq[name], o.seq);
       }
+      if (layer == "store" && o.detail.find("debug/") != std::string::npos)
+        continue; // the debug responder's own requests
       if (waiting) {
         v.pending.push_back(std::move(o));
       } else if (const double end = e.value("ended_ns", 0.0); end > v.last_end_ns) {
@@ -135,8 +140,7 @@ rank_view read_rank(const rank_dump& d) {
 std::vector<int> members(const std::vector<rank_view>& views, const std::string& name) {
   std::vector<int> out;
   for (const auto& v : views)
-    if (!v.answered || v.started_seq.contains(name) || v.completed_seq.contains(name) ||
-        std::any_of(v.pending.begin(), v.pending.end(), [&](const op_view& o) { return o.name == name; }))
+    if (!v.answered || v.recorders.contains(name))
       out.push_back(v.rank);
   return out;
 }

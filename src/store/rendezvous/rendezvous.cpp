@@ -449,8 +449,14 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
   found.claim->joined(result.store);
   // Under a launcher that hosts the store, the rank answers its hang watch.
   if (env.use_agent_store && responder_wanted()) {
-    auto responder = debug_responder::start(result.store, rank, world);
-    if (auto client = std::dynamic_pointer_cast<tcp_store>(underlying_of(result.store)))
+    std::shared_ptr<debug_responder> responder;
+    try {
+      responder = co_await debug_responder::async_start(result.store, rank, world);
+    } catch (const store_error& e) {
+      CORODIST_LOG_WARN("rendezvous at {}: rank {} runs without a debug responder: {}", url, rank, e.what());
+    }
+    auto client = std::dynamic_pointer_cast<tcp_store>(underlying_of(result.store));
+    if (client && responder)
       client->keep_until_destroyed(std::move(responder));
   }
   co_return result;
