@@ -60,45 +60,69 @@ def main():
 
     spans = [e for e in spans if keep(e, e["ts"] / 1e3, (e["ts"] + e["dur"]) / 1e3)]
     instants = [e for e in instants if keep(e, e["ts"] / 1e3, e["ts"] / 1e3)]
-    rows = sorted({(e["pid"], e["tid"]) for e in spans + instants})
-    if not rows:
+    tracks = sorted({(e["pid"], e["tid"]) for e in spans + instants})
+    if not tracks:
         sys.exit("no events in the window")
-    y = {k: i for i, k in enumerate(rows)}
+    # Spans of one track that overlap (two buckets' allreduces in flight) go on lanes of their own.
+    lane_of = {}
+    lanes = {k: [] for k in tracks}  # per track: each lane's end
+    for e in sorted(spans, key=lambda e: e["ts"]):
+        ends = lanes[(e["pid"], e["tid"])]
+        for i, end_t in enumerate(ends):
+            if end_t <= e["ts"]:
+                ends[i] = e["ts"] + e["dur"]
+                lane_of[id(e)] = i
+                break
+        else:
+            ends.append(e["ts"] + e["dur"])
+            lane_of[id(e)] = len(ends) - 1
+    rows, base = [], {}
+    for k in tracks:
+        base[k] = len(rows)
+        for i in range(max(1, len(lanes[k]))):
+            rows.append(names.get(k, str(k)) if i == 0 else "")
 
-    fig, ax = plt.subplots(figsize=(14, 0.55 * len(rows) + 1.6))
+    def row(e):
+        return base[(e["pid"], e["tid"])] + lane_of.get(id(e), 0)
+
+    fig, ax = plt.subplots(figsize=(14, 0.5 * len(rows) + 1.6))
     for e in spans:
-        t0 = max(e["ts"] / 1e3, lo)
-        t1 = min((e["ts"] + e["dur"]) / 1e3, hi)
+        t0 = max(e["ts"] / 1e3, lo) - lo
+        t1 = min((e["ts"] + e["dur"]) / 1e3, hi) - lo
         state = e["args"].get("state", "")
         color = COLORS.get(state) or OP_COLORS.get(e.get("cat", ""), "#aec7e8")
-        ax.broken_barh([(t0, max(t1 - t0, (hi - lo) * 1e-4))], (y[(e["pid"], e["tid"])] - 0.35, 0.7),
+        ax.broken_barh([(t0, max(t1 - t0, (hi - lo) * 1e-4))], (row(e) - 0.35, 0.7),
                        facecolors=color, edgecolors="black", linewidth=0.3)
         if t1 - t0 > (hi - lo) / 25:
-            ax.text((t0 + t1) / 2, y[(e["pid"], e["tid"])], e["name"], ha="center", va="center", fontsize=6,
-                    clip_on=True)
+            peer = e["args"].get("peer", "")
+            label = e["name"] + (" \u2192 " + peer if e.get("cat") == "call" and peer else "")
+            ax.text((t0 + t1) / 2, row(e), label, ha="center", va="center", fontsize=6, clip_on=True)
     for e in instants:
-        t = e["ts"] / 1e3
-        ax.plot([t, t], [y[(e["pid"], e["tid"])] - 0.35, y[(e["pid"], e["tid"])] + 0.35], color="black",
-                linewidth=0.8)
+        t = e["ts"] / 1e3 - lo
+        ax.plot([t, t], [row(e) - 0.35, row(e) + 0.35], color="black", linewidth=0.8)
+        ax.text(t, row(e) - 0.4, e["name"].replace("mark ", ""), ha="center", va="bottom", fontsize=6)
     # Flows: "s" at the caller's span, "f" at the callee's, sharing an id.
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    span_at = {(e["pid"], e["tid"], e["ts"]): e for e in spans}
     for f in (e for e in events if e["ph"] == "f"):
         s = starts.get(f["id"])
-        if not s or (s["pid"], s["tid"]) not in y or (f["pid"], f["tid"]) not in y:
+        src = span_at.get((s["pid"], s["tid"], s["ts"])) if s else None
+        dst = span_at.get((f["pid"], f["tid"], f["ts"]))
+        if not src or not dst:
             continue
         ts, tf = s["ts"] / 1e3, f["ts"] / 1e3
         if not (lo <= ts <= hi and lo <= tf <= hi):
             continue
-        ax.annotate("", xy=(tf, y[(f["pid"], f["tid"])]), xytext=(ts, y[(s["pid"], s["tid"])]),
+        ax.annotate("", xy=(tf - lo, row(dst)), xytext=(ts - lo, row(src)),
                     arrowprops=dict(arrowstyle="->", color="#444444", linewidth=0.6))
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([names.get(k, str(k)) for k in rows], fontsize=8)
+    ax.set_yticklabels(rows, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlim(lo, hi)
-    ax.set_xlabel("ms since the trace's origin (one clock for all ranks: %s)" %
+    ax.set_xlim(0, hi - lo)
+    ax.set_xlabel("ms from %.3f ms after the trace's origin (clocks: %s)" % (lo,
                   ", ".join("rank %d offset %.3f ms +- %.3f" % (r["rank"], r["clock_offset_ns"] / 1e6,
                                                                  r["offset_error_ns"] / 1e6)
-                            for r in doc.get("otherData", {}).get("ranks", [])[:4]), fontsize=8)
+                            for r in doc.get("otherData", {}).get("ranks", [])[:4])), fontsize=8)
     ax.grid(axis="x", linewidth=0.3)
     if a.title:
         ax.set_title(a.title, fontsize=10)
