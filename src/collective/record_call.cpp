@@ -11,7 +11,7 @@ std::string group_peers(int size) {
   return size == 1 ? std::string("rank 0") : fmt::format("ranks 0-{}", size - 1);
 }
 
-void site_to(fmt::memory_buffer& out, const std::source_location& where) {
+void site_to(fmt::memory_buffer& out, const corodist::source_site& where) {
   if (where.line() == 0)
     return;
   std::string_view file = where.file_name();
@@ -20,7 +20,7 @@ void site_to(fmt::memory_buffer& out, const std::source_location& where) {
   fmt::format_to(std::back_inserter(out), "{}:{}", file, where.line());
 }
 
-std::string site_text(const std::source_location& where) {
+std::string site_text(const corodist::source_site& where) {
   fmt::memory_buffer out;
   site_to(out, where);
   return fmt::to_string(out);

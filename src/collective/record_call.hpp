@@ -11,7 +11,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <source_location>
+#include <corodist/core/source_site.hpp>
 #include <string>
 #include <string_view>
 
@@ -22,10 +22,10 @@ std::string group_peers(int size);
 
 /// Appends "train.cpp:42" (the file's base name and the line) to `out`;
 /// nothing for an unknown location (line 0).
-void site_to(fmt::memory_buffer& out, const std::source_location& where);
+void site_to(fmt::memory_buffer& out, const corodist::source_site& where);
 
 /// "train.cpp:42", or "" for an unknown location.
-std::string site_text(const std::source_location& where);
+std::string site_text(const corodist::source_site& where);
 
 /// Records `call` in `recorder` through `state` (queued; a null recorder
 /// records nothing): op the kind's name, seq `seq` (the collective's

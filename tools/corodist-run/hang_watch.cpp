@@ -124,8 +124,14 @@ void launcher::verdict_on_failure(const rank_process& failed, const std::string&
           co_return cs::analyze_dumps(std::move(dumps));
         }(gen, assignment_.world, failed.rank, what),
         "gathering the ranks' flight recorders");
-    if (!v.waiting && v.lines.size() <= 1)
-      return; // nothing but "no rank waits": the failure says it all
+    // Worth printing when another rank waits or has failed too; else the
+    // failure's own line says it all.
+    bool informative = v.waiting;
+    const auto own = "rank " + std::to_string(failed.rank) + " ";
+    for (const auto& l : v.lines)
+      informative = informative || (!l.starts_with(own) && l.find(" failed ") != std::string::npos);
+    if (!informative)
+      return;
     say("verdict when rank " + std::to_string(failed.rank) + " failed:");
     publish(dump_dir(s_), v, "corodist-failure-gen" + std::to_string(generation_) + "-rank" + std::to_string(failed.rank) +
                        ".json");

@@ -18,7 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <source_location>
+#include <corodist/core/source_site.hpp>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -43,7 +43,7 @@ struct call_options {
   /// (`g->allreduce(t)`, `g->allreduce(t, sum, {.timeout = 5s})`); options
   /// made beforehand (`call_options o; ... g->allreduce(t, sum, o)`) carry the
   /// line where `o` was made (set `o.where` to the call's if that matters).
-  std::source_location where = std::source_location::current();
+  corodist::source_site where{__builtin_FILE(), __builtin_LINE()};
 };
 
 /// Settings of a group made by `process_group::split` or `new_group`.
@@ -136,7 +136,7 @@ struct collective_call {
   /// call_options::stream.
   void* stream = nullptr;
   /// call_options::where (line 0: unknown).
-  std::source_location where{};
+  corodist::source_site where{};
 };
 
 /// A group of `size()` ranks, this process being `rank()`, that runs

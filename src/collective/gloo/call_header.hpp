@@ -8,7 +8,7 @@
 
 #include <cstdint>
 #include <optional>
-#include <source_location>
+#include <corodist/core/source_site.hpp>
 #include <string>
 #include <string_view>
 
