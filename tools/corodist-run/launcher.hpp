@@ -7,6 +7,7 @@
 /// rendezvous_round.cpp (the rounds), spawning.cpp (starting ranks) and
 /// supervision.cpp (watching ranks, signals, teardown).
 
+#include "node_metrics.hpp"
 #include "options.hpp"
 #include "prefixed_stream.hpp"
 #include "subprocess.hpp"
@@ -174,5 +175,6 @@ private:
   std::optional<clock_type::time_point> kill_deadline_;
   std::optional<int> stop_signal_;
   std::set<int> signals_seen_; // passed on to the ranks already
+  std::unique_ptr<node_metrics> metrics_; // --metrics-port
 };
 } // namespace corodist::tools::launch

@@ -31,6 +31,8 @@ struct settings {
   double join_window_s = default_join_window_s;
   double join_timeout_s = default_join_timeout_s;
   std::string log_dir; ///< --log-dir: per-rank stdout/stderr files under it (empty: none)
+  int metrics_port = -1;                  ///< --metrics-port: the node's metrics endpoint (-1: none, 0: a free port)
+  std::string metrics_bind = "127.0.0.1"; ///< --metrics-bind: its address
   std::vector<std::string> command;
 };
 
