@@ -138,9 +138,4 @@ std::string scrape_text() {
 
 bool counting() noexcept { return state().counting.load(std::memory_order_acquire); }
 
-void note_reducer_iteration(const reducer_iteration& it) noexcept {
-  if (counting())
-    detail::process_metrics::instance().on_reducer(it);
-}
-
 } // namespace corodist::metrics

@@ -135,10 +135,24 @@ process_metrics::process_metrics()
 
 template <class Make>
 process_metrics::timed_series& process_metrics::find(series_map& m, std::string_view key, Make&& make) {
-  std::lock_guard lock(mutex_);
-  if (auto it = m.find(key); it != m.end())
-    return it->second;
-  return m.emplace(std::string(key), make()).first->second;
+  // Each thread keeps the series it has used in a map of its own (no lock, no
+  // atomic on a hit: the hot path); a miss looks in the shared map under the
+  // lock. Series live as long as the process (nothing is ever erased).
+  using local_map = std::unordered_map<std::string, timed_series*, key_hash, std::equal_to<>>;
+  thread_local local_map mine[3];
+  auto& local = mine[&m == &rpc_ ? 0 : &m == &store_ ? 1 : 2];
+  if (auto it = local.find(key); it != local.end())
+    return *it->second;
+  timed_series* s = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = m.find(key);
+    if (it == m.end())
+      it = m.emplace(std::string(key), make()).first;
+    s = &it->second;
+  }
+  local.emplace(std::string(key), s);
+  return *s;
 }
 
 void process_metrics::on_entry(const flight_recorder& r, const record_entry& e) noexcept {
