@@ -299,7 +299,9 @@ BOOST_AUTO_TEST_CASE(corodist_run_serves_every_local_rank, *utf::timeout(90)) {
   }
   BOOST_TEST(!sum_of(text, "corodist_node_scrape_errors_total").has_value(), text);
   require_valid_exposition(text);
+  // SIGTERM reaches the ranks; the launcher ends as stopped by it (and removes the ports folder).
   ::kill(job.pid(), SIGTERM);
+  BOOST_TEST(job.wait(30s) == 128 + SIGTERM, job.output());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
