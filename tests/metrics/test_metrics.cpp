@@ -13,6 +13,8 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 #include <corodist/core/flight_recorder.hpp>
+#include <corodist/ddp/parameter.hpp>
+#include <corodist/ddp/reducer.hpp>
 #include <corodist/metrics/metrics_server.hpp>
 #include <corodist/metrics/node_metrics.hpp>
 #include <corodist/metrics/reducer_metrics.hpp>
@@ -204,6 +206,49 @@ BOOST_AUTO_TEST_CASE(reducer_iterations, *utf::timeout(30)) {
   BOOST_TEST(delta(before, after, "corodist_ddp_bucket_ready_to_done_seconds_count", {{"bucket", "1"}}) == 1);
   BOOST_TEST(delta(before, after, "corodist_ddp_bucket_ready_to_done_seconds_sum", {{"bucket", "1"}}) ==
              0.003, boost::test_tools::tolerance(1e-9));
+  require_valid_exposition(after);
+}
+
+// A real reducer on two thread ranks (Gloo): each synchronized iteration of
+// each rank hands its figures to the metrics: iterations, one ready-to-done
+// observation per bucket, the overlap of the last one.
+BOOST_AUTO_TEST_CASE(reducer_on_two_ranks_feeds_its_iterations, *utf::timeout(120) *
+                                                                    utf::precondition(corodist::test::gloo_built)) {
+  serving();
+  const auto before = scrape();
+  corodist::test::thread_ranks job;
+  std::vector<std::size_t> bucket_counts(2);
+  corodist::test::require_all_ok(job.run(2, [&](int r) {
+    std::vector<std::vector<float>> values{std::vector<float>(300, 1.0f), std::vector<float>(200, 1.0f)};
+    std::vector<std::vector<float>> grads{std::vector<float>(300), std::vector<float>(200)};
+    std::vector<corodist::ddp::parameter> ps;
+    for (std::size_t k = 0; k < values.size(); ++k)
+      ps.emplace_back(std::span<float>(values[k]), std::span<float>(grads[k]), "p" + std::to_string(k));
+    corodist::ddp::reducer_options o;
+    o.bucket_cap_bytes = 1024;
+    o.first_bucket_bytes = 512;
+    o.rebuild_buckets = false;
+    corodist::ddp::reducer red(job.group(r, 2), ps, o);
+    bucket_counts[static_cast<std::size_t>(r)] = red.layout().buckets.size();
+    for (int it = 0; it < 3; ++it) {
+      red.prepare_for_backward();
+      for (std::size_t k = grads.size(); k-- > 0;) {
+        std::fill(grads[k].begin(), grads[k].end(), static_cast<float>(r + 1));
+        red.mark_grad_ready(k);
+      }
+      red.finalize_sync();
+    }
+  }));
+  const auto after = scrape();
+  BOOST_REQUIRE(bucket_counts[0] == 2u); // 800 B then 1200 B: the first bucket holds 512 B at most
+  BOOST_TEST(delta(before, after, "corodist_ddp_iterations_total") == 6);
+  for (std::size_t b = 0; b < bucket_counts[0]; ++b)
+    BOOST_TEST(delta(before, after, "corodist_ddp_bucket_ready_to_done_seconds_count", {{"bucket", std::to_string(b)}}) ==
+                   6,
+               "bucket " << b << " of " << bucket_counts[0]);
+  BOOST_TEST(delta(before, after, "corodist_ddp_communication_seconds_total") > 0);
+  const double ratio = sum_of(after, "corodist_ddp_overlap_ratio").value_or(-1);
+  BOOST_TEST((ratio >= 0 && ratio <= 1), ratio);
   require_valid_exposition(after);
 }
 
