@@ -2,6 +2,7 @@
 //
 //   corodist-store serve --host 127.0.0.1 --port 29500      (port 0: prints the chosen port)
 //   corodist-store --port 29500 set KEY VALUE | get KEY | add KEY N | wait KEY... | keys [PREFIX] | del KEY
+//   corodist-store --port 29500 verdict [--out FILE] [--prefix P]   (a running job's hang verdict)
 //
 // The client verbs fail at once when nothing listens on HOST:PORT (after
 // retrying refused connections for `refused_window`, a server just starting).
@@ -9,7 +10,11 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/run_blocking.hpp>
 #include <corodist/store/connect_store.hpp>
+#include <corodist/store/hang_verdict.hpp>
+#include <corodist/store/launch_generation.hpp>
+#include <corodist/store/prefix_store.hpp>
 #include <corodist/store/store_server.hpp>
 #include <corodist/store/sync_store.hpp>
 
@@ -21,6 +26,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
@@ -61,6 +67,31 @@ int serve(const std::string& host, std::uint16_t port, const std::optional<std::
 }
 
 } // namespace
+
+/// `verdict`: the hang verdict of the job on `store` (under `prefix`, or
+/// corodist-run's current generation); 0 when no rank waits, 3 when some do.
+int print_verdict(std::shared_ptr<cs::store> store, std::string prefix, const std::string& out_file,
+                  corodist::timeout limit) {
+  cs::sync_store s(store);
+  if (prefix.empty() && s.check({cs::generation_key}))
+    prefix = cs::generation_prefix(std::stoll(s.get(cs::generation_key)));
+  auto job = prefix.empty() ? store : std::make_shared<cs::prefix_store>(prefix, store);
+  cs::verdict_options o;
+  o.gather = limit;
+  auto v = corodist::run_blocking(store->get_executor(), cs::collect_hang_verdict(job, 0, o), "verdict");
+  std::cout << v.text();
+  if (!out_file.empty()) {
+    std::ofstream out(out_file, std::ios::binary | std::ios::trunc);
+    out << v.dumps_json();
+    out.close();
+    if (!out) {
+      std::cerr << "corodist-store: cannot write " << out_file << "\n";
+      return 1;
+    }
+    std::cerr << "every rank's flight recorder: " << out_file << "\n";
+  }
+  return v.waiting ? 3 : 0;
+}
 
 int main(int argc, char** argv) {
   CLI::App app{"corodist-store: standalone store server and debugging client"};
@@ -120,7 +151,15 @@ int main(int argc, char** argv) {
   keys_cmd->add_option("prefix", prefix);
   auto* del_cmd = app.add_subcommand("del", "delete KEY");
   del_cmd->add_option("key", key)->required();
-  for (auto* cmd : {set_cmd, get_cmd, add_cmd, wait_cmd, keys_cmd, del_cmd})
+  std::string out_file, job_prefix;
+  auto* verdict_cmd = app.add_subcommand(
+      "verdict", "ask every rank of the job on this store for its flight recorder and print who waits where "
+                 "(the ranks answer through their debug responders: under corodist-run, or started by the program)");
+  verdict_cmd->add_option("--out", out_file, "write every rank's flight recorder to FILE (JSON)");
+  verdict_cmd->add_option("--prefix", job_prefix,
+                          "the job's key prefix (default: corodist-run's current generation when the store has one, "
+                          "else none)");
+  for (auto* cmd : {set_cmd, get_cmd, add_cmd, wait_cmd, keys_cmd, del_cmd, verdict_cmd})
     add_connection_options(cmd, true);
 
   try {
@@ -168,6 +207,8 @@ int main(int argc, char** argv) {
       for (auto& k : s.list_keys(prefix))
         std::cout << k << "\n";
       std::cerr << s.num_keys() << " keys in the store\n";
+    } else if (*verdict_cmd) {
+      return print_verdict(store, job_prefix, out_file, timeout.count() == 0 ? corodist::timeout(cs::verdict_options::default_gather) : corodist::timeout(timeout));
     } else if (*del_cmd) {
       if (!s.delete_key(key)) {
         std::cerr << "no such key: " << key << "\n";

@@ -5,6 +5,8 @@
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/process_group.hpp>
 
+#include <fmt/format.h>
+
 #include <string>
 
 namespace corodist::collective::detail {
@@ -12,6 +14,11 @@ namespace corodist::collective::detail {
 /// "allreduce(float32 x 1000, sum)", "broadcast(int64 x 3, root 1)",
 /// "allreduce_coalesced(3 buffers: float32 x 10, ..., sum)", "barrier()".
 std::string describe(const collective_call& call);
+
+/// Appends the arguments of `call` as describe() says them, without the
+/// kind and parentheses ("float32 x 1000, sum"), to `out`: no allocation
+/// while they fit the buffer's inline storage (the flight recorder's detail).
+void describe_args_to(fmt::memory_buffer& out, const collective_call& call);
 
 /// "send(float32 x 4 to rank 1, tag 0)", "recv(int64 x 2 from any rank, tag 3)".
 std::string describe(const p2p_op& op);

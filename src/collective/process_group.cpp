@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstddef>
+#include <iterator>
 
 namespace corodist::collective {
 
@@ -35,94 +36,148 @@ std::string_view to_string(collective_kind k) noexcept {
 namespace detail {
 
 namespace {
-std::string tensor_text(const tensor_view& t) {
-  auto s = fmt::format("{} x {}", to_string(t.type()), t.count());
+using buffer = fmt::memory_buffer;
+
+void tensor_to(buffer& out, const tensor_view& t) {
+  fmt::format_to(std::back_inserter(out), "{} x {}", to_string(t.type()), t.count());
   if (t.where() != device::cpu())
-    s += " on " + t.where().to_string();
-  return s;
+    fmt::format_to(std::back_inserter(out), " on {}", t.where().to_string());
 }
 
-std::string splits_text(const std::vector<std::size_t>& splits) {
-  return splits.empty() ? "even" : fmt::format("[{}]", fmt::join(splits, ", "));
+void text_to(buffer& out, std::string_view text) { out.append(text.data(), text.data() + text.size()); }
+
+void splits_to(buffer& out, const std::vector<std::size_t>& splits) {
+  if (splits.empty())
+    text_to(out, "even");
+  else
+    fmt::format_to(std::back_inserter(out), "[{}]", fmt::join(splits, ", "));
 }
 
-std::string buffers_text(const std::vector<tensor_view>& ts, std::size_t from, std::size_t n) {
-  auto args = fmt::format("{} buffer{}", n, n == 1 ? "" : "s");
-  for (std::size_t i = 0; i < n && i < 4; ++i)
-    args += (i == 0 ? ": " : ", ") + tensor_text(ts[from + i]);
+void buffers_to(buffer& out, const std::vector<tensor_view>& ts, std::size_t from, std::size_t n) {
+  fmt::format_to(std::back_inserter(out), "{} buffer{}", n, n == 1 ? "" : "s");
+  for (std::size_t i = 0; i < n && i < 4; ++i) {
+    text_to(out, i == 0 ? ": " : ", ");
+    tensor_to(out, ts[from + i]);
+  }
   if (n > 4)
-    args += ", ...";
-  return args;
+    text_to(out, ", ...");
+}
+
+void p2p_to(buffer& out, const p2p_op& o) {
+  text_to(out, o.dir == p2p_op::direction::send ? "send(" : "recv(");
+  tensor_to(out, o.tensor);
+  if (o.dir == p2p_op::direction::send)
+    fmt::format_to(std::back_inserter(out), " to rank {}, tag {})", o.peer, o.tag);
+  else if (o.peer == any_source)
+    fmt::format_to(std::back_inserter(out), " from any rank, tag {})", o.tag);
+  else
+    fmt::format_to(std::back_inserter(out), " from rank {}, tag {})", o.peer, o.tag);
 }
 } // namespace
 
 std::string describe(const p2p_op& o) {
-  if (o.dir == p2p_op::direction::send)
-    return fmt::format("send({} to rank {}, tag {})", tensor_text(o.tensor), o.peer, o.tag);
-  if (o.peer == any_source)
-    return fmt::format("recv({} from any rank, tag {})", tensor_text(o.tensor), o.tag);
-  return fmt::format("recv({} from rank {}, tag {})", tensor_text(o.tensor), o.peer, o.tag);
+  buffer out;
+  p2p_to(out, o);
+  return fmt::to_string(out);
 }
 
-std::string describe(const collective_call& call) {
-  std::string args;
+void describe_args_to(fmt::memory_buffer& out, const collective_call& call) {
   switch (call.kind) {
   case collective_kind::allreduce:
-    args = tensor_text(call.tensors.at(0)) + ", " + std::string(to_string(call.op));
+    tensor_to(out, call.tensors.at(0));
+    text_to(out, ", ");
+    text_to(out, to_string(call.op));
     break;
   case collective_kind::broadcast:
-    args = tensor_text(call.tensors.at(0)) + fmt::format(", root {}", call.root);
+    tensor_to(out, call.tensors.at(0));
+    fmt::format_to(std::back_inserter(out), ", root {}", call.root);
     break;
   case collective_kind::allgather:
   case collective_kind::reduce_scatter:
-    args = "in " + tensor_text(call.tensors.at(0)) + ", out " + tensor_text(call.tensors.at(1));
-    if (call.kind == collective_kind::reduce_scatter)
-      args += ", " + std::string(to_string(call.op));
+    text_to(out, "in ");
+    tensor_to(out, call.tensors.at(0));
+    text_to(out, ", out ");
+    tensor_to(out, call.tensors.at(1));
+    if (call.kind == collective_kind::reduce_scatter) {
+      text_to(out, ", ");
+      text_to(out, to_string(call.op));
+    }
     break;
   case collective_kind::barrier:
   case collective_kind::monitored_barrier:
     break;
   case collective_kind::allreduce_coalesced:
-  case collective_kind::broadcast_coalesced: {
-    args = buffers_text(call.tensors, 0, call.tensors.size());
-    if (call.kind == collective_kind::allreduce_coalesced)
-      args += ", " + std::string(to_string(call.op));
-    else
-      args += fmt::format(", root {}", call.root);
+  case collective_kind::broadcast_coalesced:
+    buffers_to(out, call.tensors, 0, call.tensors.size());
+    if (call.kind == collective_kind::allreduce_coalesced) {
+      text_to(out, ", ");
+      text_to(out, to_string(call.op));
+    } else {
+      fmt::format_to(std::back_inserter(out), ", root {}", call.root);
+    }
     break;
-  }
   case collective_kind::send:
   case collective_kind::recv:
-    return describe(call.p2p.at(0));
   case collective_kind::batch_isend_irecv:
-    for (std::size_t i = 0; i < call.p2p.size() && i < 4; ++i)
-      args += (i == 0 ? "" : ", ") + describe(call.p2p[i]);
+    for (std::size_t i = 0; i < call.p2p.size() && i < 4; ++i) {
+      if (i > 0)
+        text_to(out, ", ");
+      p2p_to(out, call.p2p[i]);
+    }
     if (call.p2p.size() > 4)
-      args += fmt::format(", ... ({} in all)", call.p2p.size());
+      fmt::format_to(std::back_inserter(out), ", ... ({} in all)", call.p2p.size());
     break;
   case collective_kind::all_to_all_single:
-    args = fmt::format("in {}, out {}, in_splits {}, out_splits {}", tensor_text(call.tensors.at(0)),
-                       tensor_text(call.tensors.at(1)), splits_text(call.in_splits), splits_text(call.out_splits));
+    text_to(out, "in ");
+    tensor_to(out, call.tensors.at(0));
+    text_to(out, ", out ");
+    tensor_to(out, call.tensors.at(1));
+    text_to(out, ", in_splits ");
+    splits_to(out, call.in_splits);
+    text_to(out, ", out_splits ");
+    splits_to(out, call.out_splits);
     break;
   case collective_kind::all_to_all: {
     const auto n = call.tensors.size() / 2;
-    args = "in " + buffers_text(call.tensors, 0, n) + "; out " + buffers_text(call.tensors, n, n);
+    text_to(out, "in ");
+    buffers_to(out, call.tensors, 0, n);
+    text_to(out, "; out ");
+    buffers_to(out, call.tensors, n, n);
     break;
   }
   case collective_kind::gather:
   case collective_kind::scatter:
-    args = fmt::format("in {}, out {}, root {}", tensor_text(call.tensors.at(0)), tensor_text(call.tensors.at(1)),
-                       call.root);
+    text_to(out, "in ");
+    tensor_to(out, call.tensors.at(0));
+    text_to(out, ", out ");
+    tensor_to(out, call.tensors.at(1));
+    fmt::format_to(std::back_inserter(out), ", root {}", call.root);
     break;
   case collective_kind::reduce:
-    args = fmt::format("{}, {}, root {}", tensor_text(call.tensors.at(0)), to_string(call.op), call.root);
+    tensor_to(out, call.tensors.at(0));
+    fmt::format_to(std::back_inserter(out), ", {}, root {}", to_string(call.op), call.root);
     break;
   case collective_kind::allgatherv:
-    args = fmt::format("in {}, out {}, counts {}", tensor_text(call.tensors.at(0)), tensor_text(call.tensors.at(1)),
-                       splits_text(call.in_splits));
+    text_to(out, "in ");
+    tensor_to(out, call.tensors.at(0));
+    text_to(out, ", out ");
+    tensor_to(out, call.tensors.at(1));
+    text_to(out, ", counts ");
+    splits_to(out, call.in_splits);
     break;
   }
-  return fmt::format("{}({})", to_string(call.kind), args);
+}
+
+std::string describe(const collective_call& call) {
+  // A single send or recv reads as its entry ("send(float32 x 4 to rank 1, tag 0)").
+  if ((call.kind == collective_kind::send || call.kind == collective_kind::recv) && !call.p2p.empty())
+    return describe(call.p2p[0]);
+  buffer out;
+  text_to(out, to_string(call.kind));
+  text_to(out, "(");
+  describe_args_to(out, call);
+  text_to(out, ")");
+  return fmt::to_string(out);
 }
 
 std::string where(const collective_call& call, std::uint64_t seq, int rank, int size, const std::string& group) {
@@ -258,6 +313,7 @@ work process_group::issue(collective_call call, call_options opts) {
     bad_call(call, "a zero timeout: its deadline passed before it was issued");
   call.by = call.timeout.from();
   call.stream = opts.stream;
+  call.where = opts.where;
   switch (call.kind) {
   case collective_kind::allreduce:
   case collective_kind::broadcast:

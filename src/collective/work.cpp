@@ -2,7 +2,11 @@
 #include <corodist/core/error.hpp>
 #include <corodist/core/event_loop.hpp>
 
+#include <corodist/collective/errors.hpp>
+
 #include "collective/work_state.hpp"
+
+#include <string_view>
 
 namespace corodist::collective {
 
@@ -22,10 +26,44 @@ bool work_state::complete(std::exception_ptr error) {
     waiter = std::move(waiter_);
     waiter_.reset();
   }
+  if (recorder_) { // before the waiters wake: a dump taken after the work completed shows it ended
+    if (!error_) {
+      recorder_->complete(handle_);
+    } else {
+      std::string text;
+      const auto kind = error_kind(error_, text);
+      recorder_->fail(handle_, text, kind);
+    }
+  }
   cv_.notify_all();
   if (waiter)
     waiter->set_value(); // resumes the awaiting coroutine on its executor
   return true;
+}
+
+std::string_view work_state::error_kind(const std::exception_ptr& e, std::string& text) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const rank_lost_error& x) {
+    text = x.what();
+    return "rank_lost";
+  } catch (const collective_timeout_error& x) {
+    text = x.what();
+    return "timeout";
+  } catch (const std::exception& x) {
+    text = x.what();
+    const std::string_view t = text;
+    if (t.find("calls differ") != std::string_view::npos)
+      return "mismatch";
+    if (t.find("was aborted") != std::string_view::npos || t.find("is aborted") != std::string_view::npos)
+      return "aborted";
+    if (dynamic_cast<const timeout_error*>(&x))
+      return "timeout";
+    return "error";
+  } catch (...) {
+    text = "an exception of an unknown type";
+    return "error";
+  }
 }
 
 bool work_state::wait(std::optional<std::chrono::milliseconds> timeout) const {

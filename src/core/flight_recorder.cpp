@@ -64,13 +64,19 @@ std::string_view to_string(record_state s) noexcept {
   return "unknown";
 }
 
-bool flight_recorder::enabled() noexcept {
-  static const bool on = [] {
+namespace {
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on{[] {
     const char* v = std::getenv("CORODIST_RECORDER");
     return v == nullptr || std::string_view(v) != "0";
-  }();
+  }()};
   return on;
 }
+} // namespace
+
+bool flight_recorder::enabled() noexcept { return enabled_flag().load(std::memory_order_relaxed); }
+
+void flight_recorder::set_enabled(bool on) noexcept { enabled_flag().store(on, std::memory_order_relaxed); }
 
 std::shared_ptr<flight_recorder> flight_recorder::create(std::string layer, std::string name,
                                                          flight_recorder_options opts) {
@@ -127,6 +133,15 @@ void flight_recorder::start(handle h) {
   }
 }
 
+void flight_recorder::set_link(handle h, std::uint64_t seq, std::uint64_t flow) {
+  std::lock_guard lk(mutex_);
+  record_entry& e = ring_[h % ring_.size()];
+  if (e.id == h) {
+    e.seq = seq;
+    e.flow = flow;
+  }
+}
+
 void flight_recorder::complete(handle h) { end(h, record_state::completed, {}, {}); }
 
 void flight_recorder::fail(handle h, std::string_view error, std::string_view type) {
@@ -177,6 +192,17 @@ void flight_recorder::set_observer(observer obs) {
   if (g.obs)
     retired.push_back(g.obs);
   observer_ptr.store(g.obs.get(), std::memory_order_release);
+}
+
+std::vector<pending_record> pending_flight_records() {
+  std::vector<pending_record> out;
+  auto& g = reg();
+  std::lock_guard lk(g.mutex);
+  for (const flight_recorder* r : g.live)
+    for (auto& e : r->entries())
+      if (e.state == record_state::queued || e.state == record_state::started)
+        out.push_back({r->layer(), r->name(), std::move(e)});
+  return out;
 }
 
 void set_flight_recorder_label(std::string label) {

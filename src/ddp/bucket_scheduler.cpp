@@ -4,6 +4,7 @@
 #include "ddp/reducer_state.hpp"
 
 #include <corodist/collective/errors.hpp>
+#include <corodist/core/error.hpp>
 
 #include "ddp/grad_ops.hpp"
 
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace corodist::ddp {
 
@@ -111,14 +113,38 @@ void reducer::impl::process_ready(std::size_t i, bool used) {
     ready_order.push_back(i);
   }
   const auto b = bucket_of[i];
-  if (--pending[b] == 0)
+  if (--pending[b] == 0) {
     ready_at[b] = clock_type::now();
+    if (recorder)
+      bucket_record[b] = recorder->record({.seq = b, .op = "bucket", .detail = bucket_detail[b],
+                                           .bytes = layout.buckets[b].bytes()});
+  }
+}
+
+void reducer::impl::end_bucket_record(std::size_t b, const std::exception_ptr& e) {
+  const auto h = std::exchange(bucket_record[b], 0);
+  if (h == 0)
+    return;
+  if (!e) {
+    recorder->complete(h);
+    return;
+  }
+  try {
+    std::rethrow_exception(e);
+  } catch (const timeout_error& x) {
+    recorder->fail(h, x.what(), "timeout");
+  } catch (const std::exception& x) {
+    recorder->fail(h, x.what(), "collective");
+  } catch (...) {
+    recorder->fail(h, "unknown exception", "collective");
+  }
 }
 
 void reducer::impl::launch(std::size_t b) {
   launched_at[b] = clock_type::now();
   auto on_done = [this, b](std::exception_ptr e) {
     reduced_at[b] = clock_type::now();
+    end_bucket_record(b, e);
     ++completed;
     if (!e && !opts.find_unused_parameters && !opts.gradient_as_bucket_view)
       copy_back(b);
@@ -133,6 +159,7 @@ void reducer::impl::launch(std::size_t b) {
   } catch (...) {
     note_error(std::current_exception());
     reduced_at[b] = clock_type::now();
+    end_bucket_record(b, std::current_exception());
     ++completed;
   }
 }
@@ -216,6 +243,7 @@ asio::awaitable<void> reducer::impl::run_iteration() {
   ready_order.clear();
   globally_unused.clear();
   ready_at.assign(nb, {});
+  bucket_record.assign(nb, 0);
   launched_at.assign(nb, {});
   reduced_at.assign(nb, {});
   for (std::size_t b = 0; b < nb; ++b)
@@ -286,6 +314,9 @@ asio::awaitable<void> reducer::impl::run_iteration() {
         [this, stop] { return signalled || mark_available() || (!stop && abandon.load(std::memory_order_seq_cst)); });
   }
   if (abandon.load()) {
+    for (std::size_t b = next_launch; b < nb; ++b) // ready, never launched
+      if (bucket_record[b] != 0)
+        recorder->fail(std::exchange(bucket_record[b], 0), "the iteration was abandoned", "abandoned");
     end_device_work();
     co_return;
   }

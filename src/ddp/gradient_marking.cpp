@@ -14,6 +14,7 @@
 #include <asio/use_awaitable.hpp>
 
 #include <algorithm>
+#include <charconv>
 #include <utility>
 
 namespace corodist::ddp {
@@ -108,6 +109,12 @@ void reducer::impl::mark(std::size_t i) {
     throw usage_error(fmt::format("ddp::reducer: {} marked ready twice in one iteration{}", param_name(params[i], i),
                                   before == declared_unused ? " (it was declared unused in prepare_for_backward)"
                                                             : ""));
+  }
+  if (mark_recorder) { // an instant: recorded ended
+    char text[24];
+    const auto end = std::to_chars(text, text + sizeof text, i).ptr;
+    mark_recorder->complete(
+        mark_recorder->record({.seq = iterations, .op = "mark", .detail = std::string_view(text, end - text)}));
   }
   if (local_iteration)
     return;

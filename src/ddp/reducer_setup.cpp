@@ -37,6 +37,10 @@ reducer::impl::impl(asio::any_io_executor e, std::unique_ptr<event_loop> loop, s
     throw usage_error("ddp::reducer: no process group");
   world = pg->size();
   n = params.size();
+  static std::atomic<std::uint64_t> reducers{0};
+  const auto name = "reducer " + std::to_string(reducers++);
+  recorder = flight_recorder::create("ddp", name);
+  mark_recorder = flight_recorder::create("ddp", name + "/marks");
   call.timeout = opts.timeout;
   validate_locally();
   marks = std::make_unique<std::atomic<std::uint8_t>[]>(n);
@@ -48,6 +52,9 @@ reducer::impl::impl(asio::any_io_executor e, std::unique_ptr<event_loop> loop, s
   ready_order.reserve(n);
   used_map.assign(n, 0);
   wake.emplace(ex);
+  bucket_detail.clear();
+  for (std::size_t b = 0; b < layout.buckets.size(); ++b)
+    bucket_detail.push_back(fmt::format("bucket {} ({} params)", b, layout.buckets[b].parameters.size()));
 }
 
 void reducer::impl::validate_locally() const {

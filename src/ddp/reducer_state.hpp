@@ -11,6 +11,7 @@
 #include <corodist/collective/device_buffer.hpp>
 #include <corodist/collective/process_group.hpp>
 #include <corodist/core/event_loop.hpp>
+#include <corodist/core/flight_recorder.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/ddp/errors.hpp>
 
@@ -123,6 +124,13 @@ struct reducer::impl {
   std::vector<std::size_t> globally_unused;
   iteration_stats stats;
 
+  // Flight recorders (null: recording off): "reducer <k>" has an entry per
+  // bucket and iteration, from the bucket's readiness to its reduction's end;
+  // "reducer <k>/marks" the gradient marks (apart: they would evict the buckets).
+  std::shared_ptr<flight_recorder> recorder, mark_recorder;
+  std::vector<std::string> bucket_detail;              // "bucket 3 (12 params)", per layout
+  std::vector<flight_recorder::handle> bucket_record;  // the iteration's entries (loop only; 0: none)
+
   // ---- construction and the rebuild (reducer_setup.cpp) ----------------------------
 
   /// Checks the options and parameters and sizes the marks (throws usage_error).
@@ -197,6 +205,8 @@ struct reducer::impl {
   void process_ready(std::size_t i, bool used);
   /// Starts bucket b's reduction (the hook, else an allreduce).
   void launch(std::size_t b);
+  /// Ends bucket b's entry of the iteration (completed, or failed with `e`).
+  void end_bucket_record(std::size_t b, const std::exception_ptr& e);
   /// The averaged values of bucket b back into the registered gradients (copy
   /// mode), except those of globally unused parameters.
   void copy_back(std::size_t b);

@@ -21,7 +21,8 @@ constexpr std::size_t offload_size = 64 * 1024;
 } // namespace
 
 agent_core::agent_core(asio::any_io_executor ex, agent_options opts)
-    : ex_(std::move(ex)), opts_(std::move(opts)), registry_(opts_.key_prefix, opts_.name) {
+    : ex_(std::move(ex)), opts_(std::move(opts)), registry_(opts_.key_prefix, opts_.name),
+      recorder_(flight_recorder::create("rpc", opts_.name)) {
   dispatch_env env;
   env.loop = ex_;
   env.port = this;
@@ -30,6 +31,7 @@ agent_core::agent_core(asio::any_io_executor ex, agent_options opts)
   env.max_message_size = opts_.max_message_size;
   env.max_output_per_peer = opts_.max_buffered_output_per_peer;
   env.offload_size = offload_size;
+  env.recorder = recorder_;
   env.name_of = [this](int rank) -> std::string {
     if (rank < 0 || !registry_.table() || rank >= static_cast<int>(registry_.table()->by_rank.size()))
       return {};

@@ -4,6 +4,7 @@
 // Started in agent_core.cpp, outgoing calls in outgoing_calls.cpp, graceful
 // shutdown in shutdown.cpp; rpc::agent (agent.cpp) is the public facade.
 
+#include <corodist/core/flight_recorder.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/core/gate.hpp>
 #include <corodist/core/unique_function.hpp>
@@ -51,8 +52,9 @@ public:
   void start_call(worker_ref to, std::string_view fn, payload call, corodist::deadline by, reply_handler done);
   /// Sends a request of any kind to rank `to` (any thread): counted as a call
   /// in flight until `done` ran. `what` names the operation in errors (`<what>: <reason>`).
+  /// `record`: the call's flight-recorder entry (0: none), ended with the reply.
   void start_message(int to, message_kind kind, payload p, corodist::deadline by, reply_handler done,
-                     std::string what);
+                     std::string what, flight_recorder::handle record = 0);
   /// The time limit of a call with none of its own.
   corodist::timeout default_timeout() const noexcept {
     return opts_.rpc_timeout.or_else(agent_options::default_rpc_timeout);
@@ -81,6 +83,7 @@ public:
   std::shared_ptr<dispatcher> dispatcher_;
   gate outgoing_{"rpc: the agent"};    // calls issued, not yet completed
   std::atomic<std::uint64_t> calls_sent_{0};
+  const std::shared_ptr<flight_recorder> recorder_; // calls made and served; null: recording off
 
   // (loop only)
   std::shared_ptr<store::store> store_;
@@ -91,7 +94,8 @@ public:
   std::optional<shared_future<void>> shutting_down_; // the shutdown in progress, if any
 
 private:
-  void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done);
+  void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done,
+                      flight_recorder::handle record);
   // Graceful shutdown's parts (shutdown.cpp), each within the one deadline.
   asio::awaitable<void> run_shutdown(bool graceful);
   asio::awaitable<void> join(corodist::deadline deadline);

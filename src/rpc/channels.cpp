@@ -2,6 +2,7 @@
 
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "rpc/call_flow.hpp"
 #include "rpc/protocol.hpp"
 
 #include <asio/co_spawn.hpp>
@@ -39,8 +40,9 @@ channels::channels(asio::any_io_executor ex, const worker_registry& registry, ne
     : ex_(std::move(ex)), registry_(registry), options_(std::move(options)), kind_name_(std::move(kind_name)),
       on_message_(std::move(on_message)) {}
 
-void channels::request(int rank, message_kind kind, payload p, corodist::deadline by, response_fn done) {
-  waiting w{kind, std::move(p), by.at(), std::move(done)};
+void channels::request(int rank, message_kind kind, payload p, corodist::deadline by, response_fn done,
+                       call_link link) {
+  waiting w{kind, std::move(p), by.at(), std::move(done), std::move(link), rank};
   if (closed_) {
     w.done(net::response{net::errc::connection_closed, {}});
     return;
@@ -96,8 +98,12 @@ void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
   }
   asio::co_spawn(
       ex_,
-      [conn, w = std::move(w), by]() mutable -> asio::awaitable<void> {
+      [conn, w = std::move(w), by, self = registry_.self().rank]() mutable -> asio::awaitable<void> {
         auto records = std::move(w.body.records); // upper layers' records live until the reply
+        if (w.link.recorder) { // (the request below takes this id before it suspends)
+          const auto id = conn->next_request_id();
+          w.link.recorder->set_link(w.link.record, id, call_flow(self, w.rank, id));
+        }
         auto r = co_await conn->request(w.kind, std::move(w.body.body), std::move(w.body.attachments), by);
         w.done(std::move(r));
       },

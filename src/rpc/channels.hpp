@@ -5,6 +5,7 @@
 // other at once both succeed), and serves what arrives on connections it
 // accepted. A dialled connection's first frame says who dialled it.
 
+#include <corodist/core/flight_recorder.hpp>
 #include <corodist/core/unique_function.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/rpc/message_port.hpp>
@@ -31,6 +32,13 @@ namespace corodist::rpc::detail {
 net::bytes encode_identity(const worker_info& self);
 /// Its rank and name, or nullopt if the frame is not one (too short, a negative rank).
 std::optional<std::pair<int, std::string>> decode_identity(const net::bytes& frame);
+
+/// A call's flight-recorder entry, told its request id and flow
+/// (call_flow.hpp) when the call is sent. No recorder: none.
+struct call_link {
+  std::shared_ptr<flight_recorder> recorder;
+  flight_recorder::handle record = 0;
+};
 
 /// Loop-affine: every member runs on the agent's loop.
 class channels : public std::enable_shared_from_this<channels> {
@@ -61,7 +69,9 @@ public:
   /// open (calls queue behind one dial); to a lost peer it fails at once. `by` bounds the dial
   /// and the wait for the response together; a request still queued at its
   /// deadline fails with request_timeout. `done` runs on the loop, once.
-  void request(int rank, message_kind kind, payload p, corodist::deadline by, response_fn done);
+  /// `link`: the entry to tell the request id when it is sent.
+  void request(int rank, message_kind kind, payload p, corodist::deadline by, response_fn done,
+               call_link link = {});
 
   /// Sends a one-way message to worker `rank` (dialling as request() does).
   /// Returns false if it cannot be queued (closed).
@@ -94,6 +104,8 @@ private:
     payload body;
     std::chrono::steady_clock::time_point deadline; // max(): none
     response_fn done; // null: a notification
+    call_link link;   // a recorded call's entry
+    int rank = -1;    // the peer's
   };
   struct peer {
     std::shared_ptr<net::connection> conn;

@@ -6,6 +6,7 @@
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "rpc/call_flow.hpp"
 #include "rpc/call_format.hpp"
 #include "rpc/error_reply.hpp"
 #include "rpc/protocol.hpp"
@@ -58,6 +59,33 @@ std::exception_ptr local_exception(const std::exception_ptr& e, const std::strin
   } catch (...) {
     return e;
   }
+}
+
+// `reply`, which first ends entry `h` of `rec`: completed, or failed with the
+// error's text and kind.
+template <class Reply>
+Reply recorded_reply(std::shared_ptr<flight_recorder> rec, flight_recorder::handle h, Reply reply) {
+  return [rec = std::move(rec), h, reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
+    if (!e) {
+      rec->complete(h);
+    } else {
+      try {
+        std::rethrow_exception(e);
+      } catch (const call_failure& f) {
+        rec->fail(h, f.what(),
+                  f.code == failure::deadline           ? "timeout"
+                  : f.code == failure::unknown_function ? "unknown_function"
+                  : f.code == failure::bad_arguments    ? "bad_arguments"
+                  : f.code == failure::malformed        ? "malformed"
+                                                        : "error");
+      } catch (const std::exception& x) {
+        rec->fail(h, x.what(), "exception");
+      } catch (...) {
+        rec->fail(h, "unknown exception", "exception");
+      }
+    }
+    reply(std::move(p), std::move(e));
+  };
 }
 
 std::string deadline_text(clock::time_point arrived, clock::time_point deadline) {
@@ -209,7 +237,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
     reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
     return;
   }
-  auto start = [this, self = shared_from_this(), from,
+  auto start = [this, self = shared_from_this(), from, id,
                 from_name = from_name.empty() && env_.name_of ? env_.name_of(from) : from_name, frame = std::move(frame),
                 arrived, flow, reply = std::move(reply)]() mutable {
     reply_fn done = [this, self, reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
@@ -220,7 +248,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
       done({}, fail_with(failure::exception, "not started: the caller's connection closed"));
       return;
     }
-    start_call(from, std::move(from_name), std::move(frame), arrived, std::move(done), flow);
+    start_call(from, std::move(from_name), id, std::move(frame), arrived, std::move(done), flow);
   };
   if (!flow || flow->admit_now()) {
     start(); // (no function object made for a call that starts at once)
@@ -229,21 +257,27 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
   flow->submit(std::move(start));
 }
 
-void dispatcher::start_call(int from, std::string from_name, net::bytes&& frame, clock::time_point arrived,
-                            reply_fn reply, std::shared_ptr<peer_flow> flow) {
+void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, net::bytes&& frame,
+                            clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow) {
   // Parse, find the function, check the deadline, decode the arguments: on the
   // loop for small messages, on the pool for large ones (no single message may
   // hold the loop for long).
-  auto bind = [this, self = shared_from_this(), from, from_name = std::move(from_name), arrived,
+  auto bind = [this, self = shared_from_this(), from, from_name = std::move(from_name), id, arrived,
                flow = std::move(flow)](net::bytes&& frame, reply_fn& reply) mutable -> bool {
     std::string name;
     try {
       codec_context ctx;
       if (env_.port)
         env_.port->decode_context(from, ctx);
+      const auto size = frame.size();
       auto p = parse_payload(std::move(frame), ctx);
       const auto call = view_call(p.body.get());
       name.assign(call.name);
+      if (env_.recorder) // ended with the reply, whatever ends the call
+        reply = recorded_reply(env_.recorder,
+                               env_.recorder->record({.seq = id, .op = "serve", .detail = name, .peer = from_name,
+                                                      .bytes = size, .flow = call_flow(from, env_.self_rank, id)}),
+                               std::move(reply));
       const auto deadline = corodist::deadline::from_wire(call.timeout_ms, arrived);
       auto it = functions_.find(name);
       if (it == functions_.end())

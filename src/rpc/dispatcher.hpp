@@ -4,6 +4,7 @@
 // functions, run on the worker pool (plain) or on the loop (coroutines) within
 // the caller's deadline.
 
+#include <corodist/core/flight_recorder.hpp>
 #include <corodist/core/future.hpp>
 #include <corodist/core/gate.hpp>
 #include <corodist/net/connection.hpp>
@@ -41,6 +42,8 @@ struct dispatch_env {
   /// A rank's worker name from the worker table (-1, unknown, or no table yet: ""),
   /// for a caller whose connection did not give its name.
   std::function<std::string(int)> name_of;
+  /// Records each call served ("serve"); null: recording off.
+  std::shared_ptr<flight_recorder> recorder;
 };
 
 /// Loop-affine, except run_local() and the pool's tasks.
@@ -88,9 +91,9 @@ private:
   void serve_call(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
                   std::uint64_t id, net::bytes&& frame, std::chrono::steady_clock::time_point arrived);
   // Parses a call and starts it; `reply` gets the encoded result or the error
-  // payload. `flow`: its peer's (null: a local call).
-  void start_call(int from, std::string from_name, net::bytes&& frame, std::chrono::steady_clock::time_point arrived,
-                  reply_fn reply, std::shared_ptr<peer_flow> flow);
+  // payload. `flow`: its peer's (null: a local call). `id`: its request id.
+  void start_call(int from, std::string from_name, std::uint64_t id, net::bytes&& frame,
+                  std::chrono::steady_clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow);
   void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply, std::shared_ptr<peer_flow> flow);
   // The flow of the calls arriving on `conn` (made on its first call).
   std::shared_ptr<peer_flow> flow_of(const std::shared_ptr<net::connection>& conn);

@@ -8,6 +8,7 @@
 #include "rpc/protocol.hpp"
 
 #include <asio/dispatch.hpp>
+#include <asio/error.hpp>
 #include <asio/post.hpp>
 
 namespace corodist::rpc::detail {
@@ -16,6 +17,16 @@ namespace {
 // Replies at least this large are handed to their caller from the worker pool,
 // where decoding them does not hold the loop.
 constexpr std::size_t offload_size = 64 * 1024;
+
+std::string text_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown exception";
+  }
+}
 } // namespace
 
 void agent_core::start_call(worker_ref to, std::string_view fn, payload call, corodist::deadline by,
@@ -33,12 +44,15 @@ void agent_core::start_call(worker_ref to, std::string_view fn, payload call, co
          {});
     return;
   }
+  const auto& callee = registry_.lookup(rank).name;
+  const auto record =
+      recorder_ ? recorder_->record({.op = "call", .detail = fn, .peer = callee, .bytes = call.size()}) : 0;
   start_message(rank, kind_call, std::move(call), by, std::move(done),
-                "rpc '" + std::string(fn) + "' on worker '" + registry_.lookup(rank).name + "'");
+                "rpc '" + std::string(fn) + "' on worker '" + callee + "'", record);
 }
 
 void agent_core::start_message(int rank, message_kind kind, payload p, corodist::deadline by, reply_handler done,
-                               std::string what) {
+                               std::string what, flight_recorder::handle record) {
   // How long the deadline was, for its error (it was made at the call, a moment ago).
   const auto length = std::chrono::ceil<std::chrono::milliseconds>(by.remaining());
   try {
@@ -52,22 +66,27 @@ void agent_core::start_message(int rank, message_kind kind, payload p, corodist:
     if (!outgoing_.try_enter())
       throw usage_error(what + ": agent '" + opts_.name + "' is shut down");
   } catch (...) {
+    if (record != 0)
+      recorder_->fail(record, text_of(std::current_exception()), "usage");
     done(std::current_exception(), {});
     return;
   }
   ++calls_sent_;
   asio::dispatch(ex_, [self = shared_from_this(), rank, kind, p = std::move(p), by, length, done = std::move(done),
-                       what = std::move(what)]() mutable {
-    self->channels_->request(rank, kind, std::move(p), by,
-                             [self, rank, length, what = std::move(what), done = std::move(done)](net::response&& r) mutable {
-                               if (r.ec == net::errc::request_timeout) // say how long the deadline was
-                                 what += " (deadline " + std::to_string(length.count()) + " ms)";
-                               self->finish_message(rank, what, std::move(r), done);
-                             });
+                       what = std::move(what), record]() mutable {
+    self->channels_->request(
+        rank, kind, std::move(p), by,
+        [self, rank, length, what = std::move(what), done = std::move(done), record](net::response&& r) mutable {
+          if (r.ec == net::errc::request_timeout) // say how long the deadline was
+            what += " (deadline " + std::to_string(length.count()) + " ms)";
+          self->finish_message(rank, what, std::move(r), done, record);
+        },
+        record != 0 ? call_link{self->recorder_, record} : call_link{});
   });
 }
 
-void agent_core::finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done) {
+void agent_core::finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done,
+                                flight_recorder::handle record) {
   const auto& worker = registry_.lookup(rank).name;
   struct {
     std::exception_ptr error;
@@ -88,6 +107,21 @@ void agent_core::finish_message(int rank, const std::string& what, net::response
     out.error = decode_failure(worker, what, std::move(r.msg.payload));
   } else {
     out.payload = std::move(r.msg.payload);
+  }
+  if (record != 0) {
+    if (!out.error) {
+      recorder_->complete(record);
+    } else {
+      const bool timed_out = !lost && r.ec == net::errc::request_timeout;
+      recorder_->fail(record, text_of(out.error),
+                      lost ? "peer_lost"
+                      : timed_out ? "timeout"
+                      : r.ec == asio::error::operation_aborted ? "cancelled"
+                      : r.ec ? "network"
+                             : "remote");
+      if (timed_out)
+        write_flight_recorder_dump(what + " timed out");
+    }
   }
   const bool large = out.payload.size() >= offload_size;
   auto deliver = [self = shared_from_this(), out = std::move(out), done = std::move(done)]() mutable {

@@ -648,7 +648,7 @@ BOOST_AUTO_TEST_CASE(the_call_check_keeps_the_group_usable, *utf::timeout(120)) 
   auto c = allreduce_sizes("mm/checked", {1000, 999});
   c.check_calls = true;
   c.stays_usable = true;
-  c.calls = {"allreduce(float32 x 1000, sum)", "allreduce(float32 x 999, sum)"};
+  c.calls = {"allreduce #0 (float32 x 1000, sum)", "allreduce #0 (float32 x 999, sum)"};
   expect_mismatch_caught(c);
 }
 

@@ -8,6 +8,7 @@
 #include <corodist/ddp/default_hooks.hpp>
 #include <corodist/ddp/errors.hpp>
 #include <corodist/ddp/reducer.hpp>
+#include <corodist/core/flight_recorder.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/store/tcp_store.hpp>
 
@@ -19,6 +20,7 @@
 #include "support/program.hpp"
 
 #include <fmt/core.h>
+#include <nlohmann/json.hpp>
 
 #include <poll.h>
 #include <signal.h>
@@ -837,6 +839,67 @@ BOOST_AUTO_TEST_CASE(bad_registration_is_refused, *utf::timeout(60)) {
     RANK_REQUIRE(msg.find("find_unused_parameters") != std::string::npos);
   });
   BOOST_TEST(errors[0] == "");
+}
+
+// The reducer's flight recorders: an entry per bucket and iteration, started
+// once every gradient of the bucket is marked and completed with its
+// allreduce (seq = the bucket, its parameter count and bytes), and every
+// gradient mark as an instant in the marks' own recorder.
+BOOST_AUTO_TEST_CASE(buckets_and_marks_are_recorded, *utf::timeout(120)) {
+  require_all_zero(run_ranks(2, "recorded", [](rank_env& env) {
+    model<float> m(sizes);
+    auto ps = m.parameters();
+    dd::reducer_options o;
+    o.bucket_cap_bytes = 2048;
+    o.first_bucket_bytes = 512;
+    o.rebuild_buckets = false;
+    dd::reducer red(env.pg, ps, o);
+    const auto& layout = red.layout();
+    const std::size_t nb = layout.buckets.size(), n = ps.size();
+    CHECK(nb >= 3, "{} buckets", nb);
+    const int iterations = 2;
+    for (int it = 0; it < iterations; ++it) {
+      red.prepare_for_backward();
+      for (std::size_t k = n; k-- > 0;) {
+        fill_grad<float>(red, env.rank, it, k);
+        red.mark_grad_ready(k);
+      }
+      red.finalize_sync();
+    }
+    // This reducer's recorders (the only live "ddp" ones in this process).
+    const auto doc = nlohmann::json::parse(corodist::dump_flight_recorders());
+    std::vector<nlohmann::json> buckets, marks;
+    for (const auto& r : doc.at("recorders")) {
+      if (r.at("layer") != "ddp")
+        continue;
+      const auto name = r.at("name").get<std::string>();
+      (name.ends_with("/marks") ? marks : buckets) = r.at("entries").get<std::vector<nlohmann::json>>();
+      CHECK(name.starts_with("reducer "), "recorder {}", name);
+    }
+    CHECK(buckets.size() == nb * iterations, "{} bucket entries for {} buckets", buckets.size(), nb);
+    CHECK(marks.size() == n * iterations, "{} marks for {} parameters", marks.size(), n);
+    for (std::size_t k = 0; k < marks.size(); ++k) {
+      CHECK(marks[k].at("op") == "mark", "{}", marks[k].dump());
+      CHECK(marks[k].at("detail") == std::to_string(n - 1 - k % n), "{}", marks[k].dump()); // marked in reverse
+    }
+    for (std::size_t e = 0; e < buckets.size(); ++e) {
+      const auto& x = buckets[e];
+      const auto b = x.at("seq").get<std::size_t>();
+      CHECK(b < nb, "{}", x.dump());
+      CHECK(x.at("op") == "bucket" && x.at("state") == "completed", "{}", x.dump());
+      CHECK(x.at("detail") == fmt::format("bucket {} ({} params)", b, layout.buckets[b].parameters.size()), "{}",
+            x.dump());
+      CHECK(x.at("bytes").get<std::size_t>() == layout.buckets[b].bytes(), "{}", x.dump());
+      // Ready once its last gradient was marked (this iteration's marks).
+      const std::size_t it = e / nb;
+      std::int64_t last_mark = 0;
+      for (auto p : layout.buckets[b].parameters)
+        last_mark = std::max(last_mark, marks[it * n + (n - 1 - p)].at("started_ns").get<std::int64_t>());
+      CHECK(x.at("started_ns").get<std::int64_t>() >= last_mark, "bucket {} started before its last mark", b);
+      CHECK(x.at("ended_ns").get<std::int64_t>() >= x.at("started_ns").get<std::int64_t>(), "{}", x.dump());
+    }
+    return 0;
+  }));
 }
 
 #ifdef CORODIST_DDP_TRAIN_PATH

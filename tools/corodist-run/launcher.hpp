@@ -4,8 +4,9 @@
 /// nodes' launchers in a rendezvous round per generation, starts this node's
 /// ranks and supervises them. Its member functions live in one file per job:
 /// launcher.cpp (generations and their end), store_host.cpp (the job's store),
-/// rendezvous_round.cpp (the rounds), spawning.cpp (starting ranks) and
-/// supervision.cpp (watching ranks, signals, teardown).
+/// rendezvous_round.cpp (the rounds), spawning.cpp (starting ranks),
+/// supervision.cpp (watching ranks, signals, teardown) and hang_watch.cpp
+/// (the hang verdict).
 
 #include "node_metrics.hpp"
 #include "options.hpp"
@@ -130,6 +131,10 @@ private:
   std::vector<std::pair<std::string, std::string>> worker_env(const rank_process& r) const;
   bool spawn_rank(rank_process& r);
   void start_ranks();
+
+  // hang_watch.cpp
+  void start_hang_watch();
+  void verdict_on_failure(const rank_process& failed, const std::string& what);
 
   // supervision.cpp
   bool any_running() const;

@@ -94,6 +94,14 @@ int main(int argc, char** argv) {
                  "http://BIND:PORT/metrics; 0: a free port, printed at start (docs/metrics.md)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--metrics-bind", s.metrics_bind, "the address --metrics-port listens on")->capture_default_str();
+  app.add_option("--hang-after", s.hang_after_s,
+                 "seconds a rank's collective or RPC call may wait before the launcher gathers every rank's flight "
+                 "recorder and prints who is behind and where (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--hang-dump-dir", s.hang_dump_dir,
+                 "directory for the ranks' flight recorders written with a hang verdict (default: --log-dir, else "
+                 "the temporary directory)");
   app.add_option("command", s.command, "the program and its arguments, after --")->required();
   CLI11_PARSE(app, argc, argv);
 

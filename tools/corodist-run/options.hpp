@@ -13,6 +13,9 @@ inline constexpr double default_join_window_s = 30.0;
 /// How long a launcher waits for a rendezvous round to close (torchrun's join timeout).
 inline constexpr double default_join_timeout_s = 600.0;
 
+/// A rank's collective or RPC call waiting longer than this wakes the hang watch.
+inline constexpr double default_hang_after_s = 30.0;
+
 /// all: every node's workers start again under a new generation; worker: only the failed one, in place.
 enum class restart_policy { all, worker };
 
@@ -33,6 +36,8 @@ struct settings {
   std::string log_dir; ///< --log-dir: per-rank stdout/stderr files under it (empty: none)
   int metrics_port = -1;                  ///< --metrics-port: the node's metrics endpoint (-1: none, 0: a free port)
   std::string metrics_bind = "127.0.0.1"; ///< --metrics-bind: its address
+  double hang_after_s = default_hang_after_s; ///< --hang-after (0: no hang watch)
+  std::string hang_dump_dir; ///< --hang-dump-dir: where verdict dumps go (empty: --log-dir, else the temp directory)
   std::vector<std::string> command;
 };
 

@@ -28,7 +28,8 @@ std::vector<std::pair<std::string, std::string>> launcher::worker_env(const rank
           {"TORCHELASTIC_RESTART_COUNT", std::to_string(r.restarts)},
           {"TORCHELASTIC_MAX_RESTARTS", std::to_string(s_.max_restarts)},
           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
-          {corodist::store::generation_variable, std::to_string(generation_)}};
+          {corodist::store::generation_variable, std::to_string(generation_)},
+          {"CORODIST_HANG_AFTER_MS", std::to_string(static_cast<long long>(s_.hang_after_s * 1000.0))}};
   if (metrics_)
     for (auto& v : metrics_->rank_env(r.rank))
       env.push_back(std::move(v));

@@ -61,6 +61,7 @@ void launcher::on_failure(rank_process& r, const std::string& what, int code) {
   }
   failure_ = failure_record{r.rank, r.pid, what, code, {}, false};
   failed_ = &r;
+  verdict_on_failure(r, what);
   start_teardown(SIGTERM);
   const bool again = s_.policy == restart_policy::all && restart_count_ < s_.max_restarts;
   const std::string text = node_name() + ": " + who + " failed: " + what;
@@ -141,6 +142,7 @@ std::string launcher::supervise_generation() {
   watch_ = std::make_shared<watch_state>();
   asio::co_spawn(loop_.get_executor(), watch_end(store_, end_key(), watch_), asio::detached);
   start_ranks();
+  start_hang_watch();
   std::optional<clock_type::time_point> drain_deadline;
   bool killed = false;
   reap(); // a rank may have ended before the handler was of any use

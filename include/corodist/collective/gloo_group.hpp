@@ -91,6 +91,16 @@ struct gloo_options {
   /// CORODIST_CHECK_COLLECTIVES=1 in the environment turns it on for every
   /// group. Not available with `pytorch` (PyTorch's ranks send no headers).
   bool check_calls = false;
+  /// With `check_calls`, the header also carries a digest of the call site
+  /// (call_options::where): ranks that reach the same-shaped collective from
+  /// different source lines fail with a `collective_error` naming both
+  /// ranks' collective numbers and call sites ("rank 0 called allreduce #2
+  /// (float32 x 4, sum) at train.cpp:42, rank 2 called allreduce #2 (float32
+  /// x 4, sum) at train.cpp:57"): a rank that skipped one of two such calls is
+  /// caught at the call, not at the deadline. Turn it off in a program whose
+  /// ranks reach one collective from different lines on purpose (rank 0 in
+  /// an `if` branch of its own); a rank with it off is compared by shape only.
+  bool compare_call_sites = true;
   /// A collective still running after this long has its call compared,
   /// through the store, with the other stalled ranks' calls of the same
   /// collective (again after twice as long, and so on): if they differ, it

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +36,14 @@ struct call_options {
   /// produced them); null (the default): the device's legacy default stream,
   /// as PyTorch's current stream. Host buffers: ignored.
   void* stream = nullptr;
+  /// The caller's source line: kept in the group's flight recorder and, with
+  /// gloo_options::check_calls, compared between the ranks (a rank that
+  /// reaches a collective from another line is out of step). The default
+  /// captures the line of the call when the options are defaulted or braced
+  /// (`g->allreduce(t)`, `g->allreduce(t, sum, {.timeout = 5s})`); options
+  /// made beforehand (`call_options o; ... g->allreduce(t, sum, o)`) carry the
+  /// line where `o` was made (set `o.where` to the call's if that matters).
+  std::source_location where = std::source_location::current();
 };
 
 /// Settings of a group made by `process_group::split` or `new_group`.
@@ -126,6 +135,8 @@ struct collective_call {
   corodist::deadline by;
   /// call_options::stream.
   void* stream = nullptr;
+  /// call_options::where (line 0: unknown).
+  std::source_location where{};
 };
 
 /// A group of `size()` ranks, this process being `rank()`, that runs

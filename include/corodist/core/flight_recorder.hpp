@@ -96,8 +96,12 @@ public:
   static std::shared_ptr<flight_recorder> create(std::string layer, std::string name,
                                                  flight_recorder_options opts = {});
 
-  /// False when CORODIST_RECORDER=0 was set when the process first asked.
+  /// Whether `create` makes recorders: false when CORODIST_RECORDER=0 was set
+  /// when the process first asked, or after `set_enabled(false)`.
   static bool enabled() noexcept;
+  /// Turns the making of recorders on or off for the objects created from now
+  /// on (those made before keep theirs). Thread-safe.
+  static void set_enabled(bool on) noexcept;
 
   ~flight_recorder();
   flight_recorder(const flight_recorder&) = delete;
@@ -107,6 +111,9 @@ public:
   handle record(const record_fields& f);
   /// The operation has started (a queued one).
   void start(handle h);
+  /// Sets the entry's `seq` and `flow`, known only once the operation is under
+  /// way (an RPC call's request id, once it is sent). Nothing if `h` was overwritten.
+  void set_link(handle h, std::uint64_t seq, std::uint64_t flow);
   /// The operation has completed.
   void complete(handle h);
   /// The operation has failed with `error` (`type`: its kind, as metrics count it).
@@ -148,6 +155,17 @@ private:
 /// clocks), `age_ms` how long the entry has waited (queued or started) or
 /// took (ended). Never throws for lack of recorders (an empty list).
 std::string dump_flight_recorders();
+
+/// An entry that has not ended, with its recorder's layer and name.
+struct pending_record {
+  std::string layer;
+  std::string name;
+  record_entry entry;
+};
+
+/// The entries of every live recorder of this process that are queued or
+/// started (oldest first per recorder): what a hang watch scans.
+std::vector<pending_record> pending_flight_records();
 
 /// Names this process in dumps ("rank 3"); the debug responder sets it.
 void set_flight_recorder_label(std::string label);

@@ -223,6 +223,9 @@ public:
 
   /// Requests awaiting a response.
   std::size_t pending_requests() const noexcept { return pending_.size(); }
+  /// The id the next `request()` on this connection sends (its peer sees it as
+  /// the frame's request id), if it is sent. Loop only.
+  std::uint64_t next_request_id() const noexcept { return next_id_; }
 
   /// Stops reading once the frames already received have been delivered
   /// (flow control): the peer's further bytes wait in the kernel, and its

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -49,10 +50,19 @@ struct debug_responder_options {
 class debug_responder : public std::enable_shared_from_this<debug_responder> {
 public:
   /// Starts answering for `rank` of `world_size` on `job_store` and returns at
-  /// once (its keys are written on the store's executor). Sets the flight
-  /// recorders' label to "rank <rank>". Becomes `current()`. Thread-safe.
+  /// once: it answers the asks made after its key `debug/rank/<rank>`
+  /// appears (written on the store's executor). Sets the flight recorders'
+  /// label to "rank <rank>". Becomes `current()`. Throws `usage_error` for a
+  /// null store or a rank outside the world. Thread-safe.
   static std::shared_ptr<debug_responder> start(std::shared_ptr<store> job_store, int rank, int world_size,
                                                 debug_responder_options opts = {});
+
+  /// As `start`, returning once the responder listens (every later ask is
+  /// answered). Throws as `start`, and `store_error` when it cannot listen
+  /// (the store failed; logged). Cancellation: terminal, through the store
+  /// operations it awaits (`operation_aborted`; the responder is not started).
+  [[nodiscard]] static asio::awaitable<std::shared_ptr<debug_responder>>
+  async_start(std::shared_ptr<store> job_store, int rank, int world_size, debug_responder_options opts = {});
 
   /// The responder this process started last, while it runs; null if none.
   static std::shared_ptr<debug_responder> current();
@@ -62,24 +72,28 @@ public:
   /// Stops answering (an ask in progress completes). Idempotent, thread-safe.
   void stop();
 
-  const std::shared_ptr<store>& job_store() const noexcept { return store_; }
+  /// The job's store while it lives (the responder does not keep it alive: it
+  /// stops when the store goes); null after.
+  std::shared_ptr<store> job_store() const noexcept { return store_.lock(); }
   int rank() const noexcept { return rank_; }
   int world_size() const noexcept { return world_size_; }
 
   /// Private: use `start`.
   debug_responder(std::shared_ptr<store> job_store, int rank, int world_size, debug_responder_options opts);
 
-private:
-  asio::awaitable<void> answer_loop();
-  asio::awaitable<void> scan_loop();
+  struct state; ///< what the responder's coroutines share (src/store/debug/debug_responder.cpp)
 
-  struct state;
-  const std::shared_ptr<store> store_;
+private:
+  const std::weak_ptr<store> store_;
   const int rank_;
   const int world_size_;
   const debug_responder_options opts_;
   std::shared_ptr<state> state_;
 };
+
+/// The key of the debug protocol named `name` ("request", "dump/3/7", ...)
+/// under the store a responder serves.
+std::string debug_key(std::string_view name);
 
 /// One rank's answer to an ask.
 struct rank_dump {

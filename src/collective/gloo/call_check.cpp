@@ -16,7 +16,7 @@
 namespace corodist::collective::detail {
 
 struct header_inbox {
-  std::vector<call_header> headers;
+  std::vector<checked_call> headers;
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
 };
 
@@ -24,24 +24,25 @@ std::shared_ptr<header_inbox> post_header_inbox(const std::shared_ptr<gloo::Cont
   auto& ctx = *context;
   auto inbox = std::make_shared<header_inbox>();
   inbox->headers.resize(static_cast<std::size_t>(ctx.size));
-  inbox->buffer = ctx.createUnboundBuffer(inbox->headers.data(), sizeof(call_header) * inbox->headers.size());
+  inbox->buffer = ctx.createUnboundBuffer(inbox->headers.data(), sizeof(checked_call) * inbox->headers.size());
   const auto slot = gloo::Slot::build(header_slot_prefix, tag);
   for (int p = 0; p < ctx.size; ++p)
     if (p != ctx.rank)
-      inbox->buffer->recv(p, slot, static_cast<std::size_t>(p) * sizeof(call_header), sizeof(call_header));
+      inbox->buffer->recv(p, slot, static_cast<std::size_t>(p) * sizeof(checked_call), sizeof(checked_call));
   return inbox;
 }
 
 struct header_outbox {
-  call_header header;
+  checked_call header;
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
 };
 
 std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Context>& context,
-                                                  const collective_call& call, std::uint64_t seq, std::uint32_t tag) {
+                                                  const collective_call& call, std::uint64_t seq, std::uint32_t tag,
+                                                  bool compare_sites) {
   auto& ctx = *context;
   auto outbox = std::make_shared<header_outbox>();
-  outbox->header = header_of(call, seq);
+  outbox->header = checked_call_of(call, seq, compare_sites);
   outbox->buffer = ctx.createUnboundBuffer(&outbox->header, sizeof outbox->header);
   const auto slot = gloo::Slot::build(header_slot_prefix, tag);
   for (int p = 0; p < ctx.size; ++p)
@@ -62,13 +63,9 @@ std::string check_call(const gloo_call& gc, header_inbox& inbox, header_outbox& 
   const auto& mine = outbox.header;
   for (int p = 0; p < n; ++p) {
     const auto& other = inbox.headers[static_cast<std::size_t>(p)];
-    if (p == ctx.rank || other == mine)
+    if (p == ctx.rank || same_checked_call(other, mine))
       continue;
-    std::string text = fmt::format("the ranks' calls differ: rank {} called {}, rank {} called {}", ctx.rank,
-                                   header_text(mine), p, header_text(other));
-    if (other.seq != mine.seq)
-      text += fmt::format(" (as its collective #{})", other.seq);
-    return text;
+    return checked_difference_text(ctx.rank, mine, p, other);
   }
   return {};
 }

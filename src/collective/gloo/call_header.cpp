@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string_view>
 
 namespace corodist::collective::detail {
 
@@ -117,6 +119,59 @@ std::string header_text(const call_header& h) {
   default: return fmt::format("an unknown collective (kind {})", h.kind);
   }
   return fmt::format("{}({})", to_string(kind), args);
+}
+
+checked_call checked_call_of(const collective_call& call, std::uint64_t seq, bool compare_sites) {
+  checked_call c;
+  c.header = header_of(call, seq);
+  if (call.where.line() == 0)
+    return c;
+  std::string_view file = call.where.file_name();
+  if (compare_sites) {
+    fnv1a hash; // the path 8 bytes at a time
+    for (std::size_t at = 0; at < file.size(); at += 8) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, file.data() + at, std::min<std::size_t>(8, file.size() - at));
+      hash.mix(word);
+    }
+    hash.mix(call.where.line());
+    c.site = hash.value() | 1; // never 0 (not compared)
+  }
+  if (const auto slash = file.rfind('/'); slash != std::string_view::npos)
+    file.remove_prefix(slash + 1);
+  fmt::format_to_n(c.site_text, sizeof c.site_text - 1, "{}:{}", file, call.where.line());
+  return c;
+}
+
+bool same_checked_call(const checked_call& a, const checked_call& b) noexcept {
+  return a.header == b.header && (a.site == 0 || b.site == 0 || a.site == b.site);
+}
+
+namespace {
+
+// "allreduce #2 (float32 x 4, sum) at train.cpp:42".
+std::string numbered_text(const checked_call& c) {
+  const auto text = header_text(c.header); // "allreduce(float32 x 4, sum)"
+  const auto open = text.find('(');
+  std::string named;
+  if (open == std::string::npos || text.back() != ')')
+    named = fmt::format("{} #{}", text, c.header.seq);
+  else if (open + 2 == text.size()) // no arguments: "barrier #2"
+    named = fmt::format("{} #{}", text.substr(0, open), c.header.seq);
+  else
+    named = fmt::format("{} #{} ({})", text.substr(0, open), c.header.seq,
+                        std::string_view(text).substr(open + 1, text.size() - open - 2));
+  const std::string_view site(c.site_text, ::strnlen(c.site_text, sizeof c.site_text));
+  if (!site.empty())
+    named += fmt::format(" at {}", site);
+  return named;
+}
+
+} // namespace
+
+std::string checked_difference_text(int rank_a, const checked_call& a, int rank_b, const checked_call& b) {
+  return fmt::format("the ranks' calls differ: rank {} called {}, rank {} called {}", rank_a, numbered_text(a), rank_b,
+                     numbered_text(b));
 }
 
 bool per_peer(const collective_call& call) noexcept {

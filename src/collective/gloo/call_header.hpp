@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 
@@ -31,7 +32,7 @@ private:
 };
 
 /// A call as the ranks compare it; the call check sends it ahead of the
-/// collective's data (40 bytes on the wire).
+/// collective's data (inside a `checked_call`).
 struct call_header {
   std::uint64_t seq = 0;
   std::uint8_t kind = 0;
@@ -49,6 +50,33 @@ static_assert(sizeof(call_header) == 40);
 
 /// The header of `call`, collective number `seq`.
 call_header header_of(const collective_call& call, std::uint64_t seq);
+
+/// What the call check sends every other rank ahead of a collective's data
+/// (88 bytes): the call's header and where the call was made, so that a rank
+/// that reaches a collective from another source line (it skipped one of
+/// two same-shaped collectives) is caught at the call.
+struct checked_call {
+  call_header header;
+  /// Digest of the call site (file and line); 0: not compared (the rank's
+  /// gloo_options::compare_call_sites is off, or the site is unknown).
+  std::uint64_t site = 0;
+  /// "train.cpp:42" (cut to fit, NUL-terminated), for the difference's text.
+  char site_text[40] = {};
+};
+static_assert(sizeof(checked_call) == 88);
+
+/// The checked call of `call` (collective `seq`); with `compare_sites` its
+/// site digest is set.
+checked_call checked_call_of(const collective_call& call, std::uint64_t seq, bool compare_sites);
+
+/// True when the ranks made the same call: the headers are equal, and so are
+/// the sites where both ranks compare them.
+bool same_checked_call(const checked_call& a, const checked_call& b) noexcept;
+
+/// "the ranks' calls differ: rank 0 called allreduce #2 (float32 x 4, sum) at
+/// train.cpp:42, rank 2 called allreduce #2 (float32 x 4, sum) at train.cpp:57"
+/// (`a` is rank `rank_a`'s call; each named as its rank numbered it).
+std::string checked_difference_text(int rank_a, const checked_call& a, int rank_b, const checked_call& b);
 
 /// True for calls whose ranks exchange counts that differ per pair
 /// (all_to_all, uneven all_to_all_single): check_pairwise compares those.

@@ -10,6 +10,7 @@
 #include <corodist/store/rendezvous.hpp>
 
 #include "collective/gloo/pytorch_barrier.hpp"
+#include "collective/record_call.hpp"
 #include "collective/gloo/sigpipe_guard.hpp"
 #include "core/log.hpp"
 
@@ -90,6 +91,8 @@ gloo_group::impl::impl(int r, int n, gloo_options o, std::shared_ptr<store::stor
     : rank(r), size(n), opts(std::move(o)), store(std::move(s)) {
   label = opts.pytorch ? fmt::format("gloo group {} of a PyTorch job", opts.pytorch->group_index)
                        : fmt::format("gloo group '{}'", opts.prefix);
+  recorder = flight_recorder::create("collective", recorder_name(opts));
+  peers = detail::group_peers(size);
   // PyTorch's ranks use plain tags: there a mismatch is as it is between
   // PyTorch ranks. The call check finds calls that differ before data moves;
   // the probe then looks only for options that make a call's messages differ.
@@ -106,6 +109,10 @@ gloo_group::impl::impl(int r, int n, gloo_options o, std::shared_ptr<store::stor
   detail::sigpipe_guard no_sigpipe;
   comm = std::make_unique<worker_thread>(wo);
   watchdog = std::thread([this] { watch(); });
+}
+
+std::string gloo_group::impl::recorder_name(const gloo_options& o) {
+  return o.pytorch ? fmt::format("{}/{}", o.pytorch->store_prefix, o.pytorch->group_index) : o.prefix;
 }
 
 // ---- creation -------------------------------------------------------------------

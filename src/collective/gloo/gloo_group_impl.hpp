@@ -5,6 +5,7 @@
 
 #include <corodist/collective/errors.hpp>
 #include <corodist/collective/gloo_group.hpp>
+#include <corodist/core/flight_recorder.hpp>
 #include <corodist/core/worker_thread.hpp>
 
 #include "collective/gloo/abortable_device.hpp"
@@ -58,6 +59,11 @@ struct pending_op {
   clock::duration probe_after{};
   /// The stall probe's finding (under the group's mutex): the ranks' calls differ.
   std::string mismatch;
+  /// Its timeout's text and the abort's reason, made once (timeout_texts)
+  /// by whichever thread finds the deadline passed first.
+  std::once_flag timeout_once;
+  std::string timeout_text;
+  std::string timeout_reason;
   /// CUDA buffers: their host copies (null for host buffers).
   std::unique_ptr<cuda_staging> staging;
   /// Point-to-point calls: one Gloo buffer per entry of call.p2p, posted at issue.
@@ -100,6 +106,19 @@ struct gloo_group::impl {
   collective_error error_of(const pending_op& op, const std::string& what) const;
   collective_timeout_error timeout_of(const pending_op& op, const std::string& what) const;
   std::string timed_out_text(const pending_op& op) const;
+  /// `op` timed out: returns {the error's text, the abort's reason}, made
+  /// once per collective: timed_out_text, the ranks not waiting in it
+  /// (absent_text), "; the group is aborted"; the reason adds where and the
+  /// path of the flight recorders' dump written for it. Blocks for at most
+  /// absent_limit (the store); never call it on an event loop's thread.
+  std::pair<std::string, std::string> timeout_texts(pending_op& op);
+  /// With the stall probe: "; rank 2 is not in allreduce #3 (last seen
+  /// waiting in #2)" for each rank whose published waiting key does not
+  /// name `op` (bounded by absent_limit); "" when every rank does, or
+  /// without the probe's keys.
+  std::string absent_text(const pending_op& op);
+  /// How long a timeout looks in the store for the ranks waiting.
+  static constexpr std::chrono::milliseconds absent_limit{1000};
 
   // ---- point-to-point (point_to_point.cpp) ----
 
@@ -159,6 +178,10 @@ struct gloo_group::impl {
   /// The probe's report: the ranks' calls of collective `seq` differ (`text`); aborts.
   void mismatch_found(std::uint64_t seq, const std::string& text);
 
+  /// The recorder's name of a group with options `o`: its prefix, or
+  /// "<store prefix>/<group index>" for a group of a PyTorch job.
+  static std::string recorder_name(const gloo_options& o);
+
   /// How long a collective that a peer's abort failed looks in the store
   /// for the difference that peer found.
   static constexpr std::chrono::milliseconds found_by_peer_limit{500};
@@ -170,6 +193,11 @@ struct gloo_group::impl {
   const gloo_options opts;
   std::shared_ptr<store::store> store; // kept alive (a rendezvous' rank 0 holds the server)
   std::string label;
+  /// The group's flight recorder (layer "collective", named by `recorder_name`,
+  /// the same on every rank); null when recording is off.
+  std::shared_ptr<flight_recorder> recorder;
+  /// The peers of its collectives, as recorded ("ranks 0-3").
+  std::string peers;
   std::shared_ptr<detail::abortable_device> device;
   std::shared_ptr<gloo::rendezvous::Context> context;
   std::atomic<bool> connected{false};

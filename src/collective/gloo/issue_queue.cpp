@@ -3,6 +3,7 @@
 #include "collective/gloo/gloo_group_impl.hpp"
 
 #include "collective/describe.hpp"
+#include "collective/record_call.hpp"
 #include "collective/gloo/sigpipe_guard.hpp"
 
 #include <fmt/format.h>
@@ -34,6 +35,7 @@ work gloo_group::impl::submit(collective_call call) {
     // (and a rank that arrived early waits for it): the work ends by this.
     op->deadline += std::chrono::duration_cast<clock::duration>(call.timeout.length());
   op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), seq);
+  detail::record_call(*op->state, recorder, call, seq, peers);
   op->call = std::move(call);
   op->staging = std::move(staged);
   op->probe_after = opts.mismatch_probe_delay;
@@ -50,7 +52,8 @@ work gloo_group::impl::submit(collective_call call) {
     try {
       detail::sigpipe_guard no_sigpipe; // Gloo may write to a dead peer from this (the caller's) thread
       op->inbox = detail::post_header_inbox(context, static_cast<std::uint32_t>(seq));
-      op->header = detail::post_header_outbox(context, op->call, seq, static_cast<std::uint32_t>(seq));
+      op->header = detail::post_header_outbox(context, op->call, seq, static_cast<std::uint32_t>(seq),
+                                              opts.compare_call_sites);
     } catch (...) { // nothing of Gloo's leaves the caller's thread
     }
   }
@@ -76,8 +79,41 @@ collective_timeout_error gloo_group::impl::timeout_of(const pending_op& op, cons
 }
 
 std::string gloo_group::impl::timed_out_text(const pending_op& op) const {
-  return fmt::format("timed out after {} ms ({}); the group is aborted", op.call.timeout.length().count(),
-                     detail::describe(op.call));
+  return fmt::format("timed out after {} ms ({})", op.call.timeout.length().count(), detail::describe(op.call));
+}
+
+std::string gloo_group::impl::absent_text(const pending_op& op) {
+  if (!probe)
+    return {};
+  const auto seen = probe->waiting_in(size, absent_limit);
+  if (!seen)
+    return "; the ranks waiting could not be read from the store in time";
+  std::string text;
+  int named = 0, more = 0;
+  for (int r = 0; r < size; ++r) {
+    const auto& in = (*seen)[static_cast<std::size_t>(r)];
+    if (r == rank || (in && *in >= op.seq))
+      continue;
+    if (++named > 8) {
+      ++more;
+      continue;
+    }
+    text += fmt::format("; rank {} is not in {} #{} ({})", r, to_string(op.call.kind), op.seq,
+                        in ? fmt::format("last seen waiting in #{}", *in) : std::string("never seen waiting"));
+  }
+  if (more > 0)
+    text += fmt::format("; {} more ranks are not in it", more);
+  return text;
+}
+
+std::pair<std::string, std::string> gloo_group::impl::timeout_texts(pending_op& op) {
+  std::call_once(op.timeout_once, [&] {
+    op.timeout_text = timed_out_text(op) + absent_text(op) + "; the group is aborted";
+    op.timeout_reason = where(op) + ": " + op.timeout_text;
+    if (const auto path = write_flight_recorder_dump(op.timeout_reason); !path.empty())
+      op.timeout_reason += " (flight recorders dumped to " + path + ")";
+  });
+  return {op.timeout_text, op.timeout_reason};
 }
 
 void gloo_group::impl::finish(const pending_op& op, std::exception_ptr e) {
@@ -100,9 +136,9 @@ void gloo_group::impl::run(pending_op& op) {
   op.state->mark_started();
   op.started.store(clock::now().time_since_epoch().count(), std::memory_order_release);
   if (clock::now() >= op.deadline) {
-    const auto text = timed_out_text(op) + " before it could start";
-    abort(where(op) + ": " + text);
-    return finish(op, std::make_exception_ptr(timeout_of(op, text)));
+    auto [text, reason] = timeout_texts(op);
+    abort(reason);
+    return finish(op, std::make_exception_ptr(timeout_of(op, text + " (it timed out before it could start)")));
   }
   if (aborted_flag.load(std::memory_order_acquire))
     return finish(op, aborted_error(op));
@@ -123,7 +159,7 @@ void gloo_group::impl::run(pending_op& op) {
       if (!op.inbox)
         op.inbox = detail::post_header_inbox(context, header_tag);
       if (!op.header)
-        op.header = detail::post_header_outbox(context, op.call, op.seq, header_tag);
+        op.header = detail::post_header_outbox(context, op.call, op.seq, header_tag, opts.compare_call_sites);
       auto mismatch = detail::check_call(gc, *op.inbox, *op.header);
       if (mismatch.empty() && detail::per_peer(op.call))
         mismatch = detail::check_pairwise(gc, op.call, header_tag);
@@ -174,8 +210,8 @@ void gloo_group::impl::failed(pending_op& op, const char* what) {
   const bool timed_out = clock::now() >= op.deadline || std::strstr(what, "Timed out") != nullptr;
   std::exception_ptr err;
   if (timed_out) {
-    const auto text = timed_out_text(op);
-    abort(where(op) + ": " + text);
+    auto [text, reason] = timeout_texts(op);
+    abort(reason);
     err = std::make_exception_ptr(timeout_of(op, text));
   } else if (was_aborted) {
     std::string mismatch;

@@ -48,15 +48,18 @@ struct header_outbox;
 /// Posts the receives of the headers of the collective with Gloo tag `tag`.
 std::shared_ptr<header_inbox> post_header_inbox(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag);
 
-/// Sends the header of `call` (number `seq`, Gloo tag `tag`) to every other
-/// rank. Called where the collective is issued, so that the header is on the
-/// wire while the communication thread is still waking up.
+/// Sends the header of `call` (number `seq`, Gloo tag `tag`) and its call
+/// site (compared when `compare_sites`) to every other rank. Called where
+/// the collective is issued, so that the header is on the wire while the
+/// communication thread is still waking up.
 std::shared_ptr<header_outbox> post_header_outbox(const std::shared_ptr<gloo::Context>& context,
-                                                  const collective_call& call, std::uint64_t seq, std::uint32_t tag);
+                                                  const collective_call& call, std::uint64_t seq, std::uint32_t tag,
+                                                  bool compare_sites);
 
 /// Waits for the headers in `inbox` and the sends of `outbox`, and compares.
 /// Returns "" when all ranks made the same call, else a text naming this
-/// rank's call and the first different one ("rank 0 called ..., rank 2 called ...").
+/// rank's call and the first different one, with their numbers and call
+/// sites ("rank 0 called allreduce #2 (...) at a.cpp:4, rank 2 called ...").
 /// Throws Gloo's exceptions on I/O failure or timeout.
 std::string check_call(const gloo_call& gc, header_inbox& inbox, header_outbox& outbox);
 

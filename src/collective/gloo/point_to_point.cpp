@@ -8,6 +8,7 @@
 #include "collective/gloo/gloo_group_impl.hpp"
 
 #include "collective/describe.hpp"
+#include "collective/record_call.hpp"
 #include "collective/gloo/algorithms.hpp"
 #include "collective/gloo/call_header.hpp"
 #include "collective/gloo/sigpipe_guard.hpp"
@@ -59,6 +60,7 @@ work gloo_group::impl::submit_p2p(collective_call call) {
   op->seq = next_p2p++;
   op->deadline = call.by.at();
   op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), op->seq);
+  detail::record_call(*op->state, recorder, call, op->seq, {});
   op->call = std::move(call);
   op->staging = std::move(staged);
   work w(op->state);

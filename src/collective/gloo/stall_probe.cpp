@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <cstring>
+#include <string_view>
 #include <future>
 
 namespace corodist::collective {
@@ -140,6 +142,43 @@ std::optional<std::string> stall_probe::found_by_peer(std::uint64_t seq, std::ch
       return text_for(seq, **value);
   } catch (const std::exception& e) {
     CORODIST_LOG_DEBUG("{}: reading the mismatch key failed: {}", label_, e.what());
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<std::optional<std::uint64_t>>> stall_probe::waiting_in(int size,
+                                                                                std::chrono::milliseconds limit) {
+  using result = std::vector<std::optional<std::uint64_t>>;
+  auto read = [](std::shared_ptr<store::store> keys, int size, std::chrono::milliseconds limit) -> asio::awaitable<result> {
+    result seen(static_cast<std::size_t>(size));
+    auto names = co_await keys->list_keys(waiting_key); // the ranks that ever waited
+    if (names.empty())
+      co_return seen;
+    auto values = co_await keys->multi_get(names, limit);
+    for (std::size_t i = 0; i < names.size() && i < values.size(); ++i) {
+      // "waiting/<rank>" = "collective #<seq>: <call>"
+      const std::string_view name = std::string_view(names[i]).substr(std::strlen(waiting_key));
+      const std::string_view value = values[i];
+      int r = -1;
+      std::uint64_t seq = 0;
+      const auto hash = value.find('#');
+      if (std::from_chars(name.data(), name.data() + name.size(), r).ec != std::errc{} || r < 0 || r >= size ||
+          hash == std::string_view::npos ||
+          std::from_chars(value.data() + hash + 1, value.data() + value.size(), seq).ec != std::errc{})
+        continue;
+      seen[static_cast<std::size_t>(r)] = seq;
+    }
+    co_return seen;
+  };
+  try {
+    auto f = asio::co_spawn(keys_->get_executor(), corodist::detail::within(read(keys_, size, limit), limit),
+                            asio::use_future);
+    if (f.wait_for(limit + std::chrono::milliseconds(100)) != std::future_status::ready)
+      return std::nullopt;
+    if (auto seen = f.get())
+      return std::move(*seen);
+  } catch (const std::exception& e) {
+    CORODIST_LOG_DEBUG("{}: reading the waiting keys failed: {}", label_, e.what());
   }
   return std::nullopt;
 }

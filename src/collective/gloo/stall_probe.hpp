@@ -19,6 +19,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace corodist::collective::detail {
 
@@ -48,6 +49,13 @@ public:
   /// store, if any. Blocks the calling thread (a communication thread, never
   /// an event loop's) for at most `limit`.
   std::optional<std::string> found_by_peer(std::uint64_t seq, std::chrono::milliseconds limit);
+
+  /// The collective each rank last published as waiting in ("waiting/<rank>",
+  /// for ranks below `size`): entry r is rank r's collective number, or
+  /// nullopt when it never published one. Blocks the calling thread (a
+  /// communication thread, never an event loop's) for at most `limit`;
+  /// nullopt when the store did not answer in time, or failed (logged).
+  std::optional<std::vector<std::optional<std::uint64_t>>> waiting_in(int size, std::chrono::milliseconds limit);
 
   /// No report after this returns (one in progress is waited for).
   void detach();

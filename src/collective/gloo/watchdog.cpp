@@ -155,16 +155,16 @@ void gloo_group::impl::watch() {
     }
     const auto now = clock::now();
     auto next = clock::time_point::max();
-    const pending_op* first = nullptr;
+    std::shared_ptr<pending_op> first;
     for (const auto& [seq, op] : inflight)
       if (op->deadline < next && !op->state->completed()) {
         next = op->deadline;
-        first = op.get();
+        first = op;
       }
     if (first && now >= next) {
-      const auto why = where(*first) + ": " + timed_out_text(*first);
       lk.unlock();
-      abort(why);
+      abort(timeout_texts(*first).second); // (reads the store: not under the lock)
+      first.reset();
       lk.lock();
       continue;
     }

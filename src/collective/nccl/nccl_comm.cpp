@@ -7,6 +7,7 @@
 
 #include "collective/cuda/cuda_plugin.hpp"
 #include "collective/describe.hpp"
+#include "collective/record_call.hpp"
 #include "collective/work_state.hpp"
 #include "core/log.hpp"
 
@@ -197,6 +198,9 @@ public:
     store_ = std::make_shared<store::prefix_store>(prefix, base);
     base_store_ = std::move(base);
     store_prefix_ = std::move(prefix);
+    // The group's flight recorder, named by its prefix (the same on every rank).
+    recorder_ = flight_recorder::create("collective", store_prefix_);
+    peers_ = detail::group_peers(size_);
   }
 
   /// Polls a split or shrink of `parent` (NCCL makes the new communicator on
@@ -492,6 +496,7 @@ public:
     op->seq = p2p ? next_p2p_seq_++ : next_seq_++;
     op->deadline = call.by.at();
     op->state = std::make_shared<work_state>(std::string(to_string(call.kind)), op->seq);
+    detail::record_call(*op->state, recorder_, call, op->seq, peers_);
     op->call = std::move(call);
     work w(op->state);
     if (aborted_) {
@@ -861,6 +866,8 @@ private:
   std::shared_ptr<store::store> base_store_;
   std::string store_prefix_;
   std::shared_ptr<store::store> store_;
+  std::shared_ptr<flight_recorder> recorder_; // null: recording off
+  std::string peers_;                         // "ranks 0-3", as recorded
 
   mutable std::mutex mutex_;
   std::uint64_t next_seq_ = 0;

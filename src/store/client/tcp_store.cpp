@@ -1,4 +1,5 @@
 #include <corodist/core/error.hpp>
+#include <corodist/core/flight_recorder.hpp>
 #include <corodist/store/errors.hpp>
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/metrics/metrics_server.hpp>
@@ -16,6 +17,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/error.hpp>
 #include <asio/post.hpp>
 
 #include <optional>
@@ -45,6 +47,45 @@ std::span<const std::string> awaited_keys(const detail::request& r) {
     return m->keys;
   return {};
 }
+
+/// A request's operation, as its flight-recorder entry names it.
+std::string_view op_name(detail::op o) noexcept {
+  switch (o) {
+  case detail::op::set: return "set";
+  case detail::op::get: return "get";
+  case detail::op::add: return "add";
+  case detail::op::compare_set: return "compare_set";
+  case detail::op::delete_key: return "delete_key";
+  case detail::op::check: return "check";
+  case detail::op::wait: return "wait";
+  case detail::op::num_keys: return "num_keys";
+  case detail::op::append: return "append";
+  case detail::op::multi_get: return "multi_get";
+  case detail::op::multi_set: return "multi_set";
+  case detail::op::list_keys: return "list_keys";
+  case detail::op::watch: return "watch";
+  case detail::op::unwatch: return "unwatch";
+  case detail::op::set_owned: return "set_owned";
+  case detail::op::watch_event: break;
+  }
+  return "request";
+}
+
+/// The key a request is about (the first of several; a listing's prefix); "" for none.
+std::string_view key_of(const detail::request& r) noexcept {
+  return std::visit(
+      [](const auto& q) -> std::string_view {
+        if constexpr (requires { q.key; })
+          return q.key;
+        else if constexpr (requires { q.keys; })
+          return q.keys.empty() ? std::string_view() : std::string_view(q.keys.front());
+        else if constexpr (requires { q.prefix; })
+          return q.prefix;
+        else
+          return {};
+      },
+      r);
+}
 } // namespace
 
 /// The client's connection and the watches it feeds: the tcp_store's
@@ -54,7 +95,7 @@ std::span<const std::string> awaited_keys(const detail::request& r) {
 struct tcp_store::impl final : store {
   impl(asio::any_io_executor ex, std::shared_ptr<net::connection> c, tcp_store_options o)
       : ex(std::move(ex)), conn(std::move(c)), opts(std::move(o)), remote(conn->remote_endpoint()),
-        waits(this->ex, detail::where(opts)) {}
+        waits(this->ex, detail::where(opts)), recorder(flight_recorder::create("store", detail::where(opts))) {}
 
   /// The impl behind a weak reference, if it is still alive.
   static std::shared_ptr<impl> lock(const std::weak_ptr<store>& w) { return std::static_pointer_cast<impl>(w.lock()); }
@@ -100,13 +141,44 @@ struct tcp_store::impl final : store {
   /// carries its remaining time to the server, which times the wait out at
   /// the deadline and answers which keys are missing; the client waits for
   /// that answer `answer_allowance` longer before it gives up on its own.
+  /// Each request is recorded (op, key, size) and ended with its outcome.
   asio::awaitable<detail::reply> run(const detail::request& r, corodist::deadline by) {
+    const auto kind = detail::kind_of(r);
+    auto payload = detail::encode_request(r);
+    if (!recorder)
+      co_return co_await exchange(r, kind, std::move(payload), by);
+    const auto h = recorder->record({.op = op_name(kind), .detail = key_of(r), .bytes = payload.size()});
+    try {
+      auto reply = co_await exchange(r, kind, std::move(payload), by);
+      recorder->complete(h);
+      co_return reply;
+    } catch (const timeout_error& e) {
+      recorder->fail(h, e.what(), "timeout");
+      throw;
+    } catch (const connection_error& e) {
+      recorder->fail(h, e.what(), "connection");
+      throw;
+    } catch (const store_error& e) {
+      recorder->fail(h, e.what(), "store");
+      throw;
+    } catch (const std::system_error& e) {
+      recorder->fail(h, e.what(), e.code() == asio::error::operation_aborted ? "cancelled" : "error");
+      throw;
+    } catch (const std::exception& e) {
+      recorder->fail(h, e.what(), "error");
+      throw;
+    }
+  }
+
+  /// `run`'s exchange of request `r` (encoded: `payload`) and its reply.
+  asio::awaitable<detail::reply> exchange(const detail::request& r, detail::op kind, net::bytes payload,
+                                          corodist::deadline by) {
     const auto wait = detail::wait_of(r);
     std::optional<detail::wait_log::entry> logged;
     if (wait)
       logged.emplace(waits, awaited_keys(r), *wait);
     const auto give_up = wait && !by.is_never() ? corodist::deadline(by.at() + answer_allowance) : by;
-    auto res = co_await conn->request(code(detail::kind_of(r)), detail::encode_request(r), {}, give_up);
+    auto res = co_await conn->request(code(kind), std::move(payload), {}, give_up);
     if (res.ec == net::errc::remote_failure)
       throw store_error("store server: " + std::string(reinterpret_cast<const char*>(res.msg.payload.data()),
                                                        res.msg.payload.size()));
@@ -246,6 +318,7 @@ struct tcp_store::impl final : store {
   std::unordered_map<std::uint64_t, std::weak_ptr<detail::watch_queue>> watches;
   std::uint64_t next_watch = 1;
   detail::wait_log waits;
+  std::shared_ptr<flight_recorder> recorder; // this client's requests; null: recording off
 };
 
 asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_executor ex, tcp_store_options opts) {

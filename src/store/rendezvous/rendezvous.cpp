@@ -1,5 +1,6 @@
 #include <corodist/core/error.hpp>
 #include <corodist/store/errors.hpp>
+#include <corodist/store/debug_responder.hpp>
 #include <corodist/store/file_store.hpp>
 #include <corodist/store/prefix_store.hpp>
 #include <corodist/store/rendezvous.hpp>
@@ -323,6 +324,23 @@ private:
 
 } // namespace
 
+namespace {
+
+/// CORODIST_RESPONDER=0 keeps a rank's debug responder off.
+bool responder_wanted() {
+  const char* v = std::getenv("CORODIST_RESPONDER");
+  return v == nullptr || std::string_view(v) != "0";
+}
+
+/// The store a prefix_store wraps (the store itself otherwise).
+std::shared_ptr<store> underlying_of(const std::shared_ptr<store>& s) {
+  if (auto p = std::dynamic_pointer_cast<prefix_store>(s))
+    return p->underlying();
+  return s;
+}
+
+} // namespace
+
 asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, std::string url,
                                                     rendezvous_options opts) {
   auto u = parse(url);
@@ -429,6 +447,18 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
                            : -1;
   co_await join(*result.store, url, where, rank, world, opts.timeout, restart);
   found.claim->joined(result.store);
+  // Under a launcher that hosts the store, the rank answers its hang watch.
+  if (env.use_agent_store && responder_wanted()) {
+    std::shared_ptr<debug_responder> responder;
+    try {
+      responder = co_await debug_responder::async_start(result.store, rank, world);
+    } catch (const store_error& e) {
+      CORODIST_LOG_WARN("rendezvous at {}: rank {} runs without a debug responder: {}", url, rank, e.what());
+    }
+    auto client = std::dynamic_pointer_cast<tcp_store>(underlying_of(result.store));
+    if (client && responder)
+      client->keep_until_destroyed(std::move(responder));
+  }
   co_return result;
 }
 

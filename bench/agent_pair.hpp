@@ -1,0 +1,87 @@
+#pragma once
+/// \file
+/// Two rpc::agents in this process ("client" w0 and "server" w1), each on an
+/// event-loop thread of its own, over loopback, meeting in a hash_store on a
+/// third, idle loop: the rpc and observability suites' pair.
+
+#include <corodist/core/event_loop.hpp>
+#include <corodist/rpc/agent.hpp>
+#include <corodist/store/hash_store.hpp>
+
+#include <asio/co_spawn.hpp>
+#include <asio/use_future.hpp>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+namespace corodist::bench {
+
+/// How long one case run on the client loop may take.
+inline constexpr auto case_timeout = std::chrono::seconds(120);
+
+inline void register_functions(rpc::agent& a) {
+  // Coroutine functions run on the server's loop; "plain_noop" on its pool.
+  a.register_function("noop", []() -> asio::awaitable<void> { co_return; });
+  a.register_function("plain_noop", [] {});
+  a.register_function("size_of", [](const std::string& s) -> asio::awaitable<std::size_t> { co_return s.size(); });
+  a.register_function("att_size", [](const rpc::attachment& b) -> asio::awaitable<std::size_t> { co_return b.size(); });
+  a.register_function("echo", [](rpc::attachment b) -> asio::awaitable<rpc::attachment> { co_return b; });
+  a.register_function("add", [](int x, int y) -> asio::awaitable<int> { co_return x + y; });
+}
+
+class agent_pair {
+public:
+  explicit agent_pair(std::chrono::microseconds sync_spin = {}) {
+    store_loop_.start();
+    client_loop_.start();
+    server_loop_.start();
+    auto store = std::make_shared<store::hash_store>(store_loop_.get_executor());
+    for (int r = 0; r < 2; ++r) {
+      rpc::agent_options o;
+      o.name = r == 0 ? "client" : "server";
+      o.rank = r;
+      o.world_size = 2;
+      o.store = store;
+      o.auth_token = "";
+      o.rpc_timeout = std::chrono::seconds(60);
+      o.sync_spin = sync_spin;
+      agents_[r] = std::make_unique<rpc::agent>(r == 0 ? client_loop_ : server_loop_, o);
+      register_functions(*agents_[r]);
+    }
+    std::thread t([&] { agents_[1]->start(); });
+    agents_[0]->start();
+    t.join();
+  }
+  ~agent_pair() {
+    std::thread t([&] { agents_[1]->shutdown(); });
+    agents_[0]->shutdown();
+    t.join();
+    agents_[0].reset();
+    agents_[1].reset();
+  }
+
+  rpc::agent& client() { return *agents_[0]; }
+
+  /// Runs `make(executor)` on the client loop and waits (bounded) for its result.
+  template <typename F>
+  auto run_on_client(F make) {
+    auto fut = asio::co_spawn(client_loop_.get_executor(), make(asio::any_io_executor(client_loop_.get_executor())),
+                              asio::use_future);
+    if (fut.wait_for(case_timeout) != std::future_status::ready)
+      throw std::runtime_error("rpc benchmark case timed out");
+    return fut.get();
+  }
+
+private:
+  event_loop store_loop_;
+  event_loop client_loop_;
+  event_loop server_loop_;
+  std::unique_ptr<rpc::agent> agents_[2];
+};
+
+
+} // namespace corodist::bench
