@@ -1,10 +1,10 @@
 // Data-parallel training of a small model with corodist's DDP reducer.
 //
-//   build/tools/corodist-run --nproc 4 -- build/examples/corodist-ddp-train [steps]
+//   build/tools/corodist-run --nproc 4 -- build/examples/corodist-ddp-train [steps [hidden]]
 //
-// A two-layer perceptron (4 inputs, 8 tanh units, 1 output; float64) learns a
-// fixed function of its inputs from 64 samples by full-batch gradient
-// descent. Each rank holds a quarter of the batch (any world size that
+// A two-layer perceptron (4 inputs, 8 tanh units unless `hidden` says, 1
+// output; float64) learns a fixed function of its inputs from 64 samples by
+// full-batch gradient descent. Each rank holds a quarter of the batch (any world size that
 // divides 64), computes the mean-squared-error gradient of its shard with a
 // hand-written backward pass, marking each parameter's gradient ready as
 // soon as it is computed (last layer first), and the reducer averages them:
@@ -33,7 +33,9 @@
 
 namespace {
 
-constexpr std::size_t inputs = 4, hidden = 8, samples = 64;
+constexpr std::size_t inputs = 4, samples = 64;
+/// Tanh units (the second argument; a wide layer makes a backward long enough to overlap).
+std::size_t hidden = 8;
 constexpr double learning_rate = 0.1;
 
 /// The model: W1 (hidden x inputs), b1 (hidden), W2 (hidden), b2 (1), in
@@ -128,10 +130,12 @@ double backward(const mlp& m, const dataset& d, std::size_t first, std::size_t l
 }
 
 void sgd(mlp& m, std::span<double*, 4> g) {
+  // A wider layer takes smaller steps (the output sums over its units): 0.1 at 8 units.
+  const double rate = learning_rate * 8.0 / static_cast<double>(hidden);
   auto parts = m.all();
   for (std::size_t k = 0; k < 4; ++k)
     for (std::size_t e = 0; e < parts[k]->size(); ++e)
-      (*parts[k])[e] -= learning_rate * g[k][e];
+      (*parts[k])[e] -= rate * g[k][e];
 }
 
 } // namespace
@@ -139,21 +143,28 @@ void sgd(mlp& m, std::span<double*, 4> g) {
 int main(int argc, char** argv) {
   namespace cc = corodist::collective;
   namespace dd = corodist::ddp;
-  constexpr const char* usage = "[STEPS]";
-  constexpr const char* about = "Data-parallel training of a small model with the DDP reducer (STEPS: 50 unless given).\n"
-                                "Run it under corodist-run: corodist-run --nproc 4 -- corodist-ddp-train [STEPS]";
+  constexpr const char* usage = "[STEPS [HIDDEN]]";
+  constexpr const char* about = "Data-parallel training of a small model with the DDP reducer (STEPS: 50 unless given;\n"
+                                "HIDDEN: its tanh units, 8 unless given).\n"
+                                "Run it under corodist-run: corodist-run --nproc 4 -- corodist-ddp-train [STEPS [HIDDEN]]";
   int steps = 50;
   if (argc > 1 && examples::is_help(argv[1]))
     return examples::print_usage(argv[0], usage, about);
-  if (argc > 2)
+  if (argc > 3)
     return examples::print_usage(argv[0], usage, about, "too many arguments");
-  if (argc == 2) {
-    const std::string_view text = argv[1];
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), steps);
-    if (ec != std::errc{} || end != text.data() + text.size() || steps < 1) {
-      const std::string error = "STEPS must be a positive integer, not '" + std::string(text) + "'";
+  for (int a = 1; a < argc; ++a) {
+    const std::string_view text = argv[a];
+    int value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (ec != std::errc{} || end != text.data() + text.size() || value < 1 || (a == 2 && value > (1 << 20))) {
+      const std::string error = std::string(a == 1 ? "STEPS" : "HIDDEN (at most 1048576)") +
+                                " must be a positive integer, not '" + std::string(text) + "'";
       return examples::print_usage(argv[0], usage, about, error.c_str());
     }
+    if (a == 1)
+      steps = value;
+    else
+      hidden = static_cast<std::size_t>(value);
   }
   try {
     corodist::event_loop loop;

@@ -26,15 +26,6 @@ std::string site_text(const std::source_location& where) {
   return fmt::to_string(out);
 }
 
-std::string_view recorded_op(collective_kind kind) noexcept {
-  switch (kind) {
-  case collective_kind::send: return "p2p send";
-  case collective_kind::recv: return "p2p recv";
-  case collective_kind::batch_isend_irecv: return "p2p batch_isend_irecv";
-  default: return to_string(kind);
-  }
-}
-
 namespace {
 
 // The point-to-point peers: "rank 1", "ranks 1, 2", "any rank".
@@ -83,7 +74,7 @@ void record_call(work_state& state, const std::shared_ptr<flight_recorder>& reco
   }
   record_fields f;
   f.seq = seq;
-  f.op = recorded_op(call.kind);
+  f.op = to_string(call.kind);
   f.detail = std::string_view(detail.data(), detail.size());
   f.peer = peers;
   f.where = std::string_view(site.data(), site.size());

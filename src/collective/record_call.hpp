@@ -27,13 +27,10 @@ void site_to(fmt::memory_buffer& out, const std::source_location& where);
 /// "train.cpp:42", or "" for an unknown location.
 std::string site_text(const std::source_location& where);
 
-/// The recorder's name of an operation of `kind`: the kind's name, with a
-/// "p2p " before the point-to-point kinds (numbered apart from the collectives).
-std::string_view recorded_op(collective_kind kind) noexcept;
-
 /// Records `call` in `recorder` through `state` (queued; a null recorder
-/// records nothing): seq `seq` (the collective's number, or the
-/// point-to-point call's), detail "float32 x 1000, sum", peer `peers` (a
+/// records nothing): op the kind's name, seq `seq` (the collective's
+/// number, or the point-to-point call's own: send, recv and
+/// batch_isend_irecv are numbered apart from the collectives), detail "float32 x 1000, sum", peer `peers` (a
 /// collective's: group_peers) or the point-to-point peers ("rank 1"), the
 /// call site and the payload's bytes. No allocation beyond the ring's while
 /// the texts fit their inline buffers.

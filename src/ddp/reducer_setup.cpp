@@ -52,9 +52,6 @@ reducer::impl::impl(asio::any_io_executor e, std::unique_ptr<event_loop> loop, s
   ready_order.reserve(n);
   used_map.assign(n, 0);
   wake.emplace(ex);
-  bucket_detail.clear();
-  for (std::size_t b = 0; b < layout.buckets.size(); ++b)
-    bucket_detail.push_back(fmt::format("bucket {} ({} params)", b, layout.buckets[b].parameters.size()));
 }
 
 void reducer::impl::validate_locally() const {
@@ -203,6 +200,9 @@ void reducer::impl::apply_layout(bucket_layout l, bool keep_gradients) {
       d.stream.synchronize();
   }
   layout = std::move(l);
+  bucket_detail.clear();
+  for (std::size_t b = 0; b < layout.buckets.size(); ++b)
+    bucket_detail.push_back(fmt::format("bucket {} ({} params)", b, layout.buckets[b].parameters.size()));
   storage = std::move(mem);
   device_storage = std::move(dmem);
   bucket_of = std::move(bof);

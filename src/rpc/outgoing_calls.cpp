@@ -119,8 +119,8 @@ void agent_core::finish_message(int rank, const std::string& what, net::response
                       : r.ec == asio::error::operation_aborted ? "cancelled"
                       : r.ec ? "network"
                              : "remote");
-      if (timed_out)
-        write_flight_recorder_dump(what + " timed out");
+      if (timed_out) // (a file written: off the loop)
+        asio::post(dispatcher_->pool_executor(), [why = what + " timed out"] { write_flight_recorder_dump(why); });
     }
   }
   const bool large = out.payload.size() >= offload_size;

@@ -10,7 +10,12 @@
 #include <corodist/core/flight_recorder.hpp>
 #include <corodist/store/sync_store.hpp>
 
+#include <corodist/store/debug_responder.hpp>
+
 #include "collective/gloo_fixtures.hpp"
+#include "store/log_capture.hpp"
+#include "store/store_fixtures.hpp"
+#include "support/child_process.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +34,7 @@ using corodist::test::gloo_test_options;
 using corodist::test::require_all_ok;
 using corodist::test::require_throws;
 using corodist::test::thread_ranks;
+using corodist::test::child_process;
 
 namespace {
 
@@ -116,8 +122,8 @@ BOOST_AUTO_TEST_CASE(the_recorder_lists_each_call_with_its_shape_site_and_state,
     BOOST_TEST((*first)["state"] == "completed");
     BOOST_TEST((*first)["started_ns"].get<std::int64_t>() > 0);
 
-    const auto* sent = entry(entries, "p2p send", 0);
-    const auto* received = entry(entries, "p2p recv", 0);
+    const auto* sent = entry(entries, "send", 0);
+    const auto* received = entry(entries, "recv", 0);
     BOOST_TEST_REQUIRE((sent != nullptr) != (received != nullptr));
     const auto& p2p = sent ? *sent : *received;
     BOOST_TEST(p2p["peer"] == (sent ? "rank 1" : "rank 0"));
@@ -257,6 +263,90 @@ BOOST_AUTO_TEST_CASE(a_timeout_names_the_ranks_not_in_the_collective, *utf::time
       waiting = waiting || (*e)["state"] == "started";
   BOOST_TEST(waiting);
   std::filesystem::remove_all(dir);
+}
+
+// A collective that waits past mismatch_probe_delay warns (and again at
+// growing intervals). Without a debug responder in the process, the warning
+// names the collective and says that corodist-run's verdict names the ranks.
+BOOST_AUTO_TEST_CASE(a_waiting_collective_warns_without_a_responder, *utf::timeout(60)) {
+  corodist::test::log_capture log; // before any thread logs
+  thread_ranks job;
+  const std::string warned = "on group 'dbg/warn' has waited";
+  require_all_ok(job.run(2, [&](int r) {
+    auto opts = gloo_test_options("dbg/warn");
+    opts.mismatch_probe_delay = 50ms;
+    auto pg = job.group(r, 2, opts);
+    std::vector<float> v(10, 1.0f);
+    if (r == 1) // joins once rank 0 has warned
+      RANK_REQUIRE(!log.wait_for(warned, 1, 20s).empty());
+    pg->allreduce(v).get();
+    RANK_REQUIRE(v[0] == 2.0f);
+  }));
+  const auto lines = log.lines(warned);
+  BOOST_TEST_REQUIRE(!lines.empty());
+  BOOST_TEST_INFO("warning: " << lines[0]);
+  BOOST_TEST(has(lines[0], "rank 0: allreduce #0 (float32 x 10, sum) " + warned));
+  BOOST_TEST(has(lines[0], "(no debug responder in this process: the ranks are named by corodist-run's verdict)"));
+}
+
+namespace {
+
+enum warn_code : int { warned_ok = 0, no_warning = 10, failed = 11 };
+
+/// Rank `rank` of 3 processes with a debug responder each: ranks 0 and 1
+/// wait in allreduce #0; rank 2 joins only once rank 0 has logged a warning
+/// that names it as not arrived (from the ranks' recorders, gathered through
+/// the responders).
+int responder_rank(std::uint16_t port, int rank) {
+  corodist::test::log_capture log; // before the loop's thread logs
+  corodist::event_loop loop;
+  loop.start();
+  auto store = corodist::test::connect_test_store(loop, port);
+  auto responder = corodist::store::debug_responder::start(store, rank, 3);
+  auto opts = gloo_test_options("dbg/warnr");
+  opts.mismatch_probe_delay = 50ms;
+  auto pg = cc::gloo_group::create_sync(store, rank, 3, opts);
+  corodist::store::sync_store s(store);
+  std::vector<float> v(10, 1.0f);
+  try {
+    if (rank == 2) {
+      s.wait({"dbg/test/warned"}, 30s);
+      pg->allreduce(v).get();
+    } else {
+      auto w = pg->allreduce(v);
+      if (rank == 0) {
+        const auto lines = log.wait_for("not arrived: rank 2", 1, 30s);
+        if (lines.empty() || !has(lines[0], "allreduce #0 (float32 x 10, sum) on group 'dbg/warnr' has waited")) {
+          std::fprintf(stderr, "rank 0: no warning naming rank 2 (%zu lines)\n", lines.size());
+          return no_warning;
+        }
+        std::fprintf(stderr, "rank 0 warned: %s\n", lines[0].c_str());
+        s.set("dbg/test/warned", lines[0]);
+      }
+      w.get();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
+    return failed;
+  }
+  responder->stop();
+  return v[0] == 3.0f ? warned_ok : failed;
+}
+
+} // namespace
+
+// With a debug responder in each rank process, the warning names the ranks
+// not arrived ("not arrived: rank 2"), from every rank's flight recorders.
+BOOST_AUTO_TEST_CASE(a_waiting_collective_names_the_ranks_not_arrived, *utf::timeout(120)) {
+  corodist::test::tcp_impl host;
+  const auto port = host.port();
+  std::vector<std::unique_ptr<child_process>> kids;
+  for (int r = 0; r < 3; ++r)
+    kids.push_back(std::make_unique<child_process>([=] { return responder_rank(port, r); }));
+  for (int r = 0; r < 3; ++r) {
+    const int code = kids[static_cast<std::size_t>(r)]->wait_for(90s);
+    BOOST_TEST(code == static_cast<int>(warned_ok), "rank " << r << " ended with " << code);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

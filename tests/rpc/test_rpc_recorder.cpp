@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/rpc/errors.hpp>
 
 #include "rpc/rpc_fixtures.hpp"
 #include "support/recorder_entries.hpp"
@@ -57,7 +58,7 @@ BOOST_AUTO_TEST_CASE(caller_and_callee_share_the_flow, *utf::timeout(60)) {
 BOOST_AUTO_TEST_CASE(failed_calls_are_recorded_with_their_kind, *utf::timeout(60)) {
   cluster c(2);
   BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "fail", std::string("boom")), corodist::remote_error);
-  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "no_such_function"), corodist::unknown_function_error);
+  BOOST_CHECK_THROW(c[0].rpc_sync<int>("w1", "no_such_function"), rpc::unknown_function_error);
   auto& log = corodist::test::sleeps();
   const int entered = log.entries();
   corodist::test::holds().close();

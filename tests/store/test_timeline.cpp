@@ -12,7 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -182,6 +184,43 @@ BOOST_AUTO_TEST_CASE(window_and_bad_dumps, *utf::timeout(30)) {
   BOOST_TEST(ranks[3].at("problem") == "did not answer within 5000 ms");
   for (const auto& m : phase(doc, "M"))
     BOOST_TEST(m.at("pid").get<int>() < 2);
+}
+
+// Spans of one recorder that overlap (calls in flight together) go on lanes
+// of their own, so that the spans of every thread track nest (as both viewers
+// want); spans that do not overlap share the first lane.
+BOOST_AUTO_TEST_CASE(overlapping_spans_get_lanes, *utf::timeout(30)) {
+  std::vector<cs::rank_dump> dumps;
+  dumps.push_back(dump_of(0, [] {
+    auto rpc = corodist::flight_recorder::create("rpc", "fan");
+    const auto a = rpc->record({.op = "call", .detail = "a", .peer = "w1"});
+    const auto b = rpc->record({.op = "call", .detail = "b", .peer = "w2"});
+    const auto c = rpc->record({.op = "call", .detail = "c", .peer = "w3"});
+    rpc->complete(a);
+    rpc->complete(b);
+    rpc->complete(c);
+    rpc->complete(rpc->record({.op = "call", .detail = "d", .peer = "w1"})); // after all three
+    return std::vector{rpc};
+  }));
+  const auto doc = json::parse(cs::timeline_json(dumps));
+  std::map<int, std::string> tracks;
+  for (const auto& m : phase(doc, "M"))
+    if (m.at("name") == "thread_name")
+      tracks[m.at("tid").get<int>()] = m.at("args").at("name").get<std::string>();
+  std::vector<std::string> names;
+  for (const auto& [tid, name] : tracks)
+    names.push_back(name);
+  BOOST_TEST((names == std::vector<std::string>{"rpc fan", "rpc fan (2)", "rpc fan (3)"}));
+  std::map<int, std::vector<std::pair<double, double>>> by_tid;
+  for (const auto& e : phase(doc, "X"))
+    by_tid[e.at("tid").get<int>()].emplace_back(e.at("ts").get<double>(), e.at("ts").get<double>() + e.at("dur").get<double>());
+  BOOST_TEST(by_tid.size() == 3u);
+  for (auto& [tid, v] : by_tid) {
+    std::sort(v.begin(), v.end());
+    for (std::size_t i = 1; i < v.size(); ++i)
+      BOOST_TEST(v[i].first >= v[i - 1].second, "track " << tracks[tid] << " has overlapping spans");
+  }
+  BOOST_TEST(named(doc, "call d").at("tid") == named(doc, "call a").at("tid")); // the first lane again
 }
 
 BOOST_AUTO_TEST_SUITE_END()

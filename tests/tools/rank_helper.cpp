@@ -21,9 +21,12 @@
 //   ft                  env:// rendezvous; print "rank R restart C pid P"; rank 0 of restart
 //                       0 prints "ready" and waits (to be killed); rank 0 restarted sets the
 //                       key "rejoined"; the others wait for that key and print "saw rank 0 rejoin"
+//   answer-once         env:// rendezvous; wait until this rank's debug responder has
+//                       answered the launcher's first ask (--timeline), print "answered", leave
 // Every mode that waits gives up after 60 s (alarm), so nothing outlives a broken test.
 
 #include <corodist/core/event_loop.hpp>
+#include <corodist/store/debug_responder.hpp>
 #include <corodist/store/rendezvous.hpp>
 #include <corodist/store/sync_store.hpp>
 
@@ -141,6 +144,17 @@ int fault_tolerant() {
   }
   s.wait({"rejoined"}, std::chrono::seconds(50));
   std::printf("saw rank 0 rejoin\n");
+  return 0;
+}
+
+int answer_once() {
+  corodist::event_loop loop;
+  loop.start();
+  auto [store, rank, world] = cs::rendezvous(loop, "env://", options());
+  cs::sync_store s(store);
+  s.wait({cs::debug_key("dump/" + std::to_string(rank) + "/1")}, std::chrono::seconds(50));
+  std::printf("answered\n");
+  std::fflush(stdout);
   return 0;
 }
 
@@ -266,6 +280,8 @@ int main(int argc, char** argv) {
       return grow(std::atoi(arg(1).c_str()));
     if (mode == "ft")
       return fault_tolerant();
+    if (mode == "answer-once")
+      return answer_once();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rendezvous failed: %s\n", e.what());
     return 1;

@@ -17,6 +17,8 @@
 #include "support/free_port.hpp"
 #include "support/launched.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -645,6 +647,43 @@ private:
 };
 
 } // namespace
+
+BOOST_AUTO_TEST_SUITE(timeline)
+
+// --timeline: the ranks' flight recorders, asked for while they run, end up
+// in one trace-event file with a process per rank and their store clients'
+// requests on a track each.
+BOOST_AUTO_TEST_CASE(timeline_file_has_every_rank, *utf::timeout(90)) {
+  const auto path = std::filesystem::temp_directory_path() / ("corodist-timeline-" + std::to_string(::getpid()) + ".json");
+  launched l({"--nproc", "2", "--timeline", path.string(), "--timeline-every", "0.2", "--", rank_path, "answer-once"});
+  const int st = l.finish(60s);
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0), l.err());
+  BOOST_TEST(count_lines(l.out(), "answered") == 2u);
+  BOOST_TEST(l.err().find("timeline of generation 0 (2 of 2 ranks): " + path.string()) != std::string::npos, l.err());
+  std::ifstream in(path);
+  BOOST_REQUIRE(in.good());
+  const auto doc = nlohmann::json::parse(in);
+  std::filesystem::remove(path);
+  std::set<int> processes, with_store_track, with_events;
+  for (const auto& e : doc.at("traceEvents")) {
+    if (e.at("ph") == "M" && e.at("name") == "process_name")
+      processes.insert(e.at("pid").get<int>());
+    else if (e.at("ph") == "M" && e.at("name") == "thread_name" &&
+             e.at("args").at("name").get<std::string>().starts_with("store "))
+      with_store_track.insert(e.at("pid").get<int>());
+    else if (e.at("ph") == "X")
+      with_events.insert(e.at("pid").get<int>());
+  }
+  BOOST_TEST((processes == std::set<int>{0, 1}));
+  BOOST_TEST((with_store_track == std::set<int>{0, 1}));
+  BOOST_TEST((with_events == std::set<int>{0, 1}));
+  const auto& ranks = doc.at("otherData").at("ranks");
+  BOOST_REQUIRE_EQUAL(ranks.size(), 2u);
+  for (const auto& r : ranks)
+    BOOST_TEST(r.at("clock_offset_ns") == 0); // one host, one clock
+}
+
+BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(slurm)
 

@@ -5,8 +5,8 @@
 /// ranks and supervises them. Its member functions live in one file per job:
 /// launcher.cpp (generations and their end), store_host.cpp (the job's store),
 /// rendezvous_round.cpp (the rounds), spawning.cpp (starting ranks),
-/// supervision.cpp (watching ranks, signals, teardown) and hang_watch.cpp
-/// (the hang verdict).
+/// supervision.cpp (watching ranks, signals, teardown), hang_watch.cpp
+/// (the hang verdict) and timeline_file.cpp (--timeline).
 
 #include "node_metrics.hpp"
 #include "options.hpp"
@@ -80,6 +80,9 @@ struct watch_state {
   std::atomic<bool> closing{false};
 };
 
+/// --timeline's latest dump of each rank (timeline_file.cpp).
+struct timeline_snapshots;
+
 /// The key prefix of generation `generation`'s rendezvous round.
 std::string round_key(std::int64_t generation);
 /// The first word of `s` and the rest after one space.
@@ -136,6 +139,10 @@ private:
   void start_hang_watch();
   void verdict_on_failure(const rank_process& failed, const std::string& what);
 
+  // timeline_file.cpp
+  void start_timeline();
+  void write_timeline();
+
   // supervision.cpp
   bool any_running() const;
   void signal_ranks(int sig);
@@ -171,6 +178,7 @@ private:
   std::vector<rank_process> ranks_;
   std::vector<std::unique_ptr<prefixed_stream>> retired_; // streams of ranks restarted in place
   std::shared_ptr<watch_state> watch_;
+  std::shared_ptr<timeline_snapshots> timeline_; // --timeline: the ranks' latest dumps
   std::optional<std::string> end_;
   std::optional<failure_record> failure_;
   rank_process* failed_ = nullptr;

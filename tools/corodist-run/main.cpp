@@ -102,6 +102,14 @@ int main(int argc, char** argv) {
   app.add_option("--hang-dump-dir", s.hang_dump_dir,
                  "directory for the ranks' flight recorders written with a hang verdict (default: --log-dir, else "
                  "the temporary directory)");
+  app.add_option("--timeline", s.timeline,
+                 "write a Chrome trace / Perfetto JSON of the job to FILE when it ends: every rank's flight "
+                 "recorders, asked for every --timeline-every seconds while the ranks run, clocks aligned on this "
+                 "launcher's (node 0 only)");
+  app.add_option("--timeline-every", s.timeline_every_s,
+                 "seconds between --timeline's snapshots (what a rank did after its last one is not in the file)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.05, 3600.0));
   app.add_option("command", s.command, "the program and its arguments, after --")->required();
   CLI11_PARSE(app, argc, argv);
 

@@ -16,6 +16,9 @@ inline constexpr double default_join_timeout_s = 600.0;
 /// A rank's collective or RPC call waiting longer than this wakes the hang watch.
 inline constexpr double default_hang_after_s = 30.0;
 
+/// How often --timeline asks the ranks for their flight recorders.
+inline constexpr double default_timeline_every_s = 1.0;
+
 /// all: every node's workers start again under a new generation; worker: only the failed one, in place.
 enum class restart_policy { all, worker };
 
@@ -38,6 +41,8 @@ struct settings {
   std::string metrics_bind = "127.0.0.1"; ///< --metrics-bind: its address
   double hang_after_s = default_hang_after_s; ///< --hang-after (0: no hang watch)
   std::string hang_dump_dir; ///< --hang-dump-dir: where verdict dumps go (empty: --log-dir, else the temp directory)
+  std::string timeline; ///< --timeline: the trace-event file written at each generation's end (empty: none)
+  double timeline_every_s = default_timeline_every_s; ///< --timeline-every: seconds between the ranks' snapshots
   std::vector<std::string> command;
 };
 

@@ -143,6 +143,7 @@ std::string launcher::supervise_generation() {
   asio::co_spawn(loop_.get_executor(), watch_end(store_, end_key(), watch_), asio::detached);
   start_ranks();
   start_hang_watch();
+  start_timeline();
   std::optional<clock_type::time_point> drain_deadline;
   bool killed = false;
   reap(); // a rank may have ended before the handler was of any use
@@ -208,6 +209,7 @@ std::string launcher::supervise_generation() {
   if (failure_ && failed_ && failed_->err)
     failure_->tail = failed_->err->tail();
   watch_->closing = true;
+  write_timeline();
   return *end_;
 }
 } // namespace corodist::tools::launch

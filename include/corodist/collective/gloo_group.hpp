@@ -81,7 +81,7 @@ struct gloo_options {
   /// sleeping (saves a thread wake-up between back-to-back collectives).
   std::chrono::microseconds spin{0};
   /// Before each collective the ranks exchange a small header (sequence
-  /// number, kind, dtype, sizes, reduction, root) and fail with a
+  /// number, kind, dtype, sizes, reduction, root, call site) and fail with a
   /// `collective_error` naming both calls when they differ, before any data
   /// moves: the group stays usable. Without it, calls that differ stall (the
   /// ranks exchange no data) until `mismatch_probe_delay` finds them, and the
@@ -110,7 +110,11 @@ struct gloo_options {
   /// deadline). With `check_calls`, which finds calls that differ before any
   /// data moves, it finds only the same call made on ranks whose options
   /// send it as other messages (`bcube_max_bytes`, `bucket_bytes`). Unused
-  /// with `pytorch` (PyTorch's ranks stay as they are).
+  /// with `pytorch` (PyTorch's ranks stay as they are). The same rhythm logs
+  /// a warning naming the ranks not arrived (through this process's
+  /// store::debug_responder, when it has one), and the probe's
+  /// "<prefix>/waiting/<rank>" keys let a collective's timeout name the ranks
+  /// not in it (docs/collective.md, "Debugging a hang"); zero turns both off.
   std::chrono::milliseconds mismatch_probe_delay = default_mismatch_probe_delay;
   /// Allreduces of at most this many bytes use Gloo's bcube algorithm
   /// (recursive halving/doubling: log2(size) exchanges each way, the fewest

@@ -147,8 +147,10 @@ struct collective_call {
 /// completes when the collective has finished on this rank. Collectives
 /// start in issue order (a backend may run some at once). With call checks
 /// on (gloo_options::check_calls), a collective whose kind, dtype, size,
-/// reduction or root differs between ranks fails on every rank with a
-/// `collective_error` naming both calls. A failure other than a mismatch —
+/// reduction, root or call site (`call_options::where`) differs between
+/// ranks fails on every rank with a `collective_error` naming both calls.
+/// Every group records its calls in a flight recorder
+/// (corodist/core/flight_recorder.hpp, docs/collective.md). A failure other than a mismatch —
 /// a timeout, a peer that died — aborts the group: pending and later
 /// collectives fail with `collective_error`, and the group must be
 /// recreated (as in PyTorch).

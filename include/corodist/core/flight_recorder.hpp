@@ -45,7 +45,7 @@ struct record_entry {
   using clock = std::chrono::steady_clock;
 
   std::uint64_t id = 0;     ///< the recorder's own count of records, from 1
-  std::uint64_t seq = 0;    ///< the operation's number in its owner (collective #, call id); 0: none
+  std::uint64_t seq = 0;    ///< the operation's number in its owner (a group's collective number, from 0; a call's id)
   std::string op;           ///< "allreduce", "call", "serve", "get", "bucket", ...
   std::string detail;       ///< its shape: "float32 x 1000, sum", a function name, a key
   std::string peer;         ///< whom it involves: "ranks 0-3", "w1", "127.0.0.1:29500"

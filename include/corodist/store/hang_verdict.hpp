@@ -50,7 +50,8 @@ hang_verdict analyze_dumps(std::vector<rank_dump> dumps);
 
 /// The ranks among `dumps` that have not started operation `seq` of the
 /// recorder (`layer`, `name`) (a group's collective number: they are
-/// behind), lowest first; ranks without an answer are not listed.
+/// behind), lowest first; ranks without an answer, and ranks without that
+/// recorder (not in the group), are not listed.
 std::vector<int> ranks_behind(const std::vector<rank_dump>& dumps, std::string_view layer, std::string_view name,
                               std::uint64_t seq);
 

@@ -57,6 +57,8 @@ struct pending_op {
   std::atomic<clock::rep> started{0};
   /// The watchdog's: probe it once it has run this long (grows per probe).
   clock::duration probe_after{};
+  /// The watchdog's: warn that it waits once it has run this long (grows per warning).
+  clock::duration warn_after{};
   /// The stall probe's finding (under the group's mutex): the ranks' calls differ.
   std::string mismatch;
   /// Its timeout's text and the abort's reason, made once (timeout_texts)
@@ -175,6 +177,10 @@ struct gloo_group::impl {
   /// On the watchdog, under `mutex`: starts a probe of the oldest collective
   /// that has run past its probe time (unless a probe runs).
   void probe_stalled(clock::time_point now);
+  /// On the watchdog, under `mutex`: warns about the oldest collective that
+  /// has waited past its warning time (arrival_warning.hpp), then again
+  /// after twice as long, and so on.
+  void warn_stalled(clock::time_point now);
   /// The probe's report: the ranks' calls of collective `seq` differ (`text`); aborts.
   void mismatch_found(std::uint64_t seq, const std::string& text);
 
@@ -234,6 +240,8 @@ struct gloo_group::impl {
   /// Null unless stalled collectives are compared (mismatch_probe_delay > 0,
   /// not a PyTorch job, more than one rank).
   std::shared_ptr<detail::stall_probe> probe;
+  /// True while a warning gathers the ranks' recorders (one at a time).
+  std::shared_ptr<std::atomic<bool>> warning_gather = std::make_shared<std::atomic<bool>>(false);
   /// Streams and pinned buffers of the CUDA buffers' staging.
   std::shared_ptr<detail::staging_pool> staging = std::make_shared<detail::staging_pool>();
   bool watchdog_parked = false;       // idle: the next collective issued wakes the watchdog

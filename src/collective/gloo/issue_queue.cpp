@@ -39,6 +39,7 @@ work gloo_group::impl::submit(collective_call call) {
   op->call = std::move(call);
   op->staging = std::move(staged);
   op->probe_after = opts.mismatch_probe_delay;
+  op->warn_after = opts.mismatch_probe_delay;
   work w(op->state);
   if (aborted) {
     lk.unlock();

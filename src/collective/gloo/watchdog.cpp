@@ -177,6 +177,7 @@ void gloo_group::impl::watch() {
       watchdog_parked = inflight.empty() && next_seq == seq_at_last_look;
       seq_at_last_look = next_seq;
       if (!watchdog_parked) {
+        warn_stalled(now);
         probe_stalled(now);
         next = std::min(next, now + opts.mismatch_probe_delay);
       }

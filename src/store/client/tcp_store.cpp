@@ -71,9 +71,14 @@ std::string_view op_name(detail::op o) noexcept {
   return "request";
 }
 
-/// The key a request is about (the first of several; a listing's prefix); "" for none.
+/// The longest part of a key a flight-recorder entry keeps (a key may be
+/// megabytes: the ring is not where it should be copied).
+constexpr std::size_t recorded_key_max = 256;
+
+/// The key a request is about (the first of several; a listing's prefix), at
+/// most `recorded_key_max` bytes of it; "" for none.
 std::string_view key_of(const detail::request& r) noexcept {
-  return std::visit(
+  const std::string_view key = std::visit(
       [](const auto& q) -> std::string_view {
         if constexpr (requires { q.key; })
           return q.key;
@@ -85,6 +90,7 @@ std::string_view key_of(const detail::request& r) noexcept {
           return {};
       },
       r);
+  return key.substr(0, recorded_key_max);
 }
 } // namespace
 

@@ -197,7 +197,7 @@ std::vector<int> ranks_behind(const std::vector<rank_dump>& dumps, std::string_v
     if (!v.answered)
       continue;
     (void)layer; // only collective recorders carry group numbers
-    if (behind(v, std::string(name), seq))
+    if (v.recorders.contains(std::string(name)) && behind(v, std::string(name), seq))
       out.push_back(d.rank);
   }
   return out;

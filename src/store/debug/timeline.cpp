@@ -37,6 +37,47 @@ std::string flow_id(std::uint64_t flow) {
 
 double micros(std::int64_t ns) { return static_cast<double>(ns) / 1000.0; }
 
+/// The entries of one recorder that overlap [from, to], as spans of rank
+/// `pid` (tid 0: the recorder's first lane), its steady times moved by `shift`
+/// onto the collector's clock; one still running lasts until `dumped` (steady).
+void read_entries(const json& entries, int pid, std::int64_t shift, std::int64_t dumped, std::int64_t from,
+                  std::int64_t to, std::vector<span>& out) {
+  for (const json& e : entries) {
+    if (!e.is_object())
+      continue;
+    const std::int64_t started = e.value("started_ns", std::int64_t{0});
+    const std::int64_t queued = e.value("queued_ns", std::int64_t{0});
+    const std::int64_t ended = e.value("ended_ns", std::int64_t{0});
+    const std::int64_t b = (started != 0 ? started : queued) + shift;
+    const std::int64_t en = std::max(b, (ended != 0 ? ended : dumped) + shift);
+    if (b > to || en < from)
+      continue;
+    out.push_back(span{pid, 0, b, en, e.value("op", std::string()) == "mark" || en == b, &e});
+  }
+}
+
+/// Gives each span a lane (its tid, from 0) such that no two spans of a lane
+/// overlap (instants on lane 0); returns the number of lanes (at least 1).
+int assign_lanes(std::vector<span>& spans) {
+  std::vector<span*> order;
+  for (auto& s : spans)
+    if (!s.instant)
+      order.push_back(&s);
+  std::stable_sort(order.begin(), order.end(), [](const span* a, const span* b) { return a->begin < b->begin; });
+  std::vector<std::int64_t> lane_end;
+  for (span* s : order) {
+    std::size_t l = 0;
+    while (l < lane_end.size() && lane_end[l] > s->begin)
+      ++l;
+    if (l == lane_end.size())
+      lane_end.push_back(s->end);
+    else
+      lane_end[l] = s->end;
+    s->tid = static_cast<int>(l);
+  }
+  return std::max<int>(1, static_cast<int>(lane_end.size()));
+}
+
 std::string event_name(const json& e) {
   std::string op = e.value("op", std::string());
   const std::string detail = e.value("detail", std::string());
@@ -89,27 +130,26 @@ std::string timeline_json(const std::vector<rank_dump>& dumps, timeline_window w
       my_meta.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", pid}, {"tid", 0},
                       {"args", {{"sort_index", rd.rank}}}});
       std::vector<span> mine; // added once the whole dump has been read
-      int tid = 0;
+      int next_tid = 1;
       for (const json& r : doc["recorders"]) {
-        ++tid;
-        my_meta.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid},
-                        {"args", {{"name", r.value("layer", std::string()) + " " + r.value("name", std::string())}}}});
-        my_meta.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid},
-                        {"args", {{"sort_index", tid}}}});
-        if (!r.contains("entries") || !r["entries"].is_array())
-          continue;
-        for (const json& e : r["entries"]) {
-          if (!e.is_object())
-            continue;
-          const std::int64_t started = e.value("started_ns", std::int64_t{0});
-          const std::int64_t queued = e.value("queued_ns", std::int64_t{0});
-          const std::int64_t ended = e.value("ended_ns", std::int64_t{0});
-          const std::int64_t b = (started != 0 ? started : queued) + shift;
-          const std::int64_t en = (ended != 0 ? ended : steady_ns) + shift;
-          if (b > to || en < from)
-            continue;
-          mine.push_back(span{pid, tid, b, std::max(b, en), e.value("op", std::string()) == "mark" || en == b, &e});
+        const std::string track = r.value("layer", std::string()) + " " + r.value("name", std::string());
+        std::vector<span> rec; // this recorder's
+        if (r.contains("entries") && r["entries"].is_array())
+          read_entries(r["entries"], pid, shift, steady_ns, from, to, rec);
+        // Spans of one thread must nest: those that overlap (two calls in flight,
+        // two buckets) go on lanes of their own, "<track> (2)", ...
+        const int lanes = assign_lanes(rec);
+        for (int l = 0; l < lanes; ++l) {
+          const int tid = next_tid + l;
+          my_meta.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid}, {"tid", tid},
+                             {"args", {{"name", l == 0 ? track : track + " (" + std::to_string(l + 1) + ")"}}}});
+          my_meta.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", pid}, {"tid", tid},
+                             {"args", {{"sort_index", tid}}}});
         }
+        for (auto& s : rec)
+          s.tid += next_tid;
+        next_tid += lanes;
+        mine.insert(mine.end(), rec.begin(), rec.end());
       }
       spans.insert(spans.end(), mine.begin(), mine.end());
       for (auto& m : my_meta)
