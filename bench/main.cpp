@@ -3,6 +3,8 @@
 
 #include "harness.hpp"
 
+#include <corodist/metrics/metrics_server.hpp>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -112,6 +114,11 @@ int main(int argc, char** argv) {
   for (const auto& s : all_suites)
     if (requested.empty() || std::find(requested.begin(), requested.end(), s.name) != requested.end())
       selected.push_back(s);
+
+  // CORODIST_METRICS_PORT=0 runs every case with the metrics on (the cases
+  // that use no TCP store would not start them): their cost, on and off.
+  if (corodist::metrics::start_from_environment() != 0)
+    fmt::print(stderr, "corodist-bench: metrics on, at http://127.0.0.1:{}/metrics\n", corodist::metrics::metrics_server::port());
 
   cb::context ctx;
   ctx.quick = quick;

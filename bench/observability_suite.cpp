@@ -5,7 +5,11 @@
 /// (two ranks as threads of this process) — each measured with recording on
 /// and off (`flight_recorder::set_enabled` before the agents and groups are
 /// made), in alternating rounds so that both see the same machine; every
-/// "_recorder_on" record carries `cost_pct` against its "_off" twin.
+/// "_recorder_on" record carries `cost_pct` against its "_off" twin. A third
+/// mode has the metrics on as well (`metrics::metrics_server` serving, so the
+/// recorders' observer counts every ended entry; nobody scrapes): its
+/// "_metrics_on" records carry `cost_pct` against "_recorder_on" (what the
+/// metrics add) and `cost_vs_off_pct` against "_recorder_off".
 
 #include "agent_pair.hpp"
 #include "closed_loop.hpp"
@@ -13,6 +17,7 @@
 
 #include <corodist/collective/gloo_group.hpp>
 #include <corodist/core/flight_recorder.hpp>
+#include <corodist/metrics/metrics_server.hpp>
 
 #include <array>
 #include <thread>
@@ -99,25 +104,58 @@ void report_pair(context& ctx, const char* name, const latency_recorder& on, dou
   ctx.report(std::move(r_on));
 }
 
-void run_observability_suite(context& ctx) {
-  const bool was = flight_recorder::enabled();
-  const int rounds = ctx.quick ? 2 : 6;
-  std::array<mode_results, 2> res; // [0] off, [1] on
-  for (int round = 0; round < rounds; ++round)
-    for (int k = 0; k < 2; ++k) {
-      const bool on = (round + k) % 2 == 1; // alternate which goes first
-      flight_recorder::set_enabled(on);
-      rpc_round(ctx.quick, res[on]);
-      allreduce_round(ctx.quick, round, on, res[on]);
-    }
-  flight_recorder::set_enabled(was);
-  report_pair(ctx, "rpc_sync_empty", res[1].sync, res[1].sync_s, res[0].sync, res[0].sync_s);
-  report_pair(ctx, "rpc_async_x64", res[1].async, res[1].async_s, res[0].async, res[0].async_s,
-              res[1].async_calls / res[1].async_s, res[0].async_calls / res[0].async_s);
-  report_pair(ctx, "allreduce_4KiB", res[1].allreduce, res[1].allreduce_s, res[0].allreduce, res[0].allreduce_s);
+// The "_metrics_on" record of a case, against the recorder on (what the
+// metrics add) and off.
+void report_metrics(context& ctx, const char* name, const latency_recorder& m, double m_s, const latency_recorder& on,
+                    double on_s, const latency_recorder& off, double off_s, double m_ops = -1, double on_ops = -1,
+                    double off_ops = -1) {
+  auto r = latency_record("observability", std::string(name) + "_metrics_on", m, m_s);
+  if (m_ops >= 0) {
+    r.ops_per_s = m_ops;
+    r.extra = {{"cost_pct", (on_ops - m_ops) / on_ops * 100.0}, {"cost_vs_off_pct", (off_ops - m_ops) / off_ops * 100.0}};
+  } else {
+    const double p_on = latency_record("observability", "", on, on_s).p50_us;
+    const double p_off = latency_record("observability", "", off, off_s).p50_us;
+    r.extra = {{"cost_pct", (r.p50_us - p_on) / p_on * 100.0}, {"cost_vs_off_pct", (r.p50_us - p_off) / p_off * 100.0}};
+  }
+  ctx.report(std::move(r));
 }
 
-const suite_registrar registrar("observability", &run_observability_suite, 90, 6);
+void run_observability_suite(context& ctx) {
+  const bool was = flight_recorder::enabled();
+  const bool metrics_were_on = metrics::metrics_server::port() != 0;
+  const int rounds = ctx.quick ? 2 : 6;
+  std::array<mode_results, 3> res; // [0] recorder off, [1] on, [2] on with the metrics
+  for (int round = 0; round < rounds; ++round)
+    for (int k = 0; k < 3; ++k) {
+      const int mode = (round + k) % 3; // rotate which goes first
+      flight_recorder::set_enabled(mode != 0);
+      if (mode == 2)
+        metrics::metrics_server::start(0);
+      else
+        metrics::metrics_server::stop();
+      rpc_round(ctx.quick, res[mode]);
+      allreduce_round(ctx.quick, round * 3 + k, mode != 0, res[mode]);
+    }
+  flight_recorder::set_enabled(was);
+  if (metrics_were_on)
+    metrics::metrics_server::start(0);
+  else
+    metrics::metrics_server::stop();
+  report_pair(ctx, "rpc_sync_empty", res[1].sync, res[1].sync_s, res[0].sync, res[0].sync_s);
+  report_metrics(ctx, "rpc_sync_empty", res[2].sync, res[2].sync_s, res[1].sync, res[1].sync_s, res[0].sync,
+                 res[0].sync_s);
+  report_pair(ctx, "rpc_async_x64", res[1].async, res[1].async_s, res[0].async, res[0].async_s,
+              res[1].async_calls / res[1].async_s, res[0].async_calls / res[0].async_s);
+  report_metrics(ctx, "rpc_async_x64", res[2].async, res[2].async_s, res[1].async, res[1].async_s, res[0].async,
+                 res[0].async_s, res[2].async_calls / res[2].async_s, res[1].async_calls / res[1].async_s,
+                 res[0].async_calls / res[0].async_s);
+  report_pair(ctx, "allreduce_4KiB", res[1].allreduce, res[1].allreduce_s, res[0].allreduce, res[0].allreduce_s);
+  report_metrics(ctx, "allreduce_4KiB", res[2].allreduce, res[2].allreduce_s, res[1].allreduce, res[1].allreduce_s,
+                 res[0].allreduce, res[0].allreduce_s);
+}
+
+const suite_registrar registrar("observability", &run_observability_suite, 90, 9);
 
 } // namespace
 } // namespace corodist::bench

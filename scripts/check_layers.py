@@ -18,12 +18,13 @@ import sys
 ALLOWED = {
     "core": {"core"},
     "net": {"core", "net"},
-    "store": {"core", "net", "store"},
-    "rpc": {"core", "net", "store", "rpc"},
-    "rref": {"core", "net", "store", "rpc", "rref"},
-    "collective": {"core", "net", "store", "collective"},
-    "ddp": {"core", "net", "store", "collective", "ddp"},
-    "ft": {"core", "net", "store", "collective", "ft"},
+    "metrics": {"core", "net", "metrics"},
+    "store": {"core", "net", "metrics", "store"},
+    "rpc": {"core", "net", "metrics", "store", "rpc"},
+    "rref": {"core", "net", "metrics", "store", "rpc", "rref"},
+    "collective": {"core", "net", "metrics", "store", "collective"},
+    "ddp": {"core", "net", "metrics", "store", "collective", "ddp"},
+    "ft": {"core", "net", "metrics", "store", "collective", "ft"},
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"](?:corodist/)?([a-z_]+)/')
 # A header of a layer's detail/ folder: the layer it belongs to.

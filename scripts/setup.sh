@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs corodist's build and test dependencies from Debian packages
-# (iproute2 and nftables: the hosts suite's namespaced test bed).
+# (iproute2 and nftables: the hosts suite's namespaced test bed; prometheus:
+# promtool, which the metrics suite validates the scraped text with).
 # Idempotent and quiet: packages already present are skipped; apt runs only
 # when something is missing. Usage: scripts/setup.sh [--python] [--bench] [--fuzz]
 #   --python   also install python3-torch (PyTorch compatibility tests)
@@ -12,7 +13,7 @@ set -euo pipefail
 pkgs=(g++ meson ninja-build ccache pkg-config cmake
       liburing-dev libasio-dev libboost-test-dev libmsgpack-cxx-dev
       libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev
-      nlohmann-json3-dev
+      nlohmann-json3-dev prometheus-cpp-dev libcivetweb-dev prometheus
       iproute2 nftables)
 [[ " $* " == *" --python "* ]] && pkgs+=(python3 python3-torch)
 [[ " $* " == *" --bench "* ]] && pkgs+=(python3 python3-torch python3-matplotlib

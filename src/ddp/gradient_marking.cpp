@@ -6,6 +6,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/run_blocking.hpp>
+#include <corodist/metrics/reducer_metrics.hpp>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
@@ -184,6 +185,13 @@ void reducer::impl::end_finalize() {
     s.copied_bytes = copied;
     s.globally_unused = globally_unused.size();
     s.rebuilt = rebuilt_now;
+    if (metrics::counting()) {
+      std::vector<std::chrono::nanoseconds> ready_to_done;
+      ready_to_done.reserve(s.buckets.size());
+      for (const auto& k : s.buckets)
+        ready_to_done.push_back(k.ready_to_reduced);
+      metrics::note_reducer_iteration({ready_to_done, s.communication, s.overlapped, s.finalize_wait});
+    }
   }
   stats = std::move(s);
   done.reset();

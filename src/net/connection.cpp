@@ -7,6 +7,7 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
+#include "net/connection_counting.hpp"
 #include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
 
@@ -36,6 +37,8 @@ void connection::start(request_handler on_request, close_handler on_close) {
   if (started_)
     return;
   started_ = true;
+  if (open_)
+    detail::bump(detail::counting().opened);
   on_request_ = std::move(on_request);
   on_close_ = std::move(on_close);
   received_at_ = sent_at_ = std::chrono::steady_clock::now();
@@ -49,6 +52,12 @@ void connection::close(std::error_code reason) {
   if (!open_)
     return;
   open_ = false;
+  if (started_) {
+    detail::bump(detail::counting().closed);
+    if (reason == errc::peer_timed_out || reason == errc::output_overflow || reason == errc::truncated_frame ||
+        reason == errc::frame_stalled || reason == errc::frame_too_large)
+      detail::bump(detail::counting().lost);
+  }
   auto keep = std::move(parked_hold_); // (a parked connection lives to the end of this)
   CORODIST_LOG_DEBUG("net: connection with {} closed: {}", detail::endpoint_text(remote_), reason.message());
   std::error_code ignored;

@@ -10,6 +10,7 @@
 #include <corodist/net/connection.hpp>
 
 #include "core/log.hpp"
+#include "net/connection_counting.hpp"
 #include "net/endpoint_text.hpp"
 #include "net/heartbeat_wheel.hpp"
 
@@ -229,6 +230,9 @@ void connection::on_heartbeat(bool confirming) {
     close(errc::peer_timed_out);
     return;
   }
+  // Silent for two heartbeat periods: a heartbeat the peer owed has not come.
+  if (!confirming && now - heard >= opts_.peer_timeout.length() / 2)
+    detail::bump(detail::counting().heartbeats_missed);
   // The wheel comes by a quarter apart, and a heartbeat sent at its last
   // visit went out a little after it: an eighth of slack keeps them a quarter
   // apart (not a half).

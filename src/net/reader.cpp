@@ -5,6 +5,7 @@
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
+#include "net/connection_counting.hpp"
 #include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
 
@@ -66,8 +67,11 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
     close(errc::truncated_frame);
     return;
   }
-  if (ec != asio::error::eof)
+  if (ec != asio::error::eof) {
     CORODIST_LOG_DEBUG("connection from {} lost: {}", detail::endpoint_text(remote_), ec.message());
+    if (started_ && ec != asio::error::operation_aborted)
+      detail::bump(detail::counting().lost);
+  }
   close(errc::connection_closed);
 }
 

@@ -8,6 +8,7 @@
 /// supervision.cpp (watching ranks, signals, teardown), hang_watch.cpp
 /// (the hang verdict) and timeline_file.cpp (--timeline).
 
+#include "node_metrics.hpp"
 #include "options.hpp"
 #include "prefixed_stream.hpp"
 #include "subprocess.hpp"
@@ -187,5 +188,6 @@ private:
   std::optional<clock_type::time_point> kill_deadline_;
   std::optional<int> stop_signal_;
   std::set<int> signals_seen_; // passed on to the ranks already
+  std::unique_ptr<node_metrics> metrics_; // --metrics-port
 };
 } // namespace corodist::tools::launch

@@ -30,8 +30,11 @@
 #include "options.hpp"
 #include "output.hpp"
 
+#include <corodist/metrics/metrics_server.hpp>
+
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <system_error>
@@ -86,6 +89,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-dir", s.log_dir,
                  "also write each rank's stdout and stderr, unprefixed, to DIR/attempt_GENERATION/RANK/stdout.log "
                  "and stderr.log (appended when a rank restarts in place)");
+  app.add_option("--metrics-port", s.metrics_port,
+                 "serve every local rank's metrics (Prometheus text format, a rank label on each series) at "
+                 "http://BIND:PORT/metrics; 0: a free port, printed at start (docs/metrics.md)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--metrics-bind", s.metrics_bind, "the address --metrics-port listens on")->capture_default_str();
   app.add_option("--hang-after", s.hang_after_s,
                  "seconds a rank's collective or RPC call may wait before the launcher gathers every rank's flight "
                  "recorder and prints who is behind and where (0: never)")
@@ -130,6 +138,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // The ranks get their own CORODIST_METRICS_PORT; the launcher serves none of its own.
+  if (s.metrics_port >= 0)
+    ::unsetenv(corodist::metrics::port_variable);
   try {
     return launcher(std::move(s)).run();
   } catch (const std::exception& e) {

@@ -37,6 +37,8 @@ struct settings {
   double join_window_s = default_join_window_s;
   double join_timeout_s = default_join_timeout_s;
   std::string log_dir; ///< --log-dir: per-rank stdout/stderr files under it (empty: none)
+  int metrics_port = -1;                  ///< --metrics-port: the node's metrics endpoint (-1: none, 0: a free port)
+  std::string metrics_bind = "127.0.0.1"; ///< --metrics-bind: its address
   double hang_after_s = default_hang_after_s; ///< --hang-after (0: no hang watch)
   std::string hang_dump_dir; ///< --hang-dump-dir: where verdict dumps go (empty: --log-dir, else the temp directory)
   std::string timeline; ///< --timeline: the trace-event file written at each generation's end (empty: none)

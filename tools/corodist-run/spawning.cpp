@@ -17,7 +17,7 @@ constexpr std::size_t stderr_tail_lines = 20;
 } // namespace
 
 std::vector<std::pair<std::string, std::string>> launcher::worker_env(const rank_process& r) const {
-  return {{"RANK", std::to_string(r.rank)},
+  std::vector<std::pair<std::string, std::string>> env{{"RANK", std::to_string(r.rank)},
           {"WORLD_SIZE", std::to_string(assignment_.world)},
           {"LOCAL_RANK", std::to_string(r.local)},
           {"LOCAL_WORLD_SIZE", std::to_string(s_.nproc)},
@@ -30,6 +30,10 @@ std::vector<std::pair<std::string, std::string>> launcher::worker_env(const rank
           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
           {corodist::store::generation_variable, std::to_string(generation_)},
           {"CORODIST_HANG_AFTER_MS", std::to_string(static_cast<long long>(s_.hang_after_s * 1000.0))}};
+  if (metrics_)
+    for (auto& v : metrics_->rank_env(r.rank))
+      env.push_back(std::move(v));
+  return env;
 }
 
 // Starts (or restarts) one rank; false when it could not be started (then a failure is recorded).
@@ -75,6 +79,11 @@ bool launcher::spawn_rank(rank_process& r) {
 }
 
 void launcher::start_ranks() {
+  if (s_.metrics_port >= 0 && !metrics_) {
+    metrics_ = std::make_unique<node_metrics>(static_cast<std::uint16_t>(s_.metrics_port), s_.metrics_bind);
+    say("metrics: every local rank's at http://" + s_.metrics_bind + ":" + std::to_string(metrics_->port()) +
+        "/metrics");
+  }
   ranks_.clear();
   ranks_.resize(static_cast<std::size_t>(s_.nproc));
   for (int local = 0; local < s_.nproc; ++local) {

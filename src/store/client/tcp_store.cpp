@@ -2,6 +2,7 @@
 #include <corodist/core/flight_recorder.hpp>
 #include <corodist/store/errors.hpp>
 #include <corodist/core/run_blocking.hpp>
+#include <corodist/metrics/metrics_server.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/store/auth_token.hpp>
 #include <corodist/store/tcp_store.hpp>
@@ -330,6 +331,7 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
   if (opts.protocol != wire_protocol::native)
     throw usage_error("tcp_store::connect speaks the native protocol only: connect to a PyTorch TCPStore master with "
                       "torch_store::connect (or connect_store, which picks the client from opts.protocol)");
+  metrics::start_from_environment(); // CORODIST_METRICS_PORT: a job's process starts its metrics here
   opts.connection.auth_token = resolve_auth_token(opts.auth_token);
   opts.connection.request_timeout = corodist::timeout::never(); // deadlines are set per call
   if (auto source = detail::source_address(ex, opts))

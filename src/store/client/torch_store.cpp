@@ -5,6 +5,7 @@
 #include <corodist/core/error.hpp>
 #include <corodist/store/errors.hpp>
 #include <corodist/core/run_blocking.hpp>
+#include <corodist/metrics/metrics_server.hpp>
 #include <corodist/net/errors.hpp>
 #include <corodist/store/torch_store.hpp>
 
@@ -440,6 +441,7 @@ asio::awaitable<std::shared_ptr<torch_store>> torch_store::connect(asio::any_io_
   if (opts.protocol == wire_protocol::native)
     throw usage_error("torch_store::connect speaks the PyTorch TCPStore protocols: use tcp_store::connect for a "
                       "corodist store_server (or connect_store, which picks the client from opts.protocol)");
+  metrics::start_from_environment(); // CORODIST_METRICS_PORT: a job's process starts its metrics here
   const auto v = opts.protocol == wire_protocol::pytorch_1_13 ? version::v1 : version::v2;
   if (auto source = detail::source_address(ex, opts))
     opts.connection.local_address = source;
