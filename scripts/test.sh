@@ -24,8 +24,10 @@ if [[ "${1:-}" == "--sanitize" ]]; then
         -Dbenchmarks=disabled -Dcuda=disabled -Dnccl=disabled)
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-  # The randomized fault runs (suite ft_random): 50 in the normal build, 5 here.
+  # The randomized fault runs (suite ft_random): 30 in the normal build, 5 here;
+  # the RRef simulator's schedules: 10,000 in the normal build, 2,000 here.
   export CORODIST_FT_RUNS=${CORODIST_FT_RUNS:-5}
+  export CORODIST_RREF_SEEDS=${CORODIST_RREF_SEEDS:-2000}
 fi
 bash scripts/build.sh "$dir" "${opts[@]}"
 rc=0

@@ -273,6 +273,7 @@ std::string write_flight_recorder_dump(std::string_view reason) {
     dir = d;
   else
     dir = std::filesystem::temp_directory_path(ec);
+  std::filesystem::create_directories(dir, ec); // (a failure shows below, as the file's)
   const auto path = dir / ("corodist-recorder-" + std::to_string(::getpid()) + ".json");
   const std::string text = dump_flight_recorders();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -6,7 +6,7 @@
 // replica exits 0, all end bit-equal and equal to the replay of the committed
 // steps, and every replica saw the same members for each step it committed.
 //
-//   CORODIST_FT_RUNS       runs of random_faults (default 50)
+//   CORODIST_FT_RUNS       runs of random_faults (default 30)
 //   CORODIST_FT_SEED_BASE  the first run's seed (default: drawn, and printed)
 //   CORODIST_FT_SEED=S build/tests/test_ft_random --run_test=ft_random/replay   replays one run
 #define BOOST_TEST_MODULE ft_random
@@ -106,7 +106,7 @@ bool run_once(host_bed& bed, std::uint64_t seed) {
 BOOST_AUTO_TEST_SUITE(ft_random, *boost::unit_test::precondition(host_bed::available))
 
 BOOST_AUTO_TEST_CASE(random_faults) {
-  const auto runs = env_number("CORODIST_FT_RUNS", 50);
+  const auto runs = env_number("CORODIST_FT_RUNS", 30);
   const auto base = env_number("CORODIST_FT_SEED_BASE", std::random_device{}());
   BOOST_TEST_MESSAGE("ft_random: " << runs << " runs from seed " << base);
   host_bed bed(replicas + 1);

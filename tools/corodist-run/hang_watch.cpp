@@ -15,6 +15,7 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 #include <fstream>
@@ -37,6 +38,8 @@ std::string dump_dir(const settings& s) {
     return s.hang_dump_dir;
   if (!s.log_dir.empty())
     return s.log_dir;
+  if (const char* d = std::getenv("CORODIST_RECORDER_DUMP_DIR"); d != nullptr && *d != '\0')
+    return d;
   return std::filesystem::temp_directory_path().string();
 }
 
@@ -109,20 +112,35 @@ void launcher::start_hang_watch() {
 void launcher::verdict_on_failure(const rank_process& failed, const std::string& what) {
   if (!host_ || !store_)
     return;
+  // Wait only for the ranks that still run: this node's that have not ended,
+  // and every other node's.
+  std::vector<int> running;
+  for (const auto& r : ranks_)
+    if (r.running && r.rank != failed.rank)
+      running.push_back(r.rank);
+  const int first = assignment_.rank_base, last = assignment_.rank_base + s_.nproc;
+  for (int r = 0; r < assignment_.world; ++r)
+    if (r < first || r >= last)
+      running.push_back(r);
+  if (running.empty())
+    return; // no one left to say what they were doing
   try {
     auto gen = std::make_shared<cs::prefix_store>(cs::generation_prefix(generation_), store_);
     auto v = corodist::run_blocking(
         loop_.get_executor(),
-        [](std::shared_ptr<cs::store> gen, int world, int rank, std::string what) -> asio::awaitable<cs::hang_verdict> {
+        [](std::shared_ptr<cs::store> gen, int world, int rank, std::string what,
+           std::vector<int> running) -> asio::awaitable<cs::hang_verdict> {
           // Only a job whose ranks run debug responders (env:// rendezvous) has anything to say.
           if ((co_await gen->list_keys(cs::debug_key("rank/"))).empty())
             co_return cs::hang_verdict{};
-          auto dumps = co_await cs::gather_dumps(gen, world, failure_gather_limit);
+          auto dumps = co_await cs::gather_dumps(gen, world, failure_gather_limit, std::move(running));
           for (auto& d : dumps)
             if (d.rank == rank)
               d.problem = "it failed: " + what;
+            else if (d.json.empty() && d.problem == "not waited for")
+              d.problem = "it had ended";
           co_return cs::analyze_dumps(std::move(dumps));
-        }(gen, assignment_.world, failed.rank, what),
+        }(gen, assignment_.world, failed.rank, what, std::move(running)),
         "gathering the ranks' flight recorders");
     // Worth printing when another rank waits or has failed too; else the
     // failure's own line says it all.

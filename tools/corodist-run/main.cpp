@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--hang-dump-dir", s.hang_dump_dir,
                  "directory for the ranks' flight recorders written with a hang verdict (default: --log-dir, else "
-                 "the temporary directory)");
+                 "$CORODIST_RECORDER_DUMP_DIR, else the temporary directory)");
   app.add_option("--timeline", s.timeline,
                  "write a Chrome trace / Perfetto JSON of the job to FILE when it ends: every rank's flight "
                  "recorders, asked for every --timeline-every seconds while the ranks run, clocks aligned on this "

@@ -170,8 +170,9 @@ std::vector<pending_record> pending_flight_records();
 /// Names this process in dumps ("rank 3"); the debug responder sets it.
 void set_flight_recorder_label(std::string label);
 
-/// Writes `dump_flight_recorders()` to CORODIST_RECORDER_DUMP_DIR (else the
-/// system's temporary directory) as corodist-recorder-<pid>.json and logs
+/// Writes `dump_flight_recorders()` to CORODIST_RECORDER_DUMP_DIR (made if
+/// missing; else the system's temporary directory) as
+/// corodist-recorder-<pid>.json and logs
 /// where, citing `reason` (a timeout's text). At most once a second per
 /// process (later calls in that second return the same path). Returns the
 /// path; empty when recording is off or the file cannot be written (logged).

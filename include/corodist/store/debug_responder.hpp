@@ -119,4 +119,11 @@ struct rank_dump {
 [[nodiscard]] asio::awaitable<std::vector<rank_dump>> gather_dumps(std::shared_ptr<store> job_store, int world_size,
                                                                    corodist::timeout limit);
 
+/// As above, waiting only for the answers of the ranks in `only` (a launcher
+/// knows which of its ranks have ended); the others' answers are taken if
+/// they came meanwhile, else their `problem` is "not waited for". Throws and
+/// cancels as above.
+[[nodiscard]] asio::awaitable<std::vector<rank_dump>> gather_dumps(std::shared_ptr<store> job_store, int world_size,
+                                                                   corodist::timeout limit, std::vector<int> only);
+
 } // namespace corodist::store

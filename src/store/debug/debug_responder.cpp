@@ -9,6 +9,7 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/post.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -63,6 +64,7 @@ struct debug_responder::state {
   std::atomic<bool> stopped{false};
   std::mutex mutex;
   std::shared_ptr<watch_stream> stream; // closed by stop()
+  std::shared_ptr<asio::steady_timer> timer; // the scan's; cancelled by stop() (an event loop drains no idle wait)
   std::set<std::pair<std::string, std::uint64_t>> reported; // (recorder, entry id) reported stuck
 };
 
@@ -137,10 +139,16 @@ asio::awaitable<void> listen_and_answer(std::shared_ptr<debug_responder::state> 
 
 asio::awaitable<void> scan_loop(std::shared_ptr<debug_responder::state> st, std::weak_ptr<store> ws, int rank,
                                 debug_responder_options opts) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
+  auto timer = std::make_shared<asio::steady_timer>(co_await asio::this_coro::executor);
+  {
+    std::lock_guard lk(st->mutex);
+    if (st->stopped)
+      co_return;
+    st->timer = timer;
+  }
   while (!st->stopped) {
-    timer.expires_after(opts.scan_every);
-    (void)co_await timer.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    timer->expires_after(opts.scan_every);
+    (void)co_await timer->async_wait(asio::experimental::as_tuple(asio::use_awaitable));
     if (st->stopped)
       co_return;
     const auto now = record_entry::clock::now();
@@ -232,13 +240,17 @@ std::shared_ptr<debug_responder> debug_responder::current() {
 
 void debug_responder::stop() {
   std::shared_ptr<watch_stream> stream;
+  std::shared_ptr<asio::steady_timer> timer;
   {
     std::lock_guard lk(state_->mutex);
     state_->stopped = true;
     stream = std::move(state_->stream);
+    timer = std::move(state_->timer);
   }
   if (stream)
     stream->close();
+  if (timer) // on its own executor (a timer is not thread-safe)
+    asio::post(timer->get_executor(), [timer] { timer->cancel(); });
 }
 
 debug_responder::~debug_responder() { stop(); }

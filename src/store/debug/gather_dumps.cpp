@@ -34,6 +34,11 @@ int rank_in(const std::string& key, const std::string& prefix) {
 
 asio::awaitable<std::vector<rank_dump>> gather_dumps(std::shared_ptr<store> job_store, int world_size,
                                                      corodist::timeout limit) {
+  co_return co_await gather_dumps(std::move(job_store), world_size, limit, std::vector<int>{});
+}
+
+asio::awaitable<std::vector<rank_dump>> gather_dumps(std::shared_ptr<store> job_store, int world_size,
+                                                     corodist::timeout limit, std::vector<int> only) {
   if (!job_store)
     throw usage_error("gather_dumps: no store");
   const auto by = limit.or_else(std::chrono::seconds(5)).from();
@@ -52,9 +57,18 @@ asio::awaitable<std::vector<rank_dump>> gather_dumps(std::shared_ptr<store> job_
   keys.reserve(world_size);
   for (int r = 0; r < world_size; ++r)
     keys.push_back(debug_key("dump/" + std::to_string(r)) + suffix);
-  bool all = true;
+  std::vector<bool> awaited(world_size, only.empty());
+  for (int r : only)
+    if (r >= 0 && r < world_size)
+      awaited[r] = true;
+  std::vector<std::string> wait_for;
+  for (int r = 0; r < world_size; ++r)
+    if (awaited[r])
+      wait_for.push_back(keys[r]);
+  bool all = only.empty();
   try {
-    co_await job_store->wait(keys, left());
+    if (!wait_for.empty())
+      co_await job_store->wait(wait_for, left());
   } catch (const corodist::timeout_error&) {
     all = false;
   }
@@ -88,7 +102,8 @@ asio::awaitable<std::vector<rank_dump>> gather_dumps(std::shared_ptr<store> job_
     d.rank = r;
     d.offset_error = std::chrono::nanoseconds((t1 - t0) / 2);
     if (!answered[r]) {
-      d.problem = registered.contains(r)
+      d.problem = !awaited[r]           ? std::string("not waited for")
+                  : registered.contains(r) 
                       ? fmt::format("did not answer within {} ms (its event loop is busy or stopped)", waited_ms)
                       : fmt::format("did not answer within {} ms (no debug responder registered: the process has "
                                     "ended, or never started one)",
