@@ -289,7 +289,8 @@ hang_verdict analyze_dumps(std::vector<rank_dump> dumps) {
   for (int r : behind_ranks)
     described.insert(r);
   // 2. A cycle of ranks each waiting for the next: a deadlock across groups.
-  for (const auto& [start, _] : waits_for) {
+  for (const auto& waiting_rank : waits_for) {
+    const int start = waiting_rank.first; // (a plain variable: clang 14 cannot capture a structured binding)
     std::vector<int> path{start};
     std::set<int> seen{start};
     bool found = false;
