@@ -178,6 +178,18 @@ std::vector<record_entry> flight_recorder::entries() const {
   return out;
 }
 
+std::vector<record_entry> flight_recorder::pending() const {
+  std::lock_guard lk(mutex_);
+  std::vector<record_entry> out;
+  const std::uint64_t n = std::min<std::uint64_t>(next_ - 1, ring_.size());
+  for (std::uint64_t h = next_ - n; h < next_; ++h) {
+    const record_entry& e = ring_[h % ring_.size()];
+    if (e.state == record_state::queued || e.state == record_state::started)
+      out.push_back(e);
+  }
+  return out;
+}
+
 std::uint64_t flight_recorder::recorded() const {
   std::lock_guard lk(mutex_);
   return next_ - 1;
@@ -198,10 +210,9 @@ std::vector<pending_record> pending_flight_records() {
   std::vector<pending_record> out;
   auto& g = reg();
   std::lock_guard lk(g.mutex);
-  for (const flight_recorder* r : g.live)
-    for (auto& e : r->entries())
-      if (e.state == record_state::queued || e.state == record_state::started)
-        out.push_back({r->layer(), r->name(), std::move(e)});
+  for (const flight_recorder* r : g.live) // (only the entries not ended are copied: a scan runs every second)
+    for (auto& e : r->pending())
+      out.push_back({r->layer(), r->name(), std::move(e)});
   return out;
 }
 

@@ -53,6 +53,9 @@ BOOST_AUTO_TEST_CASE(ring_keeps_newest_entries_with_states, *utf::timeout(20)) {
   rec->fail(a, "late");
   for (const auto& x : rec->entries())
     BOOST_TEST((x.state == record_state::started));
+  BOOST_TEST(rec->pending().size() == 4u);
+  rec->complete(rec->entries().back().id);
+  BOOST_TEST(rec->pending().size() == 3u);
 }
 
 // The process's document lists every live recorder (and forgets a destroyed

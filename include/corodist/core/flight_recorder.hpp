@@ -121,6 +121,8 @@ public:
 
   /// A copy of the entries, oldest first.
   std::vector<record_entry> entries() const;
+  /// A copy of the entries that have not ended (queued or started), oldest first.
+  std::vector<record_entry> pending() const;
   /// Records made so far (entries().size() is at most the capacity).
   std::uint64_t recorded() const;
 
