@@ -443,6 +443,27 @@ BOOST_AUTO_TEST_CASE(a_second_node_that_comes_within_the_window_joins, *utf::tim
   BOOST_TEST(rows[1] == "rank 1 of 2 local 0");
 }
 
+BOOST_AUTO_TEST_CASE(an_elastic_launcher_hosts_once_a_port_held_by_another_program_is_free, *utf::timeout(60)) {
+  // Another program holds the port (bound, not listening: connections to it
+  // are refused): the launcher cannot host and finds no store; it says so,
+  // and hosts once the port is free instead of connecting until --join-timeout.
+  const std::uint16_t p = free_port();
+  int holder = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  BOOST_REQUIRE(holder >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(p);
+  BOOST_REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  launched l({"--nnodes", "1:2", "--join-window", "0.2", "--join-timeout", "30", "--nproc", "1", "--master-addr",
+              "127.0.0.1", "--master-port", std::to_string(p), "--", rank_path, "rendezvous"});
+  BOOST_TEST(l.wait_for_lines("no store answers there yet", 1, std::chrono::seconds(20), true));
+  ::close(holder);
+  BOOST_TEST(WEXITSTATUS(l.finish(30s)) == 0);
+  BOOST_TEST(count_lines(l.err(), "generation 0: node 0 of 1, ranks 0..0 of 1") == 1u);
+  BOOST_TEST(count_lines(l.err(), "no store answers there yet") == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(min_nodes_start_alone_after_the_window, *utf::timeout(60)) {
   const std::string port = std::to_string(free_port());
   launched l({"--nnodes", "1:2", "--join-window", "0.5", "--nproc", "2", "--master-addr", "127.0.0.1",

@@ -24,6 +24,9 @@ constexpr auto wait_slice = std::chrono::milliseconds(250);
 /// A watcher's wait for the end of a generation is renewed after this long
 /// (shorter than the 5 s after which the store client warns of a long wait).
 constexpr auto watch_slice = std::chrono::seconds(2);
+/// An elastic launcher that could not bind the store's address connects for
+/// this long while nothing listens there, then tries to bind it again.
+constexpr auto host_retry_slice = std::chrono::seconds(1);
 
 } // namespace
 
@@ -58,11 +61,14 @@ std::string launcher::store_address() const {
 }
 
 // Node 0 (for --nnodes MIN:MAX: the launcher that can bind the address)
-// hosts the store in this process; every launcher connects to it.
+// hosts the store in this process; every launcher connects to it. Elastic
+// launchers that cannot bind and find nobody listening (the host is not up
+// yet, or another program held the port for a moment) try to bind again,
+// until --join-timeout: one of them always ends up hosting.
 void launcher::open_store() {
   const bool try_host = s_.elastic || s_.node_rank == 0;
+  cs::server_options so;
   if (try_host) {
-    cs::server_options so;
     try {
       asio::ip::tcp::resolver resolver(loop_.context());
       auto found = resolver.resolve(s_.master_addr, std::to_string(s_.master_port));
@@ -73,23 +79,44 @@ void launcher::open_store() {
       throw corodist::connection_error("cannot resolve --master-addr '" + s_.master_addr + "': " + e.what());
     }
     so.port = static_cast<std::uint16_t>(s_.master_port);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + to_ms(s_.join_timeout_s);
+  std::string bind_error;
+  for (bool said = false;;) {
+    if (try_host) {
+      try {
+        server_ = cs::store_server::start(loop_.get_executor(), so);
+        host_ = true;
+        s_.master_port = server_->local_endpoint().port();
+      } catch (const corodist::connection_error& e) {
+        if (!s_.elastic)
+          throw corodist::connection_error("node 0 cannot host the job's store on " + store_address() + ": " +
+                                           e.what() + " (another program listens there, or an earlier job's "
+                                           "launcher still runs: stop it or pick another --master-port)");
+        // Another launcher hosts it (or the address is another host's): a client.
+        bind_error = e.what();
+      }
+    }
+    cs::tcp_store_options to;
+    to.host = s_.master_addr;
+    to.port = static_cast<std::uint16_t>(s_.master_port);
+    to.timeout = to_ms(s_.join_timeout_s);
+    const bool may_host_later = s_.elastic && !host_;
+    if (may_host_later)
+      to.refused_retry_window = host_retry_slice;
     try {
-      server_ = cs::store_server::start(loop_.get_executor(), so);
-      host_ = true;
-      s_.master_port = server_->local_endpoint().port();
-    } catch (const corodist::connection_error& e) {
-      if (!s_.elastic)
-        throw corodist::connection_error("node 0 cannot host the job's store on " + store_address() + ": " +
-                                         e.what() + " (another program listens there, or an earlier job's "
-                                         "launcher still runs: stop it or pick another --master-port)");
-      // Another launcher hosts it (or the address is another host's): a client.
+      store_ = cs::tcp_store::connect_sync(loop_.get_executor(), to);
+      break;
+    } catch (const corodist::connection_error&) {
+      if (!may_host_later || std::chrono::steady_clock::now() >= deadline)
+        throw;
+      if (!said)
+        say("cannot host the job's store on " + store_address() + " (" + bind_error +
+            ") and no store answers there yet: trying both again until --join-timeout");
+      said = true;
+      check_signals();
     }
   }
-  cs::tcp_store_options to;
-  to.host = s_.master_addr;
-  to.port = static_cast<std::uint16_t>(s_.master_port);
-  to.timeout = to_ms(s_.join_timeout_s);
-  store_ = cs::tcp_store::connect_sync(loop_.get_executor(), to);
   sync_ = std::make_unique<cs::sync_store>(store_);
 }
 
