@@ -12,7 +12,7 @@ set -euo pipefail
 
 pkgs=(g++ meson ninja-build ccache pkg-config cmake
       liburing-dev libasio-dev libboost-test-dev libmsgpack-cxx-dev
-      libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev
+      libspdlog-dev libfmt-dev libcli11-dev libgloo-dev libsodium-dev libssl-dev openssl
       nlohmann-json3-dev prometheus-cpp-dev libcivetweb-dev prometheus
       iproute2 nftables)
 [[ " $* " == *" --python "* ]] && pkgs+=(python3 python3-torch)

@@ -10,8 +10,11 @@
 #include "net/connection_counting.hpp"
 #include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
+#include "net/tls_stream.hpp"
 
 #include <asio/post.hpp>
+
+#include <atomic>
 
 namespace corodist::net {
 
@@ -27,6 +30,23 @@ connection::connection(asio::ip::tcp::socket socket, connection_options opts)
   remote_ = socket_.remote_endpoint(ec);
   received_at_ = sent_at_ = std::chrono::steady_clock::now();
 }
+
+connection::connection(std::unique_ptr<detail::tls_stream> tls, connection_options opts)
+    : connection(asio::ip::tcp::socket(tls->stream.get_executor()), std::move(opts)) {
+  tls_ = std::move(tls);
+  std::error_code ec;
+  remote_ = tls_->stream.next_layer().remote_endpoint(ec);
+  if (opts_.io == transport::uring) {
+    static std::atomic<bool> told{false};
+    if (!told.exchange(true))
+      CORODIST_LOG_INFO("net: TLS connections run on the asio transport (transport::uring does not carry TLS)");
+    opts_.io = transport::asio;
+  }
+}
+
+asio::ip::tcp::socket& connection::tcp() noexcept { return tls_ ? tls_->stream.next_layer() : socket_; }
+
+int connection::native_handle() noexcept { return uring_ ? -1 : tcp().native_handle(); }
 
 // The socket's own destructor closes it (after a context shutdown it is already
 // closed, and nothing here touches Asio's services). A connection leaves its
@@ -63,8 +83,8 @@ void connection::close(std::error_code reason) {
   std::error_code ignored;
   if (uring_ != nullptr) // the kernel closes the socket once the cancelled operations let go of it
     close_on_uring();
-  socket_.shutdown(asio::socket_base::shutdown_both, ignored);
-  socket_.close(ignored);
+  tcp().shutdown(asio::socket_base::shutdown_both, ignored);
+  tcp().close(ignored);
   if (timer_)
     timer_->cancel();
   if (stall_timer_)

@@ -1,5 +1,6 @@
 #include <corodist/core/error.hpp>
 #include <corodist/net/errors.hpp>
+#include <corodist/net/tls.hpp>
 
 #include <asio/error.hpp>
 
@@ -61,6 +62,8 @@ void throw_net_error(std::error_code ec, const std::string& context) {
     throw protocol_error(what);
   if (ec == errc::remote_failure || ec == errc::too_many_pending)
     throw error(what);
+  if (is_tls_error(ec))
+    throw connection_error(what);
   // connection_closed, peer_timed_out, closed_before_hello, output_overflow, and every OS/Asio socket error.
   throw connection_error(what);
 }

@@ -8,6 +8,7 @@
 #include "net/auth.hpp"
 #include "net/endpoint_text.hpp"
 #include "net/open_from.hpp"
+#include "net/tls_stream.hpp"
 
 #include <asio/read.hpp>
 #include <asio/use_awaitable.hpp>
@@ -35,9 +36,13 @@ using corodist::detail::use_tuple;
 constexpr std::uint32_t max_hello_extension = 64 * 1024;
 
 // Reads the peer's hello and validates it; `extension` receives its extension block.
-asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out, bytes& extension) {
+// (The hello steps run on a TCP socket or on a TLS stream: `Stream`.)
+template <typename Stream>
+asio::awaitable<std::error_code> read_hello(Stream& s, hello& out, bytes& extension) {
   std::array<std::byte, hello_size> buf;
   auto [ec, n] = co_await asio::async_read(s, asio::buffer(buf), use_tuple);
+  if (ec == asio::ssl::error::stream_truncated) // a TLS peer that closed without close_notify
+    ec = asio::error::eof;
   if (ec == asio::error::eof) // closed before a byte: not a malformed hello (a client may retry it)
     co_return n == 0 ? std::error_code(errc::closed_before_hello) : std::error_code(errc::bad_hello);
   if (ec)
@@ -56,7 +61,8 @@ asio::awaitable<std::error_code> read_hello(asio::ip::tcp::socket& s, hello& out
   co_return std::error_code{};
 }
 
-asio::awaitable<std::error_code> write_all(asio::ip::tcp::socket& s, asio::const_buffer b) {
+template <typename Stream>
+asio::awaitable<std::error_code> write_all(Stream& s, asio::const_buffer b) {
   auto [ec, n] = co_await asio::async_write(s, b, use_tuple);
   co_return ec;
 }
@@ -64,12 +70,8 @@ asio::awaitable<std::error_code> write_all(asio::ip::tcp::socket& s, asio::const
 // The client side of the hello. With a token it sends a nonce, requires the
 // server to prove the token over both nonces before proving it in turn, and
 // refuses a server that does not authenticate (auth_not_offered).
-asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, const asio::ip::tcp::endpoint& ep,
-                                                  const std::string& token) {
-  auto [ec] = co_await s.async_connect(ep, use_tuple);
-  if (ec)
-    co_return ec;
-  s.set_option(asio::ip::tcp::no_delay(true), ec);
+template <typename Stream>
+asio::awaitable<std::error_code> client_hello(Stream& s, const std::string& token) {
   hello mine;
   bytes client_nonce;
   if (!token.empty()) {
@@ -111,7 +113,8 @@ asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, cons
 
 // The server side: with a token, answers the client's nonce with its own and
 // its proof, then checks the client's proof.
-asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, const std::string& token) {
+template <typename Stream>
+asio::awaitable<std::error_code> server_hello(Stream& s, const std::string& token) {
   hello h;
   bytes client_nonce;
   if (auto ec = co_await read_hello(s, h, client_nonce))
@@ -150,6 +153,35 @@ asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, cons
 }
 
 
+// The client's side from the TCP connect on: with options' tls, the TLS
+// handshake (into `tls`, which then owns the socket), then the hello.
+asio::awaitable<std::error_code> client_handshake(asio::ip::tcp::socket& s, std::unique_ptr<detail::tls_stream>& tls,
+                                                  const asio::ip::tcp::endpoint& ep, const connection_options& opts) {
+  auto [ec] = co_await s.async_connect(ep, use_tuple);
+  if (ec)
+    co_return ec;
+  s.set_option(asio::ip::tcp::no_delay(true), ec);
+  if (!opts.tls)
+    co_return co_await client_hello(s, opts.auth_token);
+  tls = std::make_unique<detail::tls_stream>(std::move(s), *opts.tls);
+  const auto tec = co_await detail::tls_client_handshake(*tls, *opts.tls, ep);
+  if (tec)
+    co_return tec;
+  co_return co_await client_hello(tls->stream, opts.auth_token);
+}
+
+// The server's side: with options' tls, the TLS handshake, then the hello.
+asio::awaitable<std::error_code> server_handshake(asio::ip::tcp::socket& s, std::unique_ptr<detail::tls_stream>& tls,
+                                                  const connection_options& opts) {
+  if (!opts.tls)
+    co_return co_await server_hello(s, opts.auth_token);
+  tls = std::make_unique<detail::tls_stream>(std::move(s), *opts.tls);
+  const auto tec = co_await detail::tls_server_handshake(*tls, *opts.tls);
+  if (tec)
+    co_return tec;
+  co_return co_await server_hello(tls->stream, opts.auth_token);
+}
+
 // Runs `op` (a hello exchange), giving up with hello_timeout after `limit` (the op is cancelled).
 asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::error_code> op,
                                                            corodist::timeout limit) {
@@ -163,13 +195,21 @@ asio::awaitable<std::error_code> within_handshake_deadline(asio::awaitable<std::
 asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connection_options opts) {
   asio::ip::tcp::socket s(ex);
+  std::unique_ptr<detail::tls_stream> tls;
   auto ec = detail::open_from(s, ep, opts.local_address);
   if (!ec)
-    ec = co_await within_handshake_deadline(client_handshake(s, ep, opts.auth_token), opts.handshake_timeout);
+    ec = co_await within_handshake_deadline(client_handshake(s, tls, ep, opts), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
-    s.close(ignored);
+    (tls ? tls->stream.next_layer() : s).close(ignored);
+    if (tls)
+      CORODIST_LOG_DEBUG("net: TLS connection to {} failed: {}", detail::endpoint_text(ep), ec.message());
     co_return std::pair{ec, std::shared_ptr<connection>{}};
+  }
+  if (tls) {
+    CORODIST_LOG_DEBUG("net: connected to {} over TLS (from {})", detail::endpoint_text(ep),
+                       local_text(tls->stream.next_layer()));
+    co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(tls), opts)};
   }
   CORODIST_LOG_DEBUG("net: connected to {} (from {})", detail::endpoint_text(ep), local_text(s));
   co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};
@@ -179,11 +219,17 @@ asio::awaitable<std::pair<std::error_code, std::shared_ptr<connection>>>
 connection::accept(asio::ip::tcp::socket s, connection_options opts) {
   std::error_code ec;
   s.set_option(asio::ip::tcp::no_delay(true), ec);
-  ec = co_await within_handshake_deadline(server_handshake(s, opts.auth_token), opts.handshake_timeout);
+  std::unique_ptr<detail::tls_stream> tls;
+  ec = co_await within_handshake_deadline(server_handshake(s, tls, opts), opts.handshake_timeout);
   if (ec) {
     std::error_code ignored;
-    s.close(ignored);
+    (tls ? tls->stream.next_layer() : s).close(ignored);
     co_return std::pair{ec, std::shared_ptr<connection>{}};
+  }
+  if (tls) {
+    CORODIST_LOG_DEBUG("net: accepted a TLS connection from {} (on {})", detail::peer_text(tls->stream.next_layer()),
+                       local_text(tls->stream.next_layer()));
+    co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(tls), opts)};
   }
   CORODIST_LOG_DEBUG("net: accepted a connection from {} (on {})", detail::peer_text(s), local_text(s));
   co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(s), opts)};

@@ -3,6 +3,7 @@
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "net/tls_stream.hpp"
 #if CORODIST_IO_URING
 #include "net/uring_service.hpp"
 #endif
@@ -144,7 +145,9 @@ asio::awaitable<void> listener::greet(asio::ip::tcp::socket socket, bool late_he
     std::shared_ptr<listener> self;
     ~uncount() { --self->handshaking_; }
   } guard{shared_from_this()};
-  if (foreign_ && !late_hello)
+  if (opts_.tls && !late_hello)
+    co_await sniff_tls(std::move(socket));
+  else if (foreign_ && !late_hello)
     co_await sniff(std::move(socket));
   else
     co_await handshake(std::move(socket), handshake_deadline());
@@ -196,12 +199,41 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
     co_return; // closed before saying anything
   if (first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff))
     co_return co_await handshake(std::move(socket), deadline);
+  if (first[0] == detail::tls_handshake_record) { // (no foreign protocol starts so: PyTorch's codes are below 20)
+    CORODIST_LOG_WARN("refused a TLS connection from {}: this port does not use TLS", endpoint_text(peer));
+    co_return;
+  }
   if (foreign_->accepts(first[0])) {
     foreign_->take(std::move(socket), false);
     co_return;
   }
   CORODIST_LOG_WARN("rejected connection from {}: protocol not served here (first byte 0x{:02x})", endpoint_text(peer),
                     first[0]);
+}
+
+// A TLS listener serves TLS only: a connection whose first byte is not a TLS
+// handshake record (a native plain hello, a PyTorch TCPStore client) is
+// refused with one line, and the foreign protocol is not served.
+asio::awaitable<void> listener::sniff_tls(asio::ip::tcp::socket socket) {
+  const auto deadline = handshake_deadline();
+  std::error_code ignored;
+  auto peer = socket.remote_endpoint(ignored);
+  std::array<std::uint8_t, 1> first{};
+  auto r = co_await corodist::detail::within(
+      socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple), deadline);
+  if (!r) {
+    CORODIST_LOG_WARN("rejected connection from {}: it sent nothing within the handshake timeout", endpoint_text(peer));
+    co_return;
+  }
+  auto [ec, n] = *r;
+  if (ec || n == 0)
+    co_return; // closed before saying anything
+  if (first[0] != detail::tls_handshake_record) {
+    CORODIST_LOG_WARN("refused a plain (non-TLS) connection from {}: this port requires TLS (first byte 0x{:02x})",
+                      endpoint_text(peer), first[0]);
+    co_return;
+  }
+  co_await handshake(std::move(socket), deadline);
 }
 
 void listener::accept_late_hello(asio::ip::tcp::socket socket) {

@@ -8,6 +8,7 @@
 #include "net/connection_counting.hpp"
 #include "net/connection_io.hpp"
 #include "net/endpoint_text.hpp"
+#include "net/tls_stream.hpp"
 
 #include <asio/bind_allocator.hpp>
 #include <asio/co_spawn.hpp>
@@ -67,7 +68,7 @@ void connection::on_read_error(std::error_code ec, std::size_t frame_bytes) {
     close(errc::truncated_frame);
     return;
   }
-  if (ec != asio::error::eof) {
+  if (ec != asio::error::eof && ec != asio::ssl::error::stream_truncated) { // (a TLS peer's close without close_notify)
     CORODIST_LOG_DEBUG("connection from {} lost: {}", detail::endpoint_text(remote_), ec.message());
     if (started_ && ec != asio::error::operation_aborted)
       detail::bump(detail::counting().lost);
@@ -151,6 +152,10 @@ void connection::post_read() {
     return;
   }
 #endif
+  if (tls_) {
+    tls_->stream.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), std::move(done));
+    return;
+  }
   socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), std::move(done));
 }
 
@@ -170,7 +175,7 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
       data = scratch.data();
       std::memcpy(data, head_.data(), got);
       if (got == head_.size()) { // more is probably waiting: drain it without waiting
-        if (uring_ == nullptr) { // (on the ring there is no descriptor: the next read takes it)
+        if (uring_ == nullptr && !tls_) { // (on the ring there is no descriptor, and TLS bytes are records: the next read takes it)
           const ssize_t more = ::recv(socket_.native_handle(), data + n, scratch.size() - n, MSG_DONTWAIT);
           if (more > 0)
             n += static_cast<std::size_t>(more); // errors and EOF surface on the next read

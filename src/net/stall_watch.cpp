@@ -5,6 +5,7 @@
 
 #include "core/deadline.hpp"
 #include "net/connection_io.hpp"
+#include "net/tls_stream.hpp"
 
 #include <asio/read.hpp>
 #include <asio/use_awaitable.hpp>
@@ -68,7 +69,7 @@ void connection::on_stall_watch() {
     if (uring_ != nullptr)
       cancel_on_uring();
     else
-      socket_.cancel(ignored);
+      tcp().cancel(ignored);
     return;
   }
   arm_stall_watch(); // from the last progress
@@ -96,7 +97,15 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_
       progress_at_ = clock::now();
   } else
 #endif
-  if (all) {
+  if (tls_) {
+    if (all) {
+      std::tie(ec, n) =
+          co_await asio::async_read(tls_->stream, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
+    } else {
+      std::tie(ec, n) = co_await tls_->stream.async_read_some(b, use_tuple);
+      progress_at_ = clock::now();
+    }
+  } else if (all) {
     std::tie(ec, n) = co_await asio::async_read(socket_, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
   } else {
     std::tie(ec, n) = co_await socket_.async_read_some(b, use_tuple);

@@ -7,6 +7,7 @@
 
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "net/tls_stream.hpp"
 
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
@@ -110,8 +111,8 @@ std::error_code connection::enqueue(frame_header h, bytes&& body, std::vector<se
 
 void connection::send_queued_now() {
   queued_frames_ = 0;
-  if (uring_ != nullptr)
-    return; // no descriptor to send on at once: the write takes all of it
+  if (uring_ != nullptr || tls_)
+    return; // no descriptor to send on at once (or TLS records to make): the write takes all of it
   auto& st = queued_.stage;
   // No write is in flight and every queued frame is in `stage`: a plain
   // non-blocking send keeps the byte order. What the socket does not take now
@@ -161,7 +162,10 @@ void connection::start_write() {
   if (b.large.empty()) {
     // Small frames only: one buffer, and an operation sized for one (the
     // gathered write's operation holds room for 64 iovecs, 1.6 KB).
-    asio::async_write(socket_, asio::buffer(b.stage), transfer_all_uncapped{}, on_asio());
+    if (tls_)
+      asio::async_write(tls_->stream, asio::buffer(b.stage), transfer_all_uncapped{}, on_asio());
+    else
+      asio::async_write(socket_, asio::buffer(b.stage), transfer_all_uncapped{}, on_asio());
     return;
   }
   iov_.clear();
@@ -179,6 +183,10 @@ void connection::start_write() {
     iov_.push_back(asio::buffer(b.stage.data() + pos, b.stage.size() - pos));
   if (uring_ != nullptr) {
     uring_write();
+    return;
+  }
+  if (tls_) {
+    asio::async_write(tls_->stream, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, on_asio());
     return;
   }
   asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, on_asio());

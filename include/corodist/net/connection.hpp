@@ -34,9 +34,12 @@ namespace corodist::net {
 
 using namespace std::chrono_literals;
 
+class tls_context;
+
 namespace detail {
 class heartbeat_wheel;
 class uring_service;
+struct tls_stream;
 } // namespace detail
 
 
@@ -125,6 +128,15 @@ struct connection_options {
   /// of the destination's family (else connect fails with the bind's error,
   /// or address_family_not_supported). nullopt: the kernel picks. Unused by accept.
   std::optional<asio::ip::address> local_address;
+  /// TLS 1.3 under the framing (docs/tls.md): null (the default) is plain
+  /// TCP. Set, connect() runs the TLS handshake as a client and accept() as
+  /// a server, before the hello; a failure is the handshake's error (a
+  /// tls_verify_category() code for a certificate that failed verification,
+  /// e.g. "certificate verify failed: certificate has expired", else
+  /// OpenSSL's, e.g. "tlsv1 alert unknown ca"). A TLS connection always runs
+  /// on transport::asio (transport::uring is ignored for it, logged once).
+  /// Made once with tls_context::make() and shared by many connections.
+  std::shared_ptr<const tls_context> tls;
 };
 
 /// A received frame.
@@ -179,6 +191,9 @@ public:
   accept(asio::ip::tcp::socket socket, connection_options opts);
 
   connection(asio::ip::tcp::socket socket, connection_options opts);
+  /// A connection whose bytes run through `tls` (its TLS handshake done):
+  /// connect() and accept() make these when options' tls is set.
+  connection(std::unique_ptr<detail::tls_stream> tls, connection_options opts);
   ~connection();
   connection(const connection&) = delete;
   connection& operator=(const connection&) = delete;
@@ -254,7 +269,10 @@ public:
   asio::any_io_executor get_executor() noexcept { return socket_.get_executor(); }
 
   /// Native socket handle (for tests and diagnostics).
-  int native_handle() noexcept { return uring_ ? -1 : socket_.native_handle(); }
+  int native_handle() noexcept;
+
+  /// Whether the connection runs over TLS (options' tls was set).
+  [[nodiscard]] bool is_tls() const noexcept { return tls_ != nullptr; }
 
   /// Whether the bytes go through the liburing service (options' io was
   /// transport::uring and the service took the socket at start()).
@@ -340,8 +358,11 @@ private:
   void start_heartbeat();
   void stop_heartbeat() noexcept;
   void on_heartbeat(bool confirming);
+  /// The TCP socket: socket_, or the one under the TLS stream.
+  asio::ip::tcp::socket& tcp() noexcept;
 
-  asio::ip::tcp::socket socket_;
+  asio::ip::tcp::socket socket_; // (unopened on a TLS connection: its socket is tls_'s)
+  std::unique_ptr<detail::tls_stream> tls_; // TLS connections only
   limits opts_;
   asio::ip::tcp::endpoint remote_;
   std::unique_ptr<asio::steady_timer> timer_; // request deadlines; made on first use
