@@ -8,6 +8,7 @@
 #include <corodist/core/timeout.hpp>
 
 #include <corodist/core/event_loop.hpp>
+#include <corodist/net/tls.hpp>
 #include <corodist/store/store.hpp>
 
 #include <optional>
@@ -25,6 +26,9 @@ struct rendezvous_options {
   corodist::timeout timeout = default_timeout;
   /// Token for the store server. nullopt: CORODIST_AUTH_TOKEN if set.
   std::optional<std::string> auth_token;
+  /// TLS for the store (rank 0's server and every rank's client). nullopt:
+  /// from CORODIST_TLS_* (docs/tls.md).
+  std::optional<net::tls_options> tls;
   /// env:// and tcp:// on rank 0: when its store goes (the last reference
   /// dropped off the loop thread), the server it hosts stays up until every
   /// other rank has disconnected, at most this long -- so that the other ranks'

@@ -8,6 +8,7 @@
 #include <corodist/core/timeout.hpp>
 
 #include <corodist/net/connection.hpp>
+#include <corodist/net/tls.hpp>
 #include <corodist/store/auth_token.hpp> // resolve_auth_token, once declared here
 
 #include <asio/awaitable.hpp>
@@ -44,6 +45,13 @@ struct server_options {
   /// Shared secret clients must prove (HMAC challenge-response). nullopt: take
   /// CORODIST_AUTH_TOKEN from the environment if set; "": no authentication.
   std::optional<std::string> auth_token;
+  /// TLS for every native client (docs/tls.md). nullopt: from CORODIST_TLS_*
+  /// (net::tls_options_from_env()); options that are not enabled(): plain
+  /// TCP. With TLS, the port serves TLS only: a plain client (a native one
+  /// without TLS, or a PyTorch TCPStore client) is refused with one log line
+  /// ("refused a plain (non-TLS) connection from ADDR: this port requires TLS").
+  /// Bad files make start() throw usage_error.
+  std::optional<net::tls_options> tls;
   std::size_t max_key_size = default_max_key_size;
   std::size_t max_value_size = default_max_value_size;
   std::size_t max_keys_per_request = default_max_keys_per_request;

@@ -8,6 +8,7 @@
 #include <corodist/core/timeout.hpp>
 
 #include <corodist/net/connection.hpp>
+#include <corodist/net/tls.hpp>
 #include <corodist/store/default_timeout.hpp>
 
 #include <chrono>
@@ -42,6 +43,12 @@ struct tcp_store_options {
   /// Token to authenticate with. nullopt: CORODIST_AUTH_TOKEN if set; "": none.
   /// (The PyTorch protocols have no authentication.)
   std::optional<std::string> auth_token;
+  /// TLS to the store server (native protocol; docs/tls.md). nullopt: from
+  /// CORODIST_TLS_* (net::tls_options_from_env()); options that are not
+  /// enabled(): plain TCP. The server's certificate is checked against
+  /// `server_name` if set, else `host` (a DNS name or an IP address). Ignored
+  /// when connection.tls is set already.
+  std::optional<net::tls_options> tls;
   /// The local address to connect from, e.g. "127.0.0.2" (an IPv4 or IPv6
   /// literal of this host, of the server's family): each source address has
   /// its own ephemeral ports, so ranks spread over 127.0.0.2, 127.0.0.3, ...

@@ -2,6 +2,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/net/errors.hpp>
+#include <corodist/net/tls.hpp>
 
 #include "core/deadline.hpp"
 #include "core/log.hpp"
@@ -28,7 +29,8 @@ constexpr ms max_backoff{1000};
 // close connections it cannot take yet, and the next attempt may be served.
 bool permanent(std::error_code ec) {
   return ec == net::errc::bad_magic || ec == net::errc::unsupported_version || ec == net::errc::auth_required ||
-         ec == net::errc::auth_failed || ec == net::errc::auth_not_offered || ec == net::errc::bad_hello;
+         ec == net::errc::auth_failed || ec == net::errc::auth_not_offered || ec == net::errc::bad_hello ||
+         net::is_tls_error(ec);
 }
 
 ms since(std::chrono::steady_clock::time_point t) {

@@ -4,6 +4,7 @@
 #include <corodist/core/run_blocking.hpp>
 #include <corodist/metrics/metrics_server.hpp>
 #include <corodist/net/connection.hpp>
+#include <corodist/net/tls.hpp>
 #include <corodist/store/auth_token.hpp>
 #include <corodist/store/tcp_store.hpp>
 
@@ -334,6 +335,15 @@ asio::awaitable<std::shared_ptr<tcp_store>> tcp_store::connect(asio::any_io_exec
   metrics::start_from_environment(); // CORODIST_METRICS_PORT: a job's process starts its metrics here
   opts.connection.auth_token = resolve_auth_token(opts.auth_token);
   opts.connection.request_timeout = corodist::timeout::never(); // deadlines are set per call
+  if (!opts.connection.tls) {
+    if (auto t = net::resolve_tls_options(opts.tls)) {
+      std::error_code not_ip;
+      (void)asio::ip::make_address(opts.host, not_ip);
+      if (t->server_name.empty() && not_ip) // a host name: the certificate must carry it
+        t->server_name = opts.host;
+      opts.connection.tls = net::tls_context::make(*t);
+    }
+  }
   if (auto source = detail::source_address(ex, opts))
     opts.connection.local_address = source;
   std::shared_ptr<tcp_store> made;

@@ -401,6 +401,7 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
       so.host = results.begin()->endpoint().address().to_string();
       so.port = port;
       so.auth_token = opts.auth_token;
+      so.tls = opts.tls;
       try {
         server = store_server::start(ex, so);
       } catch (const connection_error& e) {
@@ -419,6 +420,7 @@ asio::awaitable<rendezvous_result> async_rendezvous(asio::any_io_executor ex, st
     to.port = port;
     to.timeout = opts.timeout;
     to.auth_token = opts.auth_token;
+    to.tls = opts.tls;
     where = detail::where(to);
     auto client = co_await tcp_store::connect(ex, to);
     if (server) // rank 0's server lives as long as its store, and lingers for the others

@@ -170,6 +170,7 @@ std::shared_ptr<store_server> store_server::start(asio::any_io_executor ex, serv
   copts.handshake_timeout = im.opts.handshake_timeout;
   copts.peer_timeout = im.opts.peer_timeout;
   copts.request_timeout = corodist::timeout::never();
+  copts.tls = net::tls_context::resolve(im.opts.tls); // (throws usage_error for files it cannot load)
   auto [lec, l] = net::listener::listen(ex, {addr, im.opts.port}, copts,
                                         [w = std::weak_ptr<store_server>(srv)](std::shared_ptr<net::connection> c) {
                                           if (auto s = w.lock())
@@ -203,8 +204,9 @@ std::shared_ptr<store_server> store_server::start(asio::any_io_executor ex, serv
   im.listener = l;
   srv->endpoint_ = l->local_endpoint();
   l->start();
-  CORODIST_LOG_INFO("store server listening on {}{}", net::detail::endpoint_text(srv->endpoint_),
-                    copts.auth_token.empty() ? "" : " (authentication required)");
+  CORODIST_LOG_INFO("store server listening on {}{}{}", net::detail::endpoint_text(srv->endpoint_),
+                    copts.auth_token.empty() ? "" : " (authentication required)",
+                    copts.tls ? " (TLS only; PyTorch TCPStore clients are refused)" : "");
   return srv;
 }
 
