@@ -53,6 +53,7 @@ asio::awaitable<void> agent_core::start() {
       store::rendezvous_options ro;
       ro.timeout = opts_.init_timeout;
       ro.auth_token = opts_.auth_token;
+      ro.tls = opts_.tls;
       auto res = co_await store::async_rendezvous(ex_, opts_.init_method, ro);
       store_ = res.store;
       opts_.rank = res.rank;
@@ -73,6 +74,7 @@ asio::awaitable<void> agent_core::start() {
     copts.request_timeout = corodist::timeout::never();
     copts.peer_timeout = opts_.peer_timeout;
     copts.auth_token = store::resolve_auth_token(opts_.auth_token);
+    copts.tls = net::tls_context::resolve(opts_.tls); // one context for the listener and every channel
     channels_ = std::make_shared<channels>(
         ex_, registry_, copts, [d = std::weak_ptr<dispatcher>(dispatcher_)](message_kind k) {
           auto p = d.lock();

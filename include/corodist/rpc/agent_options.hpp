@@ -7,6 +7,7 @@
 #include <corodist/core/timeout.hpp>
 
 #include <corodist/net/connection.hpp>
+#include <corodist/net/tls.hpp>
 #include <corodist/store/store.hpp>
 
 #include <chrono>
@@ -105,6 +106,13 @@ struct agent_options {
   /// Token peers must prove when connecting (HMAC hello). nullopt:
   /// CORODIST_AUTH_TOKEN if set; "": none.
   std::optional<std::string> auth_token;
+  /// TLS for the RPC channels (the listener and every dialled connection;
+  /// docs/tls.md) and for the store of a rendezvous made from init_method.
+  /// nullopt: from CORODIST_TLS_* (net::tls_options_from_env()); options that
+  /// are not enabled(): plain TCP. A dialled peer's certificate is checked
+  /// against the address it published (an IP subject alternative name) unless
+  /// server_name is set. Bad files make start() throw usage_error.
+  std::optional<net::tls_options> tls;
 };
 
 } // namespace corodist::rpc
