@@ -207,6 +207,7 @@ connection::connect(asio::any_io_executor ex, asio::ip::tcp::endpoint ep, connec
     co_return std::pair{ec, std::shared_ptr<connection>{}};
   }
   if (tls) {
+    tls->start_records();
     CORODIST_LOG_DEBUG("net: connected to {} over TLS (from {})", detail::endpoint_text(ep),
                        local_text(tls->stream.next_layer()));
     co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(tls), opts)};
@@ -227,6 +228,7 @@ connection::accept(asio::ip::tcp::socket s, connection_options opts) {
     co_return std::pair{ec, std::shared_ptr<connection>{}};
   }
   if (tls) {
+    tls->start_records();
     CORODIST_LOG_DEBUG("net: accepted a TLS connection from {} (on {})", detail::peer_text(tls->stream.next_layer()),
                        local_text(tls->stream.next_layer()));
     co_return std::pair{std::error_code{}, std::make_shared<connection>(std::move(tls), opts)};

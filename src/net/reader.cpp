@@ -153,7 +153,7 @@ void connection::post_read() {
   }
 #endif
   if (tls_) {
-    tls_->stream.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), std::move(done));
+    tls_->async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), std::move(done));
     return;
   }
   socket_.async_read_some(big ? asio::buffer(big_) : asio::buffer(head_), std::move(done));

@@ -98,13 +98,13 @@ asio::awaitable<std::pair<std::error_code, std::size_t>> connection::read_frame_
   } else
 #endif
   if (tls_) {
-    if (all) {
-      std::tie(ec, n) =
-          co_await asio::async_read(tls_->stream, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
-    } else {
-      std::tie(ec, n) = co_await tls_->stream.async_read_some(b, use_tuple);
-      progress_at_ = clock::now();
-    }
+    do { // until `b` is full (all) or once, noting each step of progress
+      auto [e, k] = co_await tls_->read_some(b + n);
+      n += k;
+      if (k > 0)
+        progress_at_ = clock::now();
+      ec = e;
+    } while (all && !ec && n < b.size());
   } else if (all) {
     std::tie(ec, n) = co_await asio::async_read(socket_, b, transfer_all_noting_progress{&progress_at_}, use_tuple);
   } else {

@@ -162,9 +162,10 @@ void connection::start_write() {
   if (b.large.empty()) {
     // Small frames only: one buffer, and an operation sized for one (the
     // gathered write's operation holds room for 64 iovecs, 1.6 KB).
-    if (tls_)
-      asio::async_write(tls_->stream, asio::buffer(b.stage), transfer_all_uncapped{}, on_asio());
-    else
+    if (tls_) {
+      iov_.assign(1, asio::buffer(b.stage));
+      tls_->async_write_all(iov_, on_asio());
+    } else
       asio::async_write(socket_, asio::buffer(b.stage), transfer_all_uncapped{}, on_asio());
     return;
   }
@@ -186,7 +187,7 @@ void connection::start_write() {
     return;
   }
   if (tls_) {
-    asio::async_write(tls_->stream, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, on_asio());
+    tls_->async_write_all(iov_, on_asio());
     return;
   }
   asio::async_write(socket_, std::span<const asio::const_buffer>(iov_), transfer_all_uncapped{}, on_asio());
