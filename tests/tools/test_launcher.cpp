@@ -16,6 +16,7 @@
 #include "support/child_process.hpp"
 #include "support/free_port.hpp"
 #include "support/launched.hpp"
+#include "support/test_certs.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -824,6 +825,38 @@ BOOST_AUTO_TEST_CASE(env_rendezvous_of_two_srun_tasks, *utf::timeout(90)) {
     }));
   for (auto& t : tasks)
     BOOST_TEST(t->wait() == 0);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(launcher_tls, *utf::precondition(corodist::test::needs_openssl{}))
+
+// --tls-cert/--tls-key/--tls-ca: the launcher's store serves TLS only (its
+// log says so) and the ranks, given CORODIST_TLS_* (mutual TLS), meet in it.
+BOOST_AUTO_TEST_CASE(tls_flags_make_the_store_tls_and_reach_the_ranks, *utf::timeout(90)) {
+  corodist::test::test_certs certs;
+  ::setenv("CORODIST_LOG", "info", 1);
+  launched l({"--nproc", "2", "--tls-cert", certs.path("server.pem"), "--tls-key", certs.path("server.key"),
+              "--tls-ca", certs.path("ca.pem"), "--", rank_path, "rendezvous"});
+  ::unsetenv("CORODIST_LOG");
+  int st = l.finish();
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 0), l.err());
+  std::set<int> ranks;
+  for (auto& [r, rest] : prefixed(l.out()))
+    if (rest.rfind("rank ", 0) == 0)
+      ranks.insert(r);
+  BOOST_TEST((ranks == std::set<int>{0, 1}), l.out());
+  BOOST_TEST(l.err().find("(TLS only; PyTorch TCPStore clients are refused)") != std::string::npos, l.err());
+}
+
+// The flags go together.
+BOOST_AUTO_TEST_CASE(a_tls_certificate_without_its_key_is_a_usage_error, *utf::timeout(30)) {
+  corodist::test::test_certs certs;
+  launched l({"--nproc", "1", "--tls-cert", certs.path("server.pem"), "--tls-ca", certs.path("ca.pem"), "--",
+              rank_path, "report"});
+  int st = l.finish();
+  BOOST_TEST((WIFEXITED(st) && WEXITSTATUS(st) == 2));
+  BOOST_TEST(l.err().find("--tls-cert, --tls-key and --tls-ca go together") != std::string::npos, l.err());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -110,6 +110,13 @@ int main(int argc, char** argv) {
                  "seconds between --timeline's snapshots (what a rank did after its last one is not in the file)")
       ->capture_default_str()
       ->check(CLI::Range(0.05, 3600.0));
+  app.add_option("--tls-cert", s.tls_cert,
+                 "PEM certificate chain for TLS on the job's store and RPC channels (with --tls-key and --tls-ca; "
+                 "the ranks get CORODIST_TLS_CERT/KEY/CA and require one another's certificates: mutual TLS)")
+      ->check(CLI::ExistingFile);
+  app.add_option("--tls-key", s.tls_key, "the private key of --tls-cert (PEM)")->check(CLI::ExistingFile);
+  app.add_option("--tls-ca", s.tls_ca, "the CA file (PEM) that every certificate of the job must chain to")
+      ->check(CLI::ExistingFile);
   app.add_option("command", s.command, "the program and its arguments, after --")->required();
   CLI11_PARSE(app, argc, argv);
 
@@ -138,6 +145,16 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  if (s.tls_cert.empty() != s.tls_key.empty() || (!s.tls_cert.empty() && s.tls_ca.empty())) {
+    say("--tls-cert, --tls-key and --tls-ca go together");
+    return 2;
+  }
+  for (auto* f : {&s.tls_cert, &s.tls_key, &s.tls_ca}) // the ranks may run elsewhere in the tree
+    if (!f->empty())
+      *f = std::filesystem::absolute(*f).string();
+  // This launcher's store, and every rank (they inherit it), use the same CORODIST_TLS_*.
+  for (auto& [name, value] : tls_env(s))
+    ::setenv(name.c_str(), value.c_str(), 1);
   // The ranks get their own CORODIST_METRICS_PORT; the launcher serves none of its own.
   if (s.metrics_port >= 0)
     ::unsetenv(corodist::metrics::port_variable);

@@ -6,6 +6,19 @@
 
 namespace corodist::tools::launch {
 
+std::vector<std::pair<std::string, std::string>> tls_env(const settings& s) {
+  std::vector<std::pair<std::string, std::string>> env;
+  if (!s.tls_cert.empty())
+    env.emplace_back("CORODIST_TLS_CERT", s.tls_cert);
+  if (!s.tls_key.empty())
+    env.emplace_back("CORODIST_TLS_KEY", s.tls_key);
+  if (!s.tls_ca.empty())
+    env.emplace_back("CORODIST_TLS_CA", s.tls_ca);
+  if (!s.tls_cert.empty() && !s.tls_ca.empty()) // every rank holds a certificate: its servers require one
+    env.emplace_back("CORODIST_TLS_REQUIRE_CLIENT_CERT", "1");
+  return env;
+}
+
 std::chrono::milliseconds to_ms(double s) {
   return std::chrono::milliseconds(static_cast<long long>(std::llround(s * 1000.0)));
 }

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace corodist::tools::launch {
@@ -43,12 +44,19 @@ struct settings {
   std::string hang_dump_dir; ///< --hang-dump-dir: where verdict dumps go (empty: --log-dir, else the temp directory)
   std::string timeline; ///< --timeline: the trace-event file written at each generation's end (empty: none)
   double timeline_every_s = default_timeline_every_s; ///< --timeline-every: seconds between the ranks' snapshots
+  std::string tls_cert; ///< --tls-cert: the job's certificate chain (absolute; empty: no TLS flags)
+  std::string tls_key;  ///< --tls-key: its private key
+  std::string tls_ca;   ///< --tls-ca: the CA every certificate of the job must chain to
   std::vector<std::string> command;
 };
 
 /// Parses "N" or "MIN:MAX" into `s` (min_nodes, max_nodes, elastic); returns
 /// an error text, empty when it parsed.
 std::string parse_nnodes(const std::string& text, settings& s);
+
+/// The CORODIST_TLS_* variables the --tls-* flags give the ranks (and this
+/// launcher's own store): none when no flag is set.
+std::vector<std::pair<std::string, std::string>> tls_env(const settings& s);
 
 /// Seconds as milliseconds, rounded.
 std::chrono::milliseconds to_ms(double s);
