@@ -14,6 +14,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -35,7 +36,9 @@ inline void register_functions(rpc::agent& a) {
 
 class agent_pair {
 public:
-  explicit agent_pair(std::chrono::microseconds sync_spin = {}) {
+  /// `tls`: the agents' agent_options::tls (default: plain TCP, whatever CORODIST_TLS_* says).
+  explicit agent_pair(std::chrono::microseconds sync_spin = {},
+                      std::optional<net::tls_options> tls = net::tls_options{}) {
     store_loop_.start();
     client_loop_.start();
     server_loop_.start();
@@ -49,6 +52,7 @@ public:
       o.auth_token = "";
       o.rpc_timeout = std::chrono::seconds(60);
       o.sync_spin = sync_spin;
+      o.tls = tls;
       agents_[r] = std::make_unique<rpc::agent>(r == 0 ? client_loop_ : server_loop_, o);
       register_functions(*agents_[r]);
     }

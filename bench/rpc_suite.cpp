@@ -27,9 +27,12 @@
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <functional>
 #include <future>
 #include <stdexcept>
 #include <thread>
+
+#include <stdlib.h>
 
 namespace corodist::bench {
 namespace {
@@ -63,8 +66,10 @@ void one_sync(rpc::agent& a, const sync_case& sc, const std::string& text, const
   }
 }
 
-void sync_latency(context& ctx, agent_pair& pair, const sync_case& sc, const char* fn = "noop",
-                  std::vector<peer_result> peers = {}) {
+// Returns the p50 in µs.
+// `amend` may add to the record before it is reported.
+double sync_latency(context& ctx, agent_pair& pair, const sync_case& sc, const char* fn = "noop",
+                    std::vector<peer_result> peers = {}, const std::function<void(record&)>& amend = {}) {
   const std::size_t samples = ctx.quick ? sc.quick_samples : sc.full_samples;
   const double budget_s = ctx.quick ? 4.0 : 30.0;
   const std::string text(sc.bytes, 'x');
@@ -90,7 +95,11 @@ void sync_latency(context& ctx, agent_pair& pair, const sync_case& sc, const cha
              {"samples", static_cast<double>(rec.size())},
              {"calls_per_s", static_cast<double>(rec.size()) / elapsed}};
   r.peers = std::move(peers);
+  if (amend)
+    amend(r);
+  const double p50 = r.p50_us;
   ctx.report(std::move(r));
+  return p50;
 }
 
 // call<void> from a coroutine on the client's loop: no caller thread to wake.
@@ -138,7 +147,9 @@ void async_throughput(context& ctx, agent_pair& pair, std::vector<peer_result> p
 // the socket on receive); GB/s counts both directions.
 constexpr std::size_t echo_bytes = std::size_t{64} << 20;
 
-void echo_64MiB(context& ctx, agent_pair& pair, std::vector<peer_result> peers) {
+// Returns the GB/s; `amend` may add to the record before it is reported.
+double echo_64MiB(context& ctx, agent_pair& pair, std::vector<peer_result> peers, const char* name = "echo_64MiB",
+                  const std::function<void(record&)>& amend = {}) {
   const std::size_t bytes = echo_bytes;
   const int rounds = ctx.quick ? 3 : 10;
   auto data = std::make_shared<std::vector<std::byte>>(bytes, std::byte{7});
@@ -156,12 +167,16 @@ void echo_64MiB(context& ctx, agent_pair& pair, std::vector<peer_result> peers) 
       throw std::runtime_error("echo size mismatch");
   }
   const double elapsed = seconds_since(start);
-  auto r = latency_record("rpc", "echo_64MiB", rec, elapsed);
+  auto r = latency_record("rpc", name, rec, elapsed);
   // From the median round trip: 2 x 64 MiB moved.
   r.gbytes_per_s = 2.0 * static_cast<double>(bytes) / (rec.percentile(0.5) * 1e-6) / 1e9;
   r.extra = {{"bytes", static_cast<double>(bytes)}, {"rounds", static_cast<double>(rounds)}};
   r.peers = std::move(peers);
+  if (amend)
+    amend(r);
+  const double gbs = r.gbytes_per_s;
   ctx.report(std::move(r));
+  return gbs;
 }
 
 } // namespace
@@ -246,6 +261,99 @@ void run_rpc_suite(context& ctx) {
 }
 
 const suite_registrar registrar("rpc", &run_rpc_suite, 40, 10);
+
+// ---- suite `tls`: what TLS costs corodist's RPC and gRPC C++, same run ----
+
+/// The certificates of scripts/make_test_certs.sh (openssl CLI) in a fresh
+/// temporary directory, removed with it.
+struct bench_certs {
+  bench_certs() {
+    char name[] = "/tmp/corodist_bench_tls_XXXXXX";
+    if (::mkdtemp(name) == nullptr)
+      throw std::runtime_error("tls suite: mkdtemp failed");
+    dir = name;
+    if (!command_succeeds({"bash", CORODIST_BENCH_SOURCE_DIR "/../scripts/make_test_certs.sh", dir}))
+      throw std::runtime_error("tls suite: scripts/make_test_certs.sh failed (is the openssl command-line tool installed?)");
+  }
+  ~bench_certs() { remove_tree(dir); }
+  bench_certs(const bench_certs&) = delete;
+  bench_certs& operator=(const bench_certs&) = delete;
+  std::string dir;
+};
+
+peer_output grpc_tls_peer(context& ctx, const std::string& tls_dir) {
+  if (!ctx.peers) return {{}, "skipped"};
+  const auto program = built_program("bench/corodist-grpc-peer");
+  if (program.empty()) return {{}, "not installed"};
+  std::vector<std::string> argv{program, "--samples", ctx.quick ? "20000" : "100000", "--echo-bytes",
+                                std::to_string(echo_bytes), "--rounds", ctx.quick ? "3" : "10", "--no-async"};
+  if (!tls_dir.empty()) {
+    argv.push_back("--tls-dir");
+    argv.push_back(tls_dir);
+  }
+  return run_peer(ctx, tls_dir.empty() ? "gRPC C++" : "gRPC C++ with TLS", argv, std::chrono::seconds(600));
+}
+
+// rpc_sync_empty and echo_64MiB, plain and over mutual TLS (TLS 1.3, the
+// certificates of make_test_certs.sh), each against gRPC C++ likewise (a
+// secure channel with the same certificates). The TLS rows carry the cost
+// of TLS to each: tls_cost = TLS figure / plain figure (time: p50; echo:
+// plain GB/s over TLS GB/s), for corodist and for gRPC.
+void run_tls_suite(context& ctx) {
+  bench_certs certs;
+  const auto grpc_plain = grpc_tls_peer(ctx, "");
+  const auto grpc_tls = grpc_tls_peer(ctx, certs.dir);
+  auto figure = [](const peer_output& o, const char* op, const char* key) {
+    const auto* l = o.find({{"op", op}});
+    return l ? l->number(key) : not_applicable;
+  };
+  const double g_sync_plain = figure(grpc_plain, "sync_unary_64B", "p50_us");
+  const double g_sync_tls = figure(grpc_tls, "sync_unary_64B", "p50_us");
+  const double g_echo_plain = figure(grpc_plain, "echo", "gbytes_per_s");
+  const double g_echo_tls = figure(grpc_tls, "echo", "gbytes_per_s");
+  net::tls_options t;
+  t.certificate_chain_file = certs.dir + "/client.pem"; // (its SAN: 127.0.0.1, where the agents listen)
+  t.private_key_file = certs.dir + "/client.key";
+  t.ca_file = certs.dir + "/ca.pem";
+  t.require_client_certificate = true;
+  const sync_case plain_case{"rpc_sync_empty_plain", 0, 20'000, 200'000};
+  const sync_case tls_case{"rpc_sync_empty_tls", 0, 20'000, 200'000};
+  double plain_p50 = not_applicable, plain_gbs = not_applicable;
+  {
+    agent_pair plain;
+    plain_p50 = sync_latency(ctx, plain, plain_case, "noop",
+                             {peer_from("grpc", grpc_plain, {{"op", "sync_unary_64B"}}, "p50_us")});
+    plain_gbs = echo_64MiB(ctx, plain, {peer_from("grpc", grpc_plain, {{"op", "echo"}}, nullptr, nullptr, "gbytes_per_s")},
+                           "echo_64MiB_plain");
+  }
+  agent_pair secure(std::chrono::microseconds{}, t);
+  sync_latency(ctx, secure, tls_case, "noop", {peer_from("grpc", grpc_tls, {{"op", "sync_unary_64B"}}, "p50_us")},
+               [&](record& r) {
+                 r.extra.insert(r.extra.end(), {{"plain_p50_us", plain_p50},
+                                                {"tls_cost", r.p50_us / plain_p50},
+                                                {"grpc_plain_p50_us", g_sync_plain},
+                                                {"grpc_tls_p50_us", g_sync_tls},
+                                                {"grpc_tls_cost", g_sync_tls / g_sync_plain}});
+                 r.text.emplace_back("tls_costs", fmt::format("TLS costs corodist x{:.2f} ({:.1f} -> {:.1f} us), gRPC x{:.2f} "
+                                                              "({:.1f} -> {:.1f} us)",
+                                                              r.p50_us / plain_p50, plain_p50, r.p50_us,
+                                                              g_sync_tls / g_sync_plain, g_sync_plain, g_sync_tls));
+               });
+  echo_64MiB(ctx, secure, {peer_from("grpc", grpc_tls, {{"op", "echo"}}, nullptr, nullptr, "gbytes_per_s")},
+             "echo_64MiB_tls", [&](record& r) {
+               r.extra.insert(r.extra.end(), {{"plain_gbytes_per_s", plain_gbs},
+                                              {"tls_cost", plain_gbs / r.gbytes_per_s},
+                                              {"grpc_plain_gbytes_per_s", g_echo_plain},
+                                              {"grpc_tls_gbytes_per_s", g_echo_tls},
+                                              {"grpc_tls_cost", g_echo_plain / g_echo_tls}});
+               r.text.emplace_back("tls_costs", fmt::format("TLS costs corodist x{:.2f} ({:.2f} -> {:.2f} GB/s), gRPC "
+                                                            "x{:.2f} ({:.2f} -> {:.2f} GB/s)",
+                                                            plain_gbs / r.gbytes_per_s, plain_gbs, r.gbytes_per_s,
+                                                            g_echo_plain / g_echo_tls, g_echo_plain, g_echo_tls));
+             });
+}
+
+const suite_registrar tls_registrar("tls", &run_tls_suite, 41, 4);
 
 } // namespace
 } // namespace corodist::bench

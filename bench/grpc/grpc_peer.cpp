@@ -6,7 +6,13 @@
 ///   async_x64        calls/s with 64 callback-API calls in flight
 ///   echo             GB/s of an N-byte echo (2 x N / median round trip)
 ///
-///   corodist-grpc-peer [--samples S] [--calls C] [--echo-bytes N] [--rounds R]
+/// With --tls-dir DIR the channel is a secure one, mutual TLS with the
+/// certificates of scripts/make_test_certs.sh in DIR (server.pem/.key,
+/// client.pem/.key, ca.pem): grpc::SslServerCredentials requiring and
+/// verifying the client's, grpc::SslCredentials on the client. --no-async
+/// leaves out async_x64.
+///
+///   corodist-grpc-peer [--samples S] [--calls C] [--echo-bytes N] [--rounds R] [--tls-dir DIR] [--no-async]
 
 #include "echo.grpc.pb.h"
 
@@ -18,6 +24,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -44,6 +52,14 @@ double percentile(std::vector<double>& v, double q) {
 
 double us_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 void check(const grpc::Status& s) {
@@ -119,12 +135,29 @@ int main(int argc, char** argv) {
   app.add_option("--calls", calls, "calls in the 64-in-flight run")->capture_default_str();
   app.add_option("--echo-bytes", echo_bytes, "payload of the echo case")->capture_default_str();
   app.add_option("--rounds", rounds, "timed echoes")->capture_default_str();
+  std::string tls_dir;
+  bool no_async = false;
+  app.add_option("--tls-dir", tls_dir, "mutual TLS with the certificates in this directory");
+  app.add_flag("--no-async", no_async, "leave out async_x64");
   CLI11_PARSE(app, argc, argv);
   try {
     echo_service service;
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    std::shared_ptr<grpc::ServerCredentials> server_creds = grpc::InsecureServerCredentials();
+    std::shared_ptr<grpc::ChannelCredentials> channel_creds = grpc::InsecureChannelCredentials();
+    if (!tls_dir.empty()) {
+      grpc::SslServerCredentialsOptions so(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      so.pem_root_certs = read_file(tls_dir + "/ca.pem");
+      so.pem_key_cert_pairs.push_back({read_file(tls_dir + "/server.key"), read_file(tls_dir + "/server.pem")});
+      server_creds = grpc::SslServerCredentials(so);
+      grpc::SslCredentialsOptions co;
+      co.pem_root_certs = read_file(tls_dir + "/ca.pem");
+      co.pem_private_key = read_file(tls_dir + "/client.key");
+      co.pem_cert_chain = read_file(tls_dir + "/client.pem");
+      channel_creds = grpc::SslCredentials(co);
+    }
+    builder.AddListeningPort("127.0.0.1:0", server_creds, &port);
     builder.RegisterService(&service);
     builder.SetMaxReceiveMessageSize(-1);
     builder.SetMaxSendMessageSize(-1);
@@ -134,8 +167,9 @@ int main(int argc, char** argv) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
-                                             grpc::InsecureChannelCredentials(), args);
+    if (!tls_dir.empty())
+      args.SetSslTargetNameOverride("localhost"); // a name of the server's certificate
+    auto channel = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port), channel_creds, args);
     auto stub = corodist_bench::Echo::NewStub(channel);
 
     auto lat = sync_latencies(*stub, 64, samples, std::max<std::size_t>(samples / 10, 10));
@@ -143,9 +177,11 @@ int main(int argc, char** argv) {
                 percentile(lat, 0.99), lat.size());
     std::fflush(stdout);
 
-    const double per_s = async_throughput(*stub, 64, calls);
-    std::printf("{\"op\":\"async_x64\",\"ops_per_s\":%.1f,\"in_flight\":64,\"calls\":%zu}\n", per_s, calls);
-    std::fflush(stdout);
+    if (!no_async) {
+      const double per_s = async_throughput(*stub, 64, calls);
+      std::printf("{\"op\":\"async_x64\",\"ops_per_s\":%.1f,\"in_flight\":64,\"calls\":%zu}\n", per_s, calls);
+      std::fflush(stdout);
+    }
 
     auto echo = sync_latencies(*stub, echo_bytes, rounds, 1);
     const double p50 = percentile(echo, 0.5);
