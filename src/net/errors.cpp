@@ -33,6 +33,9 @@ public:
     case errc::closed_before_hello:
       return "the peer closed the connection before its hello (as a server at its connection limit, or swamped "
              "by connects, does)";
+    case errc::tls_required:
+      return "the server accepts TLS connections only, and this side has no TLS configured (tls options or "
+             "CORODIST_TLS_CERT, CORODIST_TLS_KEY, CORODIST_TLS_CA)";
     case errc::peer_timed_out:
       return "the peer sent nothing within peer_timeout (it hangs, died without a reset, or the network between is down)";
     }
@@ -60,6 +63,8 @@ void throw_net_error(std::error_code ec, const std::string& context) {
       ec == errc::truncated_frame || ec == errc::bad_hello || ec == errc::auth_required ||
       ec == errc::auth_failed || ec == errc::auth_not_offered)
     throw protocol_error(what);
+  if (ec == errc::tls_required)
+    throw connection_error(what);
   if (ec == errc::remote_failure || ec == errc::too_many_pending)
     throw error(what);
   if (is_tls_error(ec))

@@ -43,8 +43,11 @@ asio::awaitable<std::error_code> read_hello(Stream& s, hello& out, bytes& extens
   auto [ec, n] = co_await asio::async_read(s, asio::buffer(buf), use_tuple);
   if (ec == asio::ssl::error::stream_truncated) // a TLS peer that closed without close_notify
     ec = asio::error::eof;
-  if (ec == asio::error::eof) // closed before a byte: not a malformed hello (a client may retry it)
+  if (ec == asio::error::eof) { // closed before a byte: not a malformed hello (a client may retry it)
+    if (n > 0 && static_cast<unsigned char>(buf[0]) == detail::tls_alert_record)
+      co_return errc::tls_required; // a TLS-only port's answer to a plain hello (listener.cpp)
     co_return n == 0 ? std::error_code(errc::closed_before_hello) : std::error_code(errc::bad_hello);
+  }
   if (ec)
     co_return ec;
   out = decode_hello(buf.data());

@@ -231,6 +231,20 @@ asio::awaitable<void> listener::sniff_tls(asio::ip::tcp::socket socket) {
   if (first[0] != detail::tls_handshake_record) {
     CORODIST_LOG_WARN("refused a plain (non-TLS) connection from {}: this port requires TLS (first byte 0x{:02x})",
                       endpoint_text(peer), first[0]);
+    if (first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff)) {
+      // A corodist client: tell it why, then read what it sent until it
+      // closes (closing on unread bytes would reset the connection, and the
+      // client could lose the alert).
+      asio::error_code unsent; // 7 bytes into a new socket's empty send buffer: never blocks
+      socket.send(asio::buffer(detail::tls_required_alert), 0, unsent);
+      socket.shutdown(asio::ip::tcp::socket::shutdown_send, unsent);
+      std::array<std::uint8_t, 512> sink{};
+      for (int reads = 0; !unsent && reads < 64; ++reads) {
+        auto got = co_await corodist::detail::within(socket.async_receive(asio::buffer(sink), use_tuple), deadline);
+        if (!got || std::get<0>(*got))
+          break;
+      }
+    }
     co_return;
   }
   co_await handshake(std::move(socket), deadline);

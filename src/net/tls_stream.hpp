@@ -78,6 +78,12 @@ private:
 
 /// The first byte of a TLS connection (a handshake record: the ClientHello).
 constexpr unsigned char tls_handshake_record = 0x16;
+/// The first byte of a TLS alert record.
+constexpr unsigned char tls_alert_record = 0x15;
+/// What a TLS-only port answers a plain connection before closing it: a fatal
+/// handshake_failure alert, which a corodist client reads as errc::tls_required
+/// (and a TLS-unaware foreign client as a closed connection).
+constexpr unsigned char tls_required_alert[] = {tls_alert_record, 0x03, 0x03, 0x00, 0x02, 0x02, 0x28};
 
 /// The client's TLS handshake on `s` (connected to `peer`): SNI and the name
 /// check from the options (server_name, else `peer`'s address). Returns zero,

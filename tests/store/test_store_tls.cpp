@@ -99,8 +99,7 @@ BOOST_AUTO_TEST_CASE(tls_from_the_environment, *utf::timeout(60)) {
     BOOST_TEST(cs::sync_store(s).get("env") == "yes");
   }
   auto plain = tls_client(server->local_endpoint().port(), net::tls_options{});
-  plain.timeout = 1s;
-  BOOST_CHECK_THROW(cs::tcp_store::connect_sync(loop.get_executor(), plain), corodist::timeout_error);
+  BOOST_CHECK_THROW(cs::tcp_store::connect_sync(loop.get_executor(), plain), corodist::connection_error);
   BOOST_TEST(!log.wait_for("refused a plain (non-TLS) connection from 127.0.0.1:").empty());
 }
 
@@ -133,6 +132,28 @@ BOOST_AUTO_TEST_CASE(plain_and_pytorch_clients_are_refused, *utf::timeout(60)) {
   cs::sync_store(good).set("after", "2");
   BOOST_TEST(cs::sync_store(good).get("before") == "1");
   BOOST_TEST(cs::sync_store(good).get("after") == "2");
+}
+
+// A native client without TLS to a TLS-only store: the server answers its
+// hello with a TLS alert, and connect fails at once saying why (no retries
+// until the timeout, as for a busy server).
+BOOST_AUTO_TEST_CASE(a_plain_native_client_is_told_the_store_requires_tls, *utf::timeout(60)) {
+  test_certs certs;
+  event_loop server_loop, loop;
+  server_loop.start();
+  loop.start();
+  auto server = tls_server(server_loop, certs.server());
+  const auto port = server->local_endpoint().port();
+  auto o = tls_client(port, net::tls_options{}); // not enabled(): plain TCP
+  o.timeout = 300s; // a retried failure would hit the test's own timeout
+  try {
+    cs::tcp_store::connect_sync(loop.get_executor(), o);
+    BOOST_FAIL("a plain client connected to a TLS-only store");
+  } catch (const corodist::connection_error& e) {
+    const std::string what = e.what();
+    BOOST_TEST(what.find("127.0.0.1:" + std::to_string(port)) != std::string::npos, what);
+    BOOST_TEST(what.find("accepts TLS connections only") != std::string::npos, what);
+  }
 }
 
 // A server with an expired certificate: connect fails at once (no retries

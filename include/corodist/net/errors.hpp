@@ -29,6 +29,7 @@ enum class errc {
   auth_not_offered,     ///< this side holds a token but the server does not authenticate
   peer_timed_out,       ///< nothing at all was received from the peer for peer_timeout
   closed_before_hello,  ///< the peer closed the connection before sending any byte of its hello
+  tls_required,         ///< this side speaks plain TCP, and the server's port accepts TLS only
 };
 
 /// The category of `errc` ("corodist.net").

@@ -30,7 +30,7 @@ constexpr ms max_backoff{1000};
 bool permanent(std::error_code ec) {
   return ec == net::errc::bad_magic || ec == net::errc::unsupported_version || ec == net::errc::auth_required ||
          ec == net::errc::auth_failed || ec == net::errc::auth_not_offered || ec == net::errc::bad_hello ||
-         net::is_tls_error(ec);
+         ec == net::errc::tls_required || net::is_tls_error(ec);
 }
 
 ms since(std::chrono::steady_clock::time_point t) {
