@@ -167,7 +167,9 @@ void stream_core::end_item() {
   batch_bytes_ += bytes + 4;
   ++unacked_items_;
   unacked_bytes_ += bytes;
-  if (batch_bytes_ >= flush_at || !has_credit())
+  // An idle connection takes the item at once (its latency); while it is busy
+  // writing, items gather in the batch until the end of this turn of the loop.
+  if (batch_bytes_ >= flush_at || !has_credit() || (conn_ && conn_->buffered_output() == 0))
     flush();
   else
     schedule_flush();
