@@ -30,6 +30,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -67,9 +68,10 @@ private:
       return;
     }
     --left_;
-    if (interval_ns_ > 0) { // paced: this callback thread waits for the item's time
-      while (now_ns() < due_ns_) {
-      }
+    if (interval_ns_ > 0) { // paced: this callback thread sleeps until the item's time
+      const auto now = now_ns();
+      if (now < due_ns_)
+        std::this_thread::sleep_for(std::chrono::nanoseconds(due_ns_ - now));
       due_ns_ = now_ns() + interval_ns_;
     }
     item_.set_sent_ns(now_ns());

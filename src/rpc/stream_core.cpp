@@ -128,7 +128,7 @@ asio::awaitable<void> stream_core::wait_credit() {
 stream_core::item_sink stream_core::begin_item() {
   if (batch_items_ == 0) {
     batch_.clear();
-    batch_.reserve(256);
+    batch_.reserve(batch_reserve_); // the size of the last batch: one allocation per frame
     batch_.resize(items_header);
     corodist::store_le(batch_.data(), id_);
   }
@@ -195,6 +195,7 @@ void stream_core::flush() {
   batch_.resize(table + 8 * atts.size());
   for (std::size_t i = 0; i < atts.size(); ++i)
     corodist::store_le(batch_.data() + table + 8 * i, static_cast<std::uint64_t>(atts[i].data.size()));
+  batch_reserve_ = std::clamp<std::size_t>(batch_.size() + 64, 256, 2 * flush_at);
   auto ec = conn_->send(kind_stream_items, std::move(batch_), std::move(atts));
   items_sent_ += batch_items_;
   batch_ = {};

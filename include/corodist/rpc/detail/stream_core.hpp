@@ -191,6 +191,7 @@ private:
   net::bytes batch_;                 // the items frame being filled
   codec_context out_ctx_;            // its attachments and records
   std::size_t batch_items_ = 0;
+  std::size_t batch_reserve_ = 256; // what the next batch reserves (the last one's size)
   std::size_t batch_bytes_ = 0;      // with attachments
   std::size_t item_start_ = 0;
   std::size_t item_attachments_ = 0;
