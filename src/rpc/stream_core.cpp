@@ -468,7 +468,9 @@ void stream_core::fail(std::exception_ptr e, bool tell_peer, bool at_once) {
 void stream_core::cancel() {
   const auto* io = ex_.target<asio::io_context::executor_type>();
   if (io && !io->running_in_this_thread()) {
-    asio::post(ex_, [self = shared_from_this()] { self->cancel(); });
+    // (A stream the agent's close has ended posts nothing: its loop may be gone.)
+    if (!over_.load())
+      asio::post(ex_, [self = shared_from_this()] { self->cancel(); });
     return;
   }
   if (released_ || finished())
@@ -485,6 +487,7 @@ void stream_core::maybe_release() {
   if (released_ || !finished())
     return;
   released_ = true;
+  over_ = true;
   if (deadline_timer_)
     deadline_timer_->cancel();
   if (auto t = table_.lock())

@@ -419,6 +419,22 @@ BOOST_AUTO_TEST_CASE(lost_peer_fails_the_reader, *utf::timeout(60)) {
   current = nullptr;
 }
 
+BOOST_AUTO_TEST_CASE(lost_client_cancels_the_handler, *utf::timeout(60)) {
+  probes p;
+  current = &p;
+  auto c = stream_cluster(2);
+  {
+    auto r = (*c)[0].open_stream<int>(corodist::timeout::never(), "w1", "wait_forever");
+    BOOST_TEST(r.next_sync().value_or(0) == 1);
+    c->agents[0].reset(); // the caller's agent goes, its stream still open
+  }
+  auto f = p.aborted.get_future();
+  BOOST_REQUIRE(f.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(f.get() == std::error_code(asio::error::operation_aborted));
+  BOOST_TEST(eventually([&] { return (*c)[1].open_streams() == 0; }));
+  current = nullptr;
+}
+
 BOOST_AUTO_TEST_CASE(bidirectional_and_client_streams, *utf::timeout(60)) {
   auto c = stream_cluster(2, [](rpc::agent_options& o) { o.stream_window_items = 4; });
   auto& a = (*c)[0];

@@ -19,6 +19,8 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <atomic>
+
 #include <msgpack.hpp>
 
 #include <cstddef>
@@ -219,6 +221,7 @@ private:
   bool handler_running_ = false;
   bool cancelled_ = false;
   bool released_ = false;
+  std::atomic<bool> over_{false}; // released (any thread): cancel() from elsewhere posts nothing then
 };
 
 } // namespace corodist::rpc::detail
