@@ -6,6 +6,7 @@
 #include <corodist/rpc/codec.hpp>
 
 #include "rpc/call_format.hpp"
+#include "rpc/object_budget.hpp"
 
 #include <cxxabi.h>
 
@@ -59,6 +60,25 @@ struct object_counter : msgpack::null_visitor {
   void insufficient_bytes(std::size_t, std::size_t) {}
 };
 } // namespace
+
+std::size_t detail::object_budget(std::size_t n) noexcept {
+  return std::max(decode_expansion * n, decode_floor) / sizeof(msgpack::object);
+}
+
+std::size_t detail::count_objects(const char* data, std::size_t n, std::size_t budget) {
+  object_counter counter;
+  counter.budget = budget;
+  std::size_t off = 0;
+  bool complete = false;
+  try {
+    complete = msgpack::v2::parse(data, n, off, counter);
+  } catch (const std::exception& e) {
+    throw protocol_error(std::string("not valid msgpack: ") + e.what());
+  }
+  if (!counter.over && (!complete || off != n))
+    throw protocol_error("not one complete msgpack value");
+  return counter.objects;
+}
 
 encoder::encoder(message_port* port, int self, int peer) : scope_(ctx_), packer_(*this) {
   ctx_.direction = codec_context::mode::encode;

@@ -11,6 +11,7 @@
 
 #include "core/deadline.hpp"
 #include "rpc/error_reply.hpp"
+#include "rpc/object_budget.hpp"
 #include "rpc/protocol.hpp"
 #include "rpc/stream_table.hpp"
 
@@ -85,10 +86,18 @@ void stream_core::arm_deadline(corodist::deadline by) {
   deadline_timer_->async_wait([w = weak_from_this(), length](std::error_code ec) {
     if (ec)
       return;
-    if (auto s = w.lock())
-      s->fail(std::make_exception_ptr(timeout_error(s->what_ + ": its deadline (" + std::to_string(length.count()) +
-                                                    " ms) passed")),
-              /*tell_peer=*/true);
+    auto s = w.lock();
+    if (!s)
+      return;
+    const std::string why = "its deadline (" + std::to_string(length.count()) + " ms) passed";
+    if (s->role_ == role::server && !s->write_done()) {
+      // The client learns it as a timeout (its own timer may come later).
+      s->write_closed_ = true;
+      s->send_failure(encode_failure(failure::deadline, "rpc", "stream cancelled: " + why));
+      s->fail(std::make_exception_ptr(timeout_error(s->what_ + ": " + why)), /*tell_peer=*/false);
+    } else {
+      s->fail(std::make_exception_ptr(timeout_error(s->what_ + ": " + why)), /*tell_peer=*/true);
+    }
   });
 }
 
@@ -222,14 +231,17 @@ void stream_core::fail_write(const std::exception_ptr& e, const std::string& sel
     return;
   flush();
   write_closed_ = true;
-  if (conn_ && conn_->is_open()) {
-    auto p = encode_exception(e, self_name);
-    net::bytes frame(id_size + p.body.size());
-    corodist::store_le(frame.data(), id_);
-    std::memcpy(frame.data() + id_size, p.body.data(), p.body.size());
-    conn_->send(kind_stream_error, std::move(frame), std::move(p.attachments));
-  }
+  send_failure(encode_exception(e, self_name));
   maybe_release();
+}
+
+void stream_core::send_failure(payload p) {
+  if (!conn_ || !conn_->is_open())
+    return;
+  net::bytes frame(id_size + p.body.size());
+  corodist::store_le(frame.data(), id_);
+  std::memcpy(frame.data() + id_size, p.body.data(), p.body.size());
+  conn_->send(kind_stream_error, std::move(frame), std::move(p.attachments));
 }
 
 void stream_core::send_control(std::uint16_t kind, const std::byte* extra, std::size_t n) {
@@ -402,8 +414,18 @@ void stream_core::on_items(net::bytes&& frame) {
   ctx.in_owner = owner;
   const auto* base = reinterpret_cast<const char*>(owner->data());
   try {
+    // Count before building, as for a call's body: what the frame's items may
+    // decode into is bounded by the frame.
+    const std::size_t budget = object_budget(n);
+    std::size_t objects = 0;
+    for (auto& it : items) {
+      objects += count_objects(base + it.at, it.len, budget - std::min(objects, budget));
+      if (objects > budget)
+        throw protocol_error("its " + std::to_string(n) + " bytes of items would decode into more than " +
+                             std::to_string(budget) + " msgpack objects; send bulk data as rpc::attachment");
+    }
     codec_scope scope(ctx);
-    msgpack::zone zone;
+    msgpack::zone zone(512); // (a small first chunk: msgpack's 8 KiB default is a "large" malloc)
     for (auto& it : items) {
       std::size_t off = 0;
       // Strings and binaries are viewed in the frame (alive through `owner`), not copied.

@@ -129,6 +129,11 @@ void register_streams(rpc::agent& a) {
       ++current->written;
     }
   });
+  // One item of `n` nils (a byte each on the wire, a msgpack object each decoded).
+  a.register_stream("nils", [](rpc::stream_writer<std::vector<msgpack::type::nil_t>>& w,
+                               int n) -> asio::awaitable<void> {
+    co_await w.write(std::vector<msgpack::type::nil_t>(static_cast<std::size_t>(n)));
+  });
   // Two items, then cancels from the writing end.
   a.register_stream("cancel_after_two", [](rpc::stream_writer<int>& w) -> asio::awaitable<void> {
     co_await w.write(1);
@@ -267,6 +272,24 @@ BOOST_AUTO_TEST_CASE(unknown_function_and_wrong_mode_fail_the_reader, *utf::time
   auto bad_args = (*c)[0].open_stream<int>("w1", "count", std::string("not an int"));
   BOOST_CHECK_THROW(bad_args.next_sync(), rpc::bad_arguments_error);
   BOOST_TEST(eventually([&] { return (*c)[0].open_streams() == 0 && (*c)[1].open_streams() == 0; }));
+}
+
+BOOST_AUTO_TEST_CASE(decoding_is_bounded_by_the_frame, *utf::timeout(60)) {
+  auto c = stream_cluster(2);
+  // 100,000 nils: 100 KB on the wire, 2.4 MB decoded: within the 16 MiB floor.
+  auto ok = (*c)[0].open_stream<std::vector<msgpack::type::nil_t>>("w1", "nils", 100000);
+  BOOST_TEST(ok.next_sync().value_or(std::vector<msgpack::type::nil_t>{}).size() == 100000u);
+  BOOST_TEST(!ok.next_sync());
+  // 1,000,000 nils: 1 MB on the wire would be 24 MB of objects, over max(4 MB, 16 MiB).
+  auto big = (*c)[0].open_stream<std::vector<msgpack::type::nil_t>>("w1", "nils", 1000000);
+  try {
+    big.next_sync();
+    BOOST_FAIL("the frame was decoded past its bound");
+  } catch (const corodist::protocol_error& e) {
+    BOOST_TEST(std::string(e.what()).find("msgpack objects") != std::string::npos, e.what());
+  }
+  BOOST_TEST(eventually([&] { return (*c)[0].open_streams() == 0 && (*c)[1].open_streams() == 0; }));
+  BOOST_TEST((*c)[0].rpc_sync<int>("w1", "add", 1, 2) == 3); // the connection is unharmed
 }
 
 BOOST_AUTO_TEST_CASE(deadline_fails_the_reader_and_cancels_the_handler, *utf::timeout(60)) {

@@ -164,6 +164,8 @@ private:
   void flush();
   void schedule_flush();
   void send_control(std::uint16_t kind, const std::byte* extra = nullptr, std::size_t n = 0);
+  /// Sends an error frame (an error reply's payload) to the reader.
+  void send_failure(payload p);
   void on_items(net::bytes&& frame);
   void on_credit(const net::bytes& frame);
   void wake_reader() noexcept;
