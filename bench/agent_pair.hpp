@@ -9,9 +9,13 @@
 #include <corodist/store/hash_store.hpp>
 
 #include <asio/co_spawn.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 
 #include <chrono>
+#include <cstdint>
 #include <future>
 #include <memory>
 #include <optional>
@@ -24,7 +28,47 @@ namespace corodist::bench {
 /// How long one case run on the client loop may take.
 inline constexpr auto case_timeout = std::chrono::seconds(120);
 
+/// An item of the stream suite's latency case: when it was written (the
+/// steady clock's nanoseconds; both agents are in this process) and its bytes.
+struct stamped_item {
+  std::int64_t sent_ns = 0;
+  std::string data;
+  MSGPACK_DEFINE(sent_ns, data);
+};
+
+inline std::int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 inline void register_functions(rpc::agent& a) {
+  // The stream suite's server streams: `n` items of `bytes` as fast as the
+  // window allows (a string, or a zero-copy attachment), and paced items
+  // stamped when written, `interval_ns` apart.
+  a.register_stream("items", [](rpc::stream_writer<std::string>& w, std::uint64_t n,
+                                std::uint64_t bytes) -> asio::awaitable<void> {
+    const std::string item(bytes, 'x');
+    for (std::uint64_t i = 0; i < n; ++i)
+      co_await w.write(item);
+  });
+  a.register_stream("attachments", [](rpc::stream_writer<rpc::attachment>& w, std::uint64_t n,
+                                      std::uint64_t bytes) -> asio::awaitable<void> {
+    const rpc::attachment item(std::vector<std::byte>(bytes, std::byte{'x'}));
+    for (std::uint64_t i = 0; i < n; ++i)
+      co_await w.write(item);
+  });
+  a.register_stream("paced", [](rpc::stream_writer<stamped_item>& w, std::uint64_t n, std::uint64_t bytes,
+                                std::uint64_t interval_ns) -> asio::awaitable<void> {
+    asio::steady_timer t(co_await asio::this_coro::executor);
+    stamped_item item;
+    item.data.assign(bytes, 'x');
+    for (std::uint64_t i = 0; i < n; ++i) {
+      t.expires_after(std::chrono::nanoseconds(interval_ns));
+      co_await t.async_wait(asio::use_awaitable);
+      item.sent_ns = steady_ns();
+      co_await w.write(item);
+    }
+  });
   // Coroutine functions run on the server's loop; "plain_noop" on its pool.
   a.register_function("noop", []() -> asio::awaitable<void> { co_return; });
   a.register_function("plain_noop", [] {});

@@ -66,6 +66,13 @@ peer_result peer_from(const std::string& name, const peer_output& out,
                       const std::map<std::string, std::string>& match, const char* p50_key,
                       const char* ops_key = nullptr, const char* gbytes_key = nullptr);
 
+/// gRPC C++ (Debian's libgrpc++; bench/grpc/grpc_peer.cpp, built only when
+/// found) run with `args` (its --cases and sizes). "not installed" only when
+/// gRPC is not installed; throws (the suite fails, naming the peer) when it is
+/// but its program is not built. Defined in rpc_suite.cpp (the one file that
+/// knows whether the build found gRPC); run by the rpc and stream suites.
+peer_output grpc_cpp_peer(context& ctx, const std::vector<std::string>& args);
+
 /// PyTorch RPC (TensorPipe; bench/torch_rpc_peer.py, two ranks through
 /// corodist-run): rpc_sync_empty p50, rpc_async_x64 ops/s, remote_to_here p50.
 /// Run by the rpc suite and by the rref suite (for remote_to_here).

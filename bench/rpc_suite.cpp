@@ -195,12 +195,7 @@ peer_output torch_rpc_peer(context& ctx) {
                   std::chrono::seconds(600));
 }
 
-namespace {
-
-/// gRPC C++ (Debian's libgrpc++, built only when found): sync unary 64 B, 64 in flight, echo.
-/// "not installed" only when gRPC is not installed; throws (the suite fails,
-/// naming the peer) when it is but its program is not built.
-peer_output grpc_peer(context& ctx) {
+peer_output grpc_cpp_peer(context& ctx, const std::vector<std::string>& args) {
   if (!ctx.peers) return {{}, "skipped"};
   const auto program = built_program("bench/corodist-grpc-peer");
   if (program.empty()) {
@@ -217,10 +212,18 @@ peer_output grpc_peer(context& ctx) {
     return {{}, "not installed"};
 #endif
   }
-  return run_peer(ctx, "gRPC C++",
-                  {program, "--samples", ctx.quick ? "20000" : "100000", "--calls", ctx.quick ? "100000" : "500000",
-                   "--echo-bytes", std::to_string(echo_bytes), "--rounds", ctx.quick ? "3" : "10"},
-                  std::chrono::seconds(600));
+  std::vector<std::string> argv{program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_peer(ctx, "gRPC C++", argv, std::chrono::seconds(600));
+}
+
+namespace {
+
+/// gRPC C++'s unary cases: sync unary 64 B, 64 in flight, echo.
+peer_output grpc_peer(context& ctx) {
+  return grpc_cpp_peer(ctx, {"--cases", "unary", "--samples", ctx.quick ? "20000" : "100000", "--calls",
+                             ctx.quick ? "100000" : "500000", "--echo-bytes", std::to_string(echo_bytes), "--rounds",
+                             ctx.quick ? "3" : "10"});
 }
 
 void run_rpc_suite(context& ctx) {
@@ -286,7 +289,7 @@ peer_output grpc_tls_peer(context& ctx, const std::string& tls_dir) {
   const auto program = built_program("bench/corodist-grpc-peer");
   if (program.empty()) return {{}, "not installed"};
   std::vector<std::string> argv{program, "--samples", ctx.quick ? "20000" : "100000", "--echo-bytes",
-                                std::to_string(echo_bytes), "--rounds", ctx.quick ? "3" : "10", "--no-async"};
+                                std::to_string(echo_bytes), "--rounds", ctx.quick ? "3" : "10", "--no-async", "--cases", "unary"};
   if (!tls_dir.empty()) {
     argv.push_back("--tls-dir");
     argv.push_back(tls_dir);

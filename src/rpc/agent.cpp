@@ -6,6 +6,7 @@
 #include "rpc/agent_core.hpp"
 
 #include <asio/co_spawn.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/post.hpp>
 #include <asio/use_awaitable.hpp>
 
@@ -62,6 +63,35 @@ void agent::add_function(std::string name, detail::handler h) {
     throw usage_error("rpc: register_function('" + name + "') after start()");
   impl_->dispatcher_->add_function(std::move(name), std::move(h));
 }
+
+void agent::add_stream_function(std::string name, detail::stream_function f) {
+  if (impl_->state_ != detail::agent_state::created)
+    throw usage_error("rpc: register_stream('" + name + "') after start()");
+  impl_->streams_->add_function(std::move(name), std::move(f));
+}
+
+std::shared_ptr<detail::stream_core> agent::make_stream(int rank, std::string_view fn, detail::stream_mode mode) {
+  const auto& peer = impl_->registry_.lookup(rank).name;
+  auto core = std::make_shared<detail::stream_core>(impl_->ex_, detail::stream_core::role::client,
+                                                    impl_->streams_->next_id(), rank,
+                                                    "stream '" + std::string(fn) + "' on worker '" + peer + "'", mode,
+                                                    impl_->streams_->window_items(), impl_->streams_->window_bytes());
+  core->set_port(impl_.get(), impl_->opts_.rank, peer);
+  return core;
+}
+
+void agent::stream_window(std::size_t& items, std::size_t& bytes) const noexcept {
+  items = impl_->streams_->window_items();
+  bytes = impl_->streams_->window_bytes();
+}
+
+void agent::launch_stream(std::shared_ptr<detail::stream_core> core, payload open, corodist::deadline by) {
+  asio::dispatch(impl_->ex_, [t = impl_->streams_, core = std::move(core), open = std::move(open), by]() mutable {
+    t->open(std::move(core), std::move(open), by);
+  });
+}
+
+std::size_t agent::open_streams() const noexcept { return impl_->streams_->open_streams(); }
 
 // co_spawn onto the loop (a co_spawned coroutine resumes its awaiter on the awaiter's executor).
 asio::awaitable<void> agent::async_start() { return asio::co_spawn(impl_->ex_, impl_->start(), asio::use_awaitable); }

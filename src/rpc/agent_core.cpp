@@ -38,6 +38,13 @@ agent_core::agent_core(asio::any_io_executor ex, agent_options opts)
     return registry_.lookup(rank).name;
   };
   dispatcher_ = std::make_shared<dispatcher>(std::move(env), opts_.worker_threads);
+  streams_ = std::make_shared<stream_table>(opts_.stream_window_items, opts_.stream_window_bytes);
+  dispatcher_->set_stream_handler([w = std::weak_ptr<stream_table>(streams_)](
+                                      int from, const std::string& from_name,
+                                      const std::shared_ptr<net::connection>& c, net::message&& m) {
+    if (auto t = w.lock())
+      t->on_server_frame(from, from_name, c, std::move(m));
+  });
 }
 
 agent_core::~agent_core() = default;
@@ -85,6 +92,17 @@ asio::awaitable<void> agent_core::start() {
           if (auto d = w.lock())
             d->on_message(from, from_name, c, std::move(m));
         });
+    streams_->set_owner(weak_from_this());
+    channels_->set_stream_hooks(
+        [w = std::weak_ptr<stream_table>(streams_)](int rank, const std::shared_ptr<net::connection>& c,
+                                                    net::message&& m) {
+          if (auto t = w.lock())
+            t->on_client_frame(rank, c, std::move(m));
+        },
+        [w = std::weak_ptr<stream_table>(streams_)](const net::connection* c, int rank) {
+          if (auto t = w.lock())
+            t->on_closed(c, rank);
+        });
     auto [lec, l] = net::listener::listen(ex_, {addr, opts_.port}, copts,
                                           [w = std::weak_ptr<channels>(channels_)](std::shared_ptr<net::connection> c) {
                                             if (auto ch = w.lock())
@@ -118,6 +136,7 @@ asio::awaitable<void> agent_core::start() {
 }
 
 void agent_core::close_all() {
+  streams_->close_all();
   if (listener_)
     listener_->close();
   if (channels_)

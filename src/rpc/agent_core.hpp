@@ -15,6 +15,7 @@
 
 #include "rpc/channels.hpp"
 #include "rpc/dispatcher.hpp"
+#include "rpc/stream_table.hpp"
 #include "rpc/worker_registry.hpp"
 
 #include <asio/any_io_executor.hpp>
@@ -81,6 +82,7 @@ public:
   std::atomic<agent_state> state_{agent_state::created};
   worker_registry registry_;
   std::shared_ptr<dispatcher> dispatcher_;
+  std::shared_ptr<stream_table> streams_; // (its functions: before start; the rest: loop only)
   gate outgoing_{"rpc: the agent"};    // calls issued, not yet completed
   std::atomic<std::uint64_t> calls_sent_{0};
   const std::shared_ptr<flight_recorder> recorder_; // calls made and served; null: recording off

@@ -178,7 +178,12 @@ asio::awaitable<void> channels::dial(int rank) {
   // may not have the worker table yet when our first call arrives).
   conn->send(kind_identify, encode_identity(registry_.self()));
   conn->start(
-      [](const std::shared_ptr<net::connection>& c, net::message&& m) {
+      [wk = weak_from_this(), rank](const std::shared_ptr<net::connection>& c, net::message&& m) {
+        if (is_stream_kind(m.header.kind) && (m.header.flags & net::frame_flags::one_way)) {
+          if (auto s = wk.lock(); s && s->stream_frames_)
+            s->stream_frames_(rank, c, std::move(m));
+          return;
+        }
         // Nothing is served on a connection this worker dialled.
         if (!(m.header.flags & net::frame_flags::one_way))
           c->respond_error(m.header.request_id, m.header.kind, "rpc: requests go on the connection the sender dialled");
@@ -190,6 +195,8 @@ asio::awaitable<void> channels::dial(int rank) {
             it->second.conn.reset();
             s->mark_lost(rank, reason);
           }
+          if (s->stream_closed_)
+            s->stream_closed_(raw, rank);
         }
       });
   pr.conn = conn;
@@ -257,6 +264,8 @@ void channels::adopt(std::shared_ptr<net::connection> conn) {
             return;
           const int rank = it->second.rank;
           self->incoming_.erase(it);
+          if (self->stream_closed_)
+            self->stream_closed_(raw, rank);
           // A worker whose own connection to us fell silent hangs (or its host
           // is cut off): calls to it would wait out a dial. (A plain close of
           // this side is left to the connection this worker dialled, if any.)
@@ -340,6 +349,11 @@ void channels::mark_lost(int rank, std::error_code reason) {
 const channels::lost_peer* channels::lost(int rank) const {
   auto it = peers_.find(rank);
   return it != peers_.end() && it->second.lost ? &*it->second.lost : nullptr;
+}
+
+std::shared_ptr<net::connection> channels::connection_to(int rank) const {
+  auto it = peers_.find(rank);
+  return it != peers_.end() && it->second.conn && it->second.conn->is_open() ? it->second.conn : nullptr;
 }
 
 std::size_t channels::dialled_peers() const {

@@ -92,6 +92,18 @@ public:
   /// Why worker `rank` is lost, or null while it is not.
   const lost_peer* lost(int rank) const;
 
+  /// Where stream frames arriving on a connection this worker dialled go
+  /// (`rank`: its peer), and who hears of any connection closing (accepted
+  /// or dialled; `rank`: its peer, -1 unknown). Set before start.
+  using stream_frame_fn = std::function<void(int rank, const std::shared_ptr<net::connection>&, net::message&&)>;
+  using closed_fn = std::function<void(const net::connection*, int rank)>;
+  void set_stream_hooks(stream_frame_fn frames, closed_fn closed) {
+    stream_frames_ = std::move(frames);
+    stream_closed_ = std::move(closed);
+  }
+  /// The open connection this worker dialled to `rank`, or null.
+  std::shared_ptr<net::connection> connection_to(int rank) const;
+
   /// Peers this worker has an open connection to (tests, diagnostics).
   std::size_t dialled_peers() const;
   /// Connections accepted and open.
@@ -138,6 +150,8 @@ private:
   std::unordered_map<net::connection*, accepted_conn> incoming_;
   bool closed_ = false;
   bool peers_leaving_ = false;
+  stream_frame_fn stream_frames_;
+  closed_fn stream_closed_;
 };
 
 } // namespace corodist::rpc::detail

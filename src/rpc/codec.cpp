@@ -6,6 +6,7 @@
 #include <corodist/rpc/codec.hpp>
 
 #include "rpc/call_format.hpp"
+#include "rpc/object_budget.hpp"
 
 #include <cxxabi.h>
 
@@ -59,6 +60,25 @@ struct object_counter : msgpack::null_visitor {
   void insufficient_bytes(std::size_t, std::size_t) {}
 };
 } // namespace
+
+std::size_t detail::object_budget(std::size_t n) noexcept {
+  return std::max(decode_expansion * n, decode_floor) / sizeof(msgpack::object);
+}
+
+std::size_t detail::count_objects(const char* data, std::size_t n, std::size_t budget) {
+  object_counter counter;
+  counter.budget = budget;
+  std::size_t off = 0;
+  bool complete = false;
+  try {
+    complete = msgpack::v2::parse(data, n, off, counter);
+  } catch (const std::exception& e) {
+    throw protocol_error(std::string("not valid msgpack: ") + e.what());
+  }
+  if (!counter.over && (!complete || off != n))
+    throw protocol_error("not one complete msgpack value");
+  return counter.objects;
+}
 
 encoder::encoder(message_port* port, int self, int peer) : scope_(ctx_), packer_(*this) {
   ctx_.direction = codec_context::mode::encode;
@@ -122,21 +142,17 @@ parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
     throw bad(std::to_string(n - pos) + " trailing bytes");
   const auto* body = reinterpret_cast<const char*>(d + body_at);
   // Count before building: what decoding may allocate is bounded by the body.
-  object_counter counter;
-  counter.budget = std::max(decode_expansion * std::size_t{body_len}, decode_floor) / sizeof(msgpack::object);
-  std::size_t off = 0;
-  bool complete = false;
+  const std::size_t budget = detail::object_budget(body_len);
+  std::size_t objects = 0;
   try {
-    complete = msgpack::v2::parse(body, body_len, off, counter);
-  } catch (const std::exception& e) {
-    throw bad(std::string("body is not valid msgpack: ") + e.what());
+    objects = detail::count_objects(body, body_len, budget);
+  } catch (const protocol_error& e) {
+    throw bad(std::string("body is ") + e.what());
   }
-  if (counter.over)
-    throw bad("its " + std::to_string(body_len) + "-byte body would decode into more than " +
-              std::to_string(counter.budget) + " msgpack objects (more than " + std::to_string(decode_expansion) +
+  if (objects > budget)
+    throw bad("its " + std::to_string(body_len) + "-byte body would decode into more than " + std::to_string(budget) +
+              " msgpack objects (more than " + std::to_string(decode_expansion) +
               "x its size in memory); send bulk data as rpc::attachment");
-  if (!complete || off != body_len)
-    throw bad("body is not one complete msgpack value");
   const std::size_t lim = std::size_t{body_len} + 1;
   parsed_payload p;
   try {

@@ -132,6 +132,12 @@ std::string dispatcher::kind_name(message_kind kind) const {
   case kind_reply: return "rpc reply";
   case kind_error_reply: return "rpc error reply";
   case kind_identify: return "rpc identification";
+  case kind_stream_open: return "rpc stream open";
+  case kind_stream_items: return "rpc stream items";
+  case kind_stream_end: return "rpc stream end";
+  case kind_stream_error: return "rpc stream error";
+  case kind_stream_credit: return "rpc stream credit";
+  case kind_stream_cancel: return "rpc stream cancel";
   default: break;
   }
   auto it = handlers_.find(kind);
@@ -150,6 +156,10 @@ void dispatcher::on_message(int from, const std::string& from_name, const std::s
   if (m.header.kind == kind_call) {
     if (!one_way)
       serve_call(from, from_name, conn, id, std::move(m.payload), clock::now());
+    return;
+  }
+  if (is_stream_kind(m.header.kind) && stream_handler_) {
+    stream_handler_(from, from_name, conn, std::move(m));
     return;
   }
   auto it = handlers_.find(m.header.kind);

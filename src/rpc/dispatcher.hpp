@@ -58,6 +58,10 @@ public:
   void add_function(std::string name, handler h);
   /// Registers an upper layer's handler for `kind`, which `name` describes (before start).
   void set_handler(message_kind kind, std::string name, message_port::handler h);
+  /// Where stream frames go (stream_table::on_server_frame; before start).
+  using stream_fn = std::function<void(int from, const std::string& from_name,
+                                       const std::shared_ptr<net::connection>&, net::message&&)>;
+  void set_stream_handler(stream_fn f) { stream_handler_ = std::move(f); }
   /// What a message of `kind` is, for logs: its handler's name, or rpc's own.
   std::string kind_name(message_kind kind) const;
 
@@ -107,6 +111,7 @@ private:
     message_port::handler h;
   };
   std::unordered_map<message_kind, named_handler> handlers_;             // immutable once started
+  stream_fn stream_handler_;                                             // immutable once started
   gate serving_{"rpc: the worker"};
   std::atomic<std::uint64_t> received_{0};
   std::list<asio::cancellation_signal> running_coroutines_; // loop only

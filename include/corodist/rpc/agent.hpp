@@ -10,12 +10,17 @@
 #include <corodist/core/unique_function.hpp>
 #include <corodist/rpc/agent_options.hpp>
 #include <corodist/rpc/attachment.hpp>
+#include <corodist/rpc/bidi_stream.hpp>
 #include <corodist/rpc/call_context.hpp>
 #include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/decode_result.hpp>
 #include <corodist/rpc/detail/codec.hpp>
+#include <corodist/rpc/detail/stream_function.hpp>
 #include <corodist/rpc/errors.hpp>
 #include <corodist/rpc/message_port.hpp>
+#include <corodist/rpc/stream_options.hpp>
+#include <corodist/rpc/stream_reader.hpp>
+#include <corodist/rpc/stream_writer.hpp>
 #include <corodist/rpc/worker_info.hpp>
 
 #include <asio/awaitable.hpp>
@@ -77,6 +82,71 @@ public:
   void register_function(std::string name, F f) {
     add_function(std::move(name), detail::make_handler(std::move(f)));
   }
+
+  /// Registers stream function `f` under `name` (before start(); throws
+  /// `usage_error` afterwards or for a duplicate name). `f` is a coroutine
+  /// returning `asio::awaitable<void>` that runs on the loop, with parameters
+  /// `([const call_context&,] stream_writer<T>&, args...)` -- a server stream
+  /// of T, opened with open_stream<T> -- or `([const call_context&,]
+  /// stream_reader<In>&, stream_writer<Out>&, args...)` -- a bidirectional
+  /// stream, opened with open_bidi<In, Out>. Its return ends the stream (the
+  /// reader gets nullopt after the items); an exception it throws reaches the
+  /// reader as remote_error after the items. It is cancelled (its pending
+  /// operation ends with `operation_aborted`, its writer's next write throws
+  /// cancelled_error or timeout_error) when the client cancels, at the
+  /// stream's deadline, when the client's connection closes, and when the
+  /// agent shuts down. Arguments: as register_function's.
+  template <typename F>
+  void register_stream(std::string name, F f) {
+    add_stream_function(std::move(name), detail::make_stream_function(std::move(f)));
+  }
+
+  /// Opens a server stream of T from stream function `fn` on worker `to`
+  /// with `args`, and returns its reader at once (the open travels meanwhile;
+  /// a failed open -- unknown function, bad arguments, unreachable peer --
+  /// is the reader's first error). The stream's deadline is `rpc_timeout`
+  /// from now. Throws `usage_error` for an unknown worker or an agent not
+  /// running, and what encoding `args` throws. Any thread.
+  template <typename T, typename... A>
+  stream_reader<T> open_stream(worker_ref to, std::string_view fn, A&&... args) {
+    return open_stream<T>(stream_options{}, to, fn, args...);
+  }
+  /// As above within `limit` (`never()`: no deadline).
+  template <typename T, typename... A>
+  stream_reader<T> open_stream(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
+    stream_options o;
+    o.timeout = limit;
+    return open_stream<T>(o, to, fn, args...);
+  }
+  /// As above with options (deadline, metadata).
+  template <typename T, typename... A>
+  stream_reader<T> open_stream(const stream_options& o, worker_ref to, std::string_view fn, A&&... args) {
+    return stream_reader<T>(open_impl<T>(o, to, fn, detail::stream_mode::server, args...));
+  }
+
+  /// Opens a bidirectional stream with stream function `fn` on worker `to`:
+  /// this side writes W and reads R (the function reads W and writes R).
+  /// Returns at once, as open_stream; writes wait for the function's window,
+  /// which comes with the open's reply.
+  template <typename W, typename R, typename... A>
+  bidi_stream<W, R> open_bidi(worker_ref to, std::string_view fn, A&&... args) {
+    return open_bidi<W, R>(stream_options{}, to, fn, args...);
+  }
+  /// As above within `limit`.
+  template <typename W, typename R, typename... A>
+  bidi_stream<W, R> open_bidi(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
+    stream_options o;
+    o.timeout = limit;
+    return open_bidi<W, R>(o, to, fn, args...);
+  }
+  /// As above with options.
+  template <typename W, typename R, typename... A>
+  bidi_stream<W, R> open_bidi(const stream_options& o, worker_ref to, std::string_view fn, A&&... args) {
+    return bidi_stream<W, R>(open_impl<R>(o, to, fn, detail::stream_mode::bidi, args...));
+  }
+
+  /// Streams open on this agent, as client or server (any thread; tests and diagnostics).
+  std::size_t open_streams() const noexcept;
 
   /// Starts: listens, publishes this worker in the store (a duplicate name or
   /// rank throws `usage_error` naming both ranks), then waits up to
@@ -188,6 +258,25 @@ public:
   message_port& port() noexcept;
 
 private:
+  template <typename R, typename... A>
+  std::shared_ptr<detail::stream_core> open_impl(const stream_options& o, worker_ref to, std::string_view fn,
+                                                 detail::stream_mode mode, const A&... args) {
+    const int rank = rank_of(to);
+    const auto by = o.timeout.or_else(default_timeout()).from();
+    auto core = make_stream(rank, fn, mode);
+    core->set_inbox(std::make_unique<detail::typed_inbox<R>>());
+    std::size_t items = 0, bytes = 0;
+    stream_window(items, bytes);
+    encoder e(&port(), self_rank(), rank);
+    auto open = detail::encode_stream_open(e, core->id(), fn, by, mode, items, bytes, o.metadata, args...);
+    launch_stream(core, std::move(open), by);
+    return core;
+  }
+  std::shared_ptr<detail::stream_core> make_stream(int rank, std::string_view fn, detail::stream_mode mode);
+  void stream_window(std::size_t& items, std::size_t& bytes) const noexcept;
+  void launch_stream(std::shared_ptr<detail::stream_core> core, payload open, corodist::deadline by);
+  void add_stream_function(std::string name, detail::stream_function f);
+
   template <typename R, typename... A>
   future<R> rpc_async_impl(corodist::timeout limit, worker_ref to, std::string_view fn, const A&... args) {
     promise<R> p;

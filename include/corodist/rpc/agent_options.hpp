@@ -35,6 +35,8 @@ struct agent_options {
   static constexpr std::size_t default_max_buffered_output_per_peer = std::size_t{256} << 20;
   static constexpr std::size_t default_max_buffered_output = std::size_t{1} << 30;
   static constexpr const char* default_key_prefix = "corodist/rpc/";
+  static constexpr std::size_t default_stream_window_items = 1024;
+  static constexpr std::size_t default_stream_window_bytes = std::size_t{4} << 20; // 4 MiB
   /// peer_timeout's default unless CORODIST_PEER_TIMEOUT_MS says otherwise.
   static constexpr std::chrono::milliseconds default_peer_timeout = net::connection_options::default_peer_timeout;
 
@@ -101,6 +103,13 @@ struct agent_options {
   /// once). Spinning saves the wake-up of the calling thread (tens of µs on a
   /// VM whose idle vCPUs halt) at the cost of a busy core meanwhile.
   std::chrono::microseconds sync_spin{0};
+  /// The receive window of each stream this agent reads (flow control): a
+  /// writer at the other end may have at most this many items, and this many
+  /// bytes (plus one item), sent and not yet taken by this end's reader; then
+  /// its write() waits. The reader gives credit back as it takes items (a
+  /// quarter of the window at a time, or whenever it has read everything).
+  std::size_t stream_window_items = default_stream_window_items;
+  std::size_t stream_window_bytes = default_stream_window_bytes;
   /// Prefix of the agent's keys in the store.
   std::string key_prefix = default_key_prefix;
   /// Token peers must prove when connecting (HMAC hello). nullopt:

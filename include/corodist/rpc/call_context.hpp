@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace corodist::rpc {
 
@@ -36,11 +38,17 @@ public:
   corodist::deadline deadline() const noexcept { return deadline_; }
   /// True once the deadline has passed: the result would be dropped.
   bool expired() const noexcept { return deadline_.expired(); }
+  /// The key/value headers the caller sent with the call or stream (in the
+  /// order sent; empty when none).
+  const std::vector<std::pair<std::string, std::string>>& metadata() const noexcept { return metadata_; }
+  /// Sets them (the receiving side, as they arrive).
+  void set_metadata(std::vector<std::pair<std::string, std::string>> m) { metadata_ = std::move(m); }
 
 private:
   int caller_rank_ = -1;
   std::string caller_name_;
   corodist::deadline deadline_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
 };
 
 } // namespace corodist::rpc

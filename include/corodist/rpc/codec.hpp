@@ -94,9 +94,10 @@ public:
   using error::error;
 };
 
-/// Packs one value into a body; C strings and string views as msgpack str.
-template <typename T>
-void pack_value(msgpack::packer<encoder>& pk, const T& v) {
+/// Packs one value into a body (an encoder's, or a stream's items); C strings
+/// and string views as msgpack str.
+template <typename Stream, typename T>
+void pack_value(msgpack::packer<Stream>& pk, const T& v) {
   if constexpr (std::is_convertible_v<const T&, std::string_view> && !std::is_same_v<T, std::string>) {
     const std::string_view s(v);
     pk.pack_str(static_cast<std::uint32_t>(s.size()));

@@ -40,4 +40,12 @@ public:
       : error(operation + " on worker '" + worker + "': " + why) {}
 };
 
+/// A stream was cancelled: by its other end (its reader or writer called
+/// cancel(), or its reader was dropped before the end), or by this end's own
+/// cancel(). Raised by the next read or write of the stream.
+class cancelled_error : public error {
+public:
+  using error::error;
+};
+
 } // namespace corodist::rpc
