@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// RPC-specific errors. Both derive from `corodist::remote_error` (they are
+/// RPC-specific errors. unknown_function_error and bad_arguments_error derive from `corodist::remote_error` (they are
 /// reported by the callee), so `catch (const remote_error&)` sees every
 /// failure the remote side reported.
 
@@ -8,7 +8,10 @@
 
 #include <corodist/core/error.hpp>
 
+#include <asio/error.hpp>
+
 #include <string>
+#include <system_error>
 
 namespace corodist::rpc {
 
@@ -38,6 +41,22 @@ public:
   /// "<operation> on worker '<worker>': <why>", e.g. "rpc 'add' on worker 'w1': ...".
   bad_result_error(const std::string& operation, const std::string& worker, const std::string& why)
       : error(operation + " on worker '" + worker + "': " + why) {}
+};
+
+/// The call was cancelled by its caller: `future::cancel()` on the future of
+/// `rpc_async`, or the cancellation of the coroutine awaiting `call` (through
+/// its Asio cancellation slot). Raised on the caller, at once; a cancel
+/// frame tells the callee, whose coroutine function is cancelled and whose
+/// plain function sees `call_context::cancelled()`. A `std::system_error`
+/// with `asio::error::operation_aborted`, as every cancelled operation in
+/// corodist (and Asio) ends, so `catch (const std::system_error&)` checking
+/// the code keeps working; catch `cancelled_error` to tell an RPC's cancel
+/// apart. (Not a `corodist::error`: a cancellation is not a failure.)
+class cancelled_error : public std::system_error {
+public:
+  /// "<what>: cancelled by its caller", e.g. "rpc 'f' on worker 'w1': cancelled by its caller".
+  explicit cancelled_error(const std::string& what)
+      : std::system_error(asio::error::operation_aborted, what + ": cancelled by its caller") {}
 };
 
 } // namespace corodist::rpc
