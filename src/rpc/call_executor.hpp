@@ -28,7 +28,7 @@ public:
   /// Runs `f` on the inner executor with the served call current.
   template <typename F>
   void execute(F&& f) const {
-    inner_.execute([state = state_, f = std::forward<F>(f)]() mutable {
+    asio::execution::execute(inner_, [state = state_, f = std::forward<F>(f)]() mutable {
       current_call_scope scope(state.get());
       std::move(f)();
     });
@@ -50,6 +50,11 @@ public:
       -> call_executor<std::decay_t<decltype(asio::prefer(std::declval<const Inner&>(), p))>> {
     return {asio::prefer(inner_, p), state_};
   }
+
+  /// Outstanding work is not counted (a preference, ignored): the loop runs
+  /// until it is stopped, and the count's atomics would cost every
+  /// operation of a coroutine function.
+  call_executor prefer(const asio::execution::outstanding_work_t::tracked_t&) const noexcept { return *this; }
 
   friend bool operator==(const call_executor& a, const call_executor& b) noexcept {
     return a.inner_ == b.inner_ && a.state_ == b.state_;

@@ -15,6 +15,7 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/dispatch.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
 
 #include <corodist/core/little_endian.hpp>
@@ -461,17 +462,21 @@ void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply
         throw call_failure(failure::deadline, "'" + fn + "' was cancelled at its caller's deadline");
       co_return std::move(*r);
     };
+    auto done = asio::bind_cancellation_slot(
+        rc->signal.slot(), [this, self, own, state, reply = std::move(reply)](std::exception_ptr e, payload p) mutable {
+          if (own)
+            running_.erase(*own);
+          if (e && state->cancelled.load()) // (the caller has dropped it)
+            e = fail_with(failure::cancelled, "cancelled by its caller");
+          reply(std::move(p), std::move(e));
+        });
     // Its executor makes the served call current around each resumption.
-    asio::co_spawn(call_executor<asio::any_io_executor>(env_.loop, state),
-                   guarded(std::move(coro), ctx.deadline(), std::move(fn)),
-                   asio::bind_cancellation_slot(rc->signal.slot(), [this, self, own, state, reply = std::move(reply)](
-                                                                       std::exception_ptr e, payload p) mutable {
-                     if (own)
-                       running_.erase(*own);
-                     if (e && state->cancelled.load()) // (the caller has dropped it)
-                       e = fail_with(failure::cancelled, "cancelled by its caller");
-                     reply(std::move(p), std::move(e));
-                   }));
+    if (const auto* io = env_.loop.target<asio::io_context::executor_type>())
+      asio::co_spawn(call_executor<asio::io_context::executor_type>(*io, state),
+                     guarded(std::move(coro), ctx.deadline(), std::move(fn)), std::move(done));
+    else
+      asio::co_spawn(call_executor<asio::any_io_executor>(env_.loop, state),
+                     guarded(std::move(coro), ctx.deadline(), std::move(fn)), std::move(done));
   };
   asio::dispatch(env_.loop, std::move(run));
 }
