@@ -5,7 +5,6 @@
 #include "rpc/call_flow.hpp"
 #include "rpc/protocol.hpp"
 
-#include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/ip/address.hpp>
@@ -102,7 +101,6 @@ void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
     w.done(net::response{net::errc::request_timeout, {}});
     return;
   }
-  auto handle = w.link.call; // (w moves into the coroutine)
   auto run = [conn, w = std::move(w), by, self = registry_.self().rank]() mutable -> asio::awaitable<void> {
     auto records = std::move(w.body.records); // upper layers' records live until the reply
     // (the request below takes this id before it suspends)
@@ -125,11 +123,7 @@ void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
       w.link.call->finished = true;
     w.done(std::move(r));
   };
-  if (handle) { // (its signal lives as long as the coroutine, which holds the handle)
-    asio::co_spawn(ex_, std::move(run), asio::bind_cancellation_slot(handle->signal.slot(), asio::detached));
-  } else {
-    asio::co_spawn(ex_, std::move(run), asio::detached);
-  }
+  asio::co_spawn(ex_, std::move(run), asio::detached);
 }
 
 void channels::cancel(outgoing_call& call) {
@@ -142,8 +136,8 @@ void channels::cancel(outgoing_call& call) {
     if (auto ec = c->send(kind_cancel, std::move(id), {}))
       CORODIST_LOG_DEBUG("rpc: a call's cancel to {} not sent: {}", net::detail::endpoint_text(c->remote_endpoint()),
                          ec.message());
+    c->cancel_request(call.id); // its request() ends now, with operation_aborted
   }
-  call.signal.emit(asio::cancellation_type::terminal);
 }
 
 asio::awaitable<void> channels::dial(int rank) {

@@ -2,12 +2,10 @@
 // The handle through which a caller cancels one call it sent (private):
 // future::cancel() and the cancellation of a coroutine awaiting agent::call
 // reach the call's request on the loop, which ends it at once
-// (operation_aborted: the caller's cancelled_error) and tells the callee
-// (kind_cancel, naming the request id).
+// (connection::cancel_request: operation_aborted, the caller's
+// cancelled_error) and tells the callee (kind_cancel, naming the request id).
 
 #include <corodist/net/connection.hpp>
-
-#include <asio/cancellation_signal.hpp>
 
 #include <atomic>
 #include <cstdint>
@@ -28,7 +26,6 @@ struct outgoing_call {
   bool finished = false; // its response (or error) arrived: nothing to cancel
   std::weak_ptr<net::connection> conn;
   std::uint64_t id = 0;
-  asio::cancellation_signal signal; // bound to the request's coroutine
 };
 
 } // namespace corodist::rpc::detail
