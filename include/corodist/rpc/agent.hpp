@@ -147,14 +147,14 @@ public:
   /// connection is not sent); a result already on its way is dropped.
   template <typename R, typename... A>
   future<R> rpc_async(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, to, fn, args...);
+    return rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, nullptr, to, fn, args...);
   }
 
   /// As above within `limit` (`inherit()`: `rpc_timeout`; `never()`: no
   /// deadline): `rpc.rpc_async<int>(500ms, "w1", "f")`.
   template <typename R, typename... A>
   future<R> rpc_async(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(limit, true, nullptr, true, to, fn, args...);
+    return rpc_async_impl<R>(limit, true, nullptr, true, nullptr, to, fn, args...);
   }
 
   /// As above with `opts` (time limit, deadline propagation, metadata);
@@ -162,7 +162,7 @@ public:
   /// with `usage_error`.
   template <typename R, typename... A>
   future<R> rpc_async(const call_options& opts, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, to, fn, args...);
+    return rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, nullptr, to, fn, args...);
   }
 
   /// Blocking call from a plain thread; returns the result or throws. Throws
@@ -193,21 +193,26 @@ public:
   /// way is dropped. The connection and other calls go on.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(worker_ref to, std::string_view fn, A&&... args) {
-    return await_call(rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, to, fn, args...));
+    std::shared_ptr<detail::outgoing_call> handle;
+    auto f = rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, &handle, to, fn, args...);
+    return await_call(std::move(f), std::move(handle));
   }
 
   /// As above within `limit`. Cancellation: as above.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
-    return await_call(rpc_async_impl<R>(limit, true, nullptr, true, to, fn, args...));
+    std::shared_ptr<detail::outgoing_call> handle;
+    auto f = rpc_async_impl<R>(limit, true, nullptr, true, &handle, to, fn, args...);
+    return await_call(std::move(f), std::move(handle));
   }
 
   /// As above with `opts` (time limit, deadline propagation, metadata).
   /// Cancellation: as above.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(const call_options& opts, worker_ref to, std::string_view fn, A&&... args) {
-    return await_call(
-        rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, to, fn, args...));
+    std::shared_ptr<detail::outgoing_call> handle;
+    auto f = rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, &handle, to, fn, args...);
+    return await_call(std::move(f), std::move(handle));
   }
 
   /// This worker. Throws `usage_error` before start(). Any thread.
@@ -232,11 +237,14 @@ public:
 
 private:
   // `propagate`: the deadline is no later than the served call's (if any).
-  // `metadata`: null or empty: none. `cancellable`: the future's cancel()
-  // reaches the call (rpc_sync's cannot be cancelled: not set up).
+  // `metadata`: null or empty: none. `cancellable`: the call can be cancelled
+  // (rpc_sync's cannot: not set up), through the future's cancel(), or, with
+  // `handle_out`, through the handle stored there (call()'s: no canceller in
+  // the future's state).
   template <typename R, typename... A>
   future<R> rpc_async_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata, bool cancellable,
-                           worker_ref to, std::string_view fn, const A&... args) {
+                           std::shared_ptr<detail::outgoing_call>* handle_out, worker_ref to, std::string_view fn,
+                           const A&... args) {
     promise<R> p;
     auto f = p.get_future();
     payload call;
@@ -258,7 +266,10 @@ private:
     std::shared_ptr<detail::outgoing_call> handle;
     if (cancellable) {
       handle = make_outgoing_call();
-      p.set_canceller([handle] { cancel_call(handle); });
+      if (handle_out)
+        *handle_out = handle;
+      else
+        p.set_canceller([handle] { cancel_call(handle); });
     }
     // The completion runs inside the agent's machinery, which keeps the port alive.
     send_call(rank, fn, std::move(call), by,
@@ -273,10 +284,11 @@ private:
   // call()'s await: the result, or at the awaiting coroutine's cancellation
   // the call's cancel() and a cancelled_error.
   template <typename R>
-  static asio::awaitable<R> await_call(future<R> f) {
+  static asio::awaitable<R> await_call(future<R> f, std::shared_ptr<detail::outgoing_call> handle) {
     auto [ec] = co_await f.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
     if (ec) {
-      f.cancel();
+      if (handle && !f.is_ready())
+        cancel_call(handle);
       throw cancelled_error("rpc call");
     }
     co_return f.get();
@@ -286,7 +298,7 @@ private:
   R rpc_sync_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata, worker_ref to,
                   std::string_view fn, const A&... args) {
     refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
-    auto f = rpc_async_impl<R>(limit, propagate, metadata, false, to, fn, args...);
+    auto f = rpc_async_impl<R>(limit, propagate, metadata, false, nullptr, to, fn, args...);
     spin_until_ready([&f] { return f.is_ready(); });
     return f.get();
   }
