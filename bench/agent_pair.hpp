@@ -9,11 +9,14 @@
 #include <corodist/store/hash_store.hpp>
 
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 
+#include <atomic>
+#include <cstdint>
 #include <chrono>
 #include <cstdint>
 #include <future>
@@ -39,6 +42,17 @@ struct stamped_item {
 inline std::int64_t steady_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+/// What the server's "cancel_probe" reports (the cancel latency case): that
+/// it is waiting, and when (steady_clock, ns) its wait ended cancelled.
+struct cancel_probe_state {
+  std::atomic<bool> waiting{false};
+  std::atomic<std::int64_t> observed_ns{0}; // 0: not yet
+};
+inline cancel_probe_state& cancel_probe() {
+  static cancel_probe_state s;
+  return s;
 }
 
 inline void register_functions(rpc::agent& a) {
@@ -76,6 +90,15 @@ inline void register_functions(rpc::agent& a) {
   a.register_function("att_size", [](const rpc::attachment& b) -> asio::awaitable<std::size_t> { co_return b.size(); });
   a.register_function("echo", [](rpc::attachment b) -> asio::awaitable<rpc::attachment> { co_return b; });
   a.register_function("add", [](int x, int y) -> asio::awaitable<int> { co_return x + y; });
+  // Waits (an hour) until cancelled; records when it saw the cancellation.
+  a.register_function("cancel_probe", []() -> asio::awaitable<void> {
+    auto& p = cancel_probe();
+    asio::steady_timer t(co_await asio::this_coro::executor, std::chrono::hours(1));
+    p.waiting.store(true, std::memory_order_release);
+    auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    (void)ec;
+    p.observed_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_release);
+  });
 }
 
 class agent_pair {

@@ -127,6 +127,42 @@ void coroutine_latency(context& ctx, agent_pair& pair) {
   ctx.report(std::move(r));
 }
 
+// From future::cancel() on the client (a plain thread) to the server's
+// coroutine function seeing its wait end cancelled (both agents in this
+// process: one clock). Issue target: p50 at most 2 x rpc_sync_empty's.
+void cancel_latency(context& ctx, agent_pair& pair) {
+  const std::size_t samples = ctx.quick ? 2'000 : 20'000;
+  const double budget_s = ctx.quick ? 4.0 : 30.0;
+  auto& a = pair.client();
+  auto& probe = cancel_probe();
+  auto one = [&]() -> clock_type::duration {
+    probe.waiting.store(false);
+    probe.observed_ns.store(0);
+    auto f = a.rpc_async<void>("server", "cancel_probe");
+    while (!probe.waiting.load(std::memory_order_acquire))
+      std::this_thread::yield();
+    const auto t0 = clock_type::now();
+    f.cancel();
+    std::int64_t seen = 0;
+    while ((seen = probe.observed_ns.load(std::memory_order_acquire)) == 0)
+      std::this_thread::yield();
+    f.wait(); // (cancelled_error)
+    return clock_type::duration(seen) - t0.time_since_epoch();
+  };
+  for (std::size_t i = 0; i < std::max<std::size_t>(samples / 10, 10); ++i)
+    one();
+  latency_recorder rec(samples);
+  const auto start = clock_type::now();
+  for (std::size_t i = 0; i < samples; ++i) {
+    rec.add(one());
+    if (seconds_since(start) > budget_s)
+      break;
+  }
+  auto r = latency_record("rpc", "cancel_to_callee", rec, seconds_since(start));
+  r.extra = {{"samples", static_cast<double>(rec.size())}};
+  ctx.report(std::move(r));
+}
+
 // 64 coroutines on the client loop, each keeping one rpc_async call in flight.
 void async_throughput(context& ctx, agent_pair& pair, std::vector<peer_result> peers) {
   const std::size_t total = ctx.quick ? 200'000 : 1'000'000;
@@ -258,6 +294,7 @@ void run_rpc_suite(context& ctx) {
     sync_latency(ctx, spinning, sync_case{"rpc_sync_empty_spin100us", 0, 20'000, 200'000});
   }
   coroutine_latency(ctx, pair);
+  cancel_latency(ctx, pair);
   async_throughput(ctx, pair,
                    {torch_peer("rpc_async_x64", nullptr, "ops_per_s"), grpc_peer_of("async_x64", nullptr, "ops_per_s", nullptr)});
   echo_64MiB(ctx, pair, {grpc_peer_of("echo", nullptr, nullptr, "gbytes_per_s")});

@@ -46,6 +46,10 @@ void connection::complete(std::uint64_t id, response r) {
   done(std::move(r));
 }
 
+void connection::cancel_request(std::uint64_t request_id) {
+  complete(request_id, response{asio::error::operation_aborted, {}});
+}
+
 void connection::arm_timer(clock::time_point deadline) {
   if (timer_deadline_ && *timer_deadline_ <= deadline)
     return;

@@ -121,9 +121,24 @@ int agent::self_rank() const { return impl_->opts_.rank; }
 
 corodist::timeout agent::default_timeout() const noexcept { return impl_->default_timeout(); }
 
-void agent::send_call(int rank, std::string_view fn, payload call, corodist::deadline by,
-                      completion done) {
-  impl_->start_call(rank, fn, std::move(call), by, std::move(done));
+void agent::send_call(int rank, std::string_view fn, payload call, corodist::deadline by, completion done,
+                      std::shared_ptr<detail::outgoing_call> cancel) {
+  impl_->start_call(rank, fn, std::move(call), by, std::move(done), std::move(cancel));
+}
+
+std::shared_ptr<detail::outgoing_call> agent::make_outgoing_call() const {
+  return std::make_shared<detail::outgoing_call>(impl_);
+}
+
+void agent::cancel_call(const std::shared_ptr<detail::outgoing_call>& handle) { detail::agent_core::cancel_call(handle); }
+
+void agent::check_metadata(const call_metadata& metadata, std::string_view fn) {
+  std::size_t bytes = 0;
+  for (const auto& [k, v] : metadata)
+    bytes += k.size() + v.size();
+  if (bytes > max_metadata_bytes)
+    throw usage_error("rpc '" + std::string(fn) + "': the call's metadata holds " + std::to_string(bytes) +
+                      " bytes, over max_metadata_bytes " + std::to_string(max_metadata_bytes));
 }
 
 const worker_info& agent::self() const { return impl_->registry_.self(); }

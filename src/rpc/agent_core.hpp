@@ -50,12 +50,17 @@ public:
   // ---- outgoing calls (outgoing_calls.cpp) ----
   /// Sends an encoded call to `to` (any thread); `done` runs once, on the loop
   /// or on the pool for a large reply.
-  void start_call(worker_ref to, std::string_view fn, payload call, corodist::deadline by, reply_handler done);
+  /// `cancel`: the call's cancel handle (null: none).
+  void start_call(worker_ref to, std::string_view fn, payload call, corodist::deadline by, reply_handler done,
+                  std::shared_ptr<outgoing_call> cancel = nullptr);
+  /// Cancels the call of `handle` (any thread): see channels::cancel.
+  static void cancel_call(const std::shared_ptr<outgoing_call>& handle);
   /// Sends a request of any kind to rank `to` (any thread): counted as a call
   /// in flight until `done` ran. `what` names the operation in errors (`<what>: <reason>`).
   /// `record`: the call's flight-recorder entry (0: none), ended with the reply.
   void start_message(int to, message_kind kind, payload p, corodist::deadline by, reply_handler done,
-                     std::string what, flight_recorder::handle record = 0);
+                     std::string what, flight_recorder::handle record = 0,
+                     std::shared_ptr<outgoing_call> cancel = nullptr);
   /// The time limit of a call with none of its own.
   corodist::timeout default_timeout() const noexcept {
     return opts_.rpc_timeout.or_else(agent_options::default_rpc_timeout);

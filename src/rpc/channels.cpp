@@ -92,22 +92,52 @@ void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
     return;
   }
   const corodist::deadline by(w.deadline);
+  if (w.link.call && w.link.call->cancelled.load()) { // cancelled before it could be sent
+    w.link.call->finished = true;
+    w.done(net::response{asio::error::operation_aborted, {}});
+    return;
+  }
   if (by.expired()) {
     w.done(net::response{net::errc::request_timeout, {}});
     return;
   }
-  asio::co_spawn(
-      ex_,
-      [conn, w = std::move(w), by, self = registry_.self().rank]() mutable -> asio::awaitable<void> {
-        auto records = std::move(w.body.records); // upper layers' records live until the reply
-        if (w.link.recorder) { // (the request below takes this id before it suspends)
-          const auto id = conn->next_request_id();
-          w.link.recorder->set_link(w.link.record, id, call_flow(self, w.rank, id));
-        }
-        auto r = co_await conn->request(w.kind, std::move(w.body.body), std::move(w.body.attachments), by);
-        w.done(std::move(r));
-      },
-      asio::detached);
+  auto run = [conn, w = std::move(w), by, self = registry_.self().rank]() mutable -> asio::awaitable<void> {
+    auto records = std::move(w.body.records); // upper layers' records live until the reply
+    // (the request below takes this id before it suspends)
+    if (w.link.recorder) {
+      const auto id = conn->next_request_id();
+      w.link.recorder->set_link(w.link.record, id, call_flow(self, w.rank, id));
+    }
+    if (w.link.call) {
+      if (w.link.call->cancelled.load()) { // cancelled before the loop saw it sent
+        w.link.call->finished = true;
+        w.done(net::response{asio::error::operation_aborted, {}});
+        co_return;
+      }
+      w.link.call->sent = true;
+      w.link.call->conn = conn;
+      w.link.call->id = conn->next_request_id();
+    }
+    auto r = co_await conn->request(w.kind, std::move(w.body.body), std::move(w.body.attachments), by);
+    if (w.link.call)
+      w.link.call->finished = true;
+    w.done(std::move(r));
+  };
+  asio::co_spawn(ex_, std::move(run), asio::detached);
+}
+
+void channels::cancel(outgoing_call& call) {
+  if (!call.sent || call.finished)
+    return; // not sent yet (send() ends it), or nothing left to cancel
+  call.finished = true;
+  if (auto c = call.conn.lock(); c && c->is_open()) {
+    net::bytes id(8);
+    corodist::store_le(id.data(), call.id);
+    if (auto ec = c->send(kind_cancel, std::move(id), {}))
+      CORODIST_LOG_DEBUG("rpc: a call's cancel to {} not sent: {}", net::detail::endpoint_text(c->remote_endpoint()),
+                         ec.message());
+    c->cancel_request(call.id); // its request() ends now, with operation_aborted
+  }
 }
 
 asio::awaitable<void> channels::dial(int rank) {

@@ -10,6 +10,7 @@
 #include <corodist/net/connection.hpp>
 #include <corodist/rpc/message_port.hpp>
 
+#include "rpc/outgoing_call.hpp"
 #include "rpc/worker_registry.hpp"
 
 #include <asio/any_io_executor.hpp>
@@ -35,9 +36,11 @@ std::optional<std::pair<int, std::string>> decode_identity(const net::bytes& fra
 
 /// A call's flight-recorder entry, told its request id and flow
 /// (call_flow.hpp) when the call is sent. No recorder: none.
+/// `call`: the call's cancel handle (null: it cannot be cancelled).
 struct call_link {
   std::shared_ptr<flight_recorder> recorder;
   flight_recorder::handle record = 0;
+  std::shared_ptr<outgoing_call> call;
 };
 
 /// Loop-affine: every member runs on the agent's loop.
@@ -72,6 +75,12 @@ public:
   /// `link`: the entry to tell the request id when it is sent.
   void request(int rank, message_kind kind, payload p, corodist::deadline by, response_fn done,
                call_link link = {});
+
+  /// Cancels the call of `call` (loop only): a request under way ends at once
+  /// with operation_aborted and a kind_cancel frame follows it to the callee;
+  /// one still queued for its connection ends when it would be sent; one
+  /// finished is left alone.
+  void cancel(outgoing_call& call);
 
   /// Sends a one-way message to worker `rank` (dialling as request() does).
   /// Returns false if it cannot be queued (closed).

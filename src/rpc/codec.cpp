@@ -203,11 +203,36 @@ std::string msgpack_type_name(msgpack::type::object_type t) {
 namespace detail {
 
 call_view view_call(const msgpack::object& body) {
-  if (body.type != msgpack::type::ARRAY || body.via.array.size != 3 || body.via.array.ptr[0].type != msgpack::type::STR ||
-      body.via.array.ptr[2].type != msgpack::type::POSITIVE_INTEGER)
-    throw protocol_error("rpc: a call is [name, [args...], timeout_ms]");
+  if (body.type != msgpack::type::ARRAY || (body.via.array.size != 3 && body.via.array.size != 4) ||
+      body.via.array.ptr[0].type != msgpack::type::STR || body.via.array.ptr[2].type != msgpack::type::POSITIVE_INTEGER)
+    throw protocol_error("rpc: a call is [name, [args...], timeout_ms] or [name, [args...], timeout_ms, {metadata}]");
   const auto& a = body.via.array;
-  return call_view{std::string_view(a.ptr[0].via.str.ptr, a.ptr[0].via.str.size), &a.ptr[1], a.ptr[2].via.u64};
+  call_view v{std::string_view(a.ptr[0].via.str.ptr, a.ptr[0].via.str.size), &a.ptr[1], a.ptr[2].via.u64};
+  if (a.size == 4) {
+    const auto& m = a.ptr[3];
+    if (m.type != msgpack::type::MAP)
+      throw protocol_error("rpc: a call's metadata is not a map");
+    for (std::uint32_t i = 0; i < m.via.map.size; ++i) {
+      const auto& kv = m.via.map.ptr[i];
+      if (kv.key.type != msgpack::type::STR || kv.val.type != msgpack::type::STR)
+        throw protocol_error("rpc: a call's metadata maps strings to strings");
+      v.metadata_bytes += kv.key.via.str.size + kv.val.via.str.size;
+    }
+    v.metadata = &m;
+  }
+  return v;
+}
+
+call_metadata read_metadata(const call_view& v) {
+  call_metadata out;
+  if (!v.metadata)
+    return out;
+  const auto& m = v.metadata->via.map;
+  out.reserve(m.size);
+  for (std::uint32_t i = 0; i < m.size; ++i)
+    out.emplace_back(std::string(m.ptr[i].key.via.str.ptr, m.ptr[i].key.via.str.size),
+                     std::string(m.ptr[i].val.via.str.ptr, m.ptr[i].val.via.str.size));
+  return out;
 }
 
 } // namespace detail

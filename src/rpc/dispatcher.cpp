@@ -6,6 +6,7 @@
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
+#include "rpc/call_executor.hpp"
 #include "rpc/call_flow.hpp"
 #include "rpc/call_format.hpp"
 #include "rpc/error_reply.hpp"
@@ -14,7 +15,10 @@
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/dispatch.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
+
+#include <corodist/core/little_endian.hpp>
 
 #include <thread>
 
@@ -53,6 +57,7 @@ std::exception_ptr local_exception(const std::exception_ptr& e, const std::strin
     case failure::unknown_function: return std::make_exception_ptr(unknown_function_error(worker, f.what()));
     case failure::bad_arguments: return std::make_exception_ptr(bad_arguments_error(worker, f.what()));
     case failure::deadline: return std::make_exception_ptr(timeout_error(std::string("rpc: ") + f.what()));
+    case failure::cancelled: return std::make_exception_ptr(cancelled_error(std::string("rpc: ") + f.what()));
     case failure::malformed: return std::make_exception_ptr(protocol_error(std::string("rpc: ") + f.what()));
     default: return std::make_exception_ptr(remote_error(worker, "rpc", f.what()));
     }
@@ -77,6 +82,7 @@ Reply recorded_reply(std::shared_ptr<flight_recorder> rec, flight_recorder::hand
                   : f.code == failure::unknown_function ? "unknown_function"
                   : f.code == failure::bad_arguments    ? "bad_arguments"
                   : f.code == failure::malformed        ? "malformed"
+                  : f.code == failure::cancelled        ? "cancelled"
                                                         : "error");
       } catch (const std::exception& x) {
         rec->fail(h, x.what(), "exception");
@@ -138,6 +144,7 @@ std::string dispatcher::kind_name(message_kind kind) const {
   case kind_stream_error: return "rpc stream error";
   case kind_stream_credit: return "rpc stream credit";
   case kind_stream_cancel: return "rpc stream cancel";
+  case kind_cancel: return "rpc cancel";
   default: break;
   }
   auto it = handlers_.find(kind);
@@ -160,6 +167,13 @@ void dispatcher::on_message(int from, const std::string& from_name, const std::s
   }
   if (is_stream_kind(m.header.kind) && stream_handler_) {
     stream_handler_(from, from_name, conn, std::move(m));
+    return;
+  }
+  if (m.header.kind == kind_cancel) {
+    if (m.payload.size() == 8)
+      cancel_served(conn.get(), corodist::load_le<std::uint64_t>(m.payload.data()));
+    else
+      CORODIST_LOG_WARN("rpc: malformed cancel from rank {} ({} bytes, not 8): ignored", from, m.payload.size());
     return;
   }
   auto it = handlers_.find(m.header.kind);
@@ -211,23 +225,49 @@ std::shared_ptr<peer_flow> dispatcher::flow_of(const std::shared_ptr<net::connec
   return kept;
 }
 
+void dispatcher::cancel_served(const net::connection* conn, std::uint64_t id) {
+  for (auto& rc : running_) {
+    if (rc.conn == conn && rc.id == id) {
+      if (!rc.state->cancelled.exchange(true))
+        rc.signal.emit(asio::cancellation_type::terminal); // a coroutine function's pending operation ends
+      return;
+    }
+  }
+  CORODIST_LOG_DEBUG("rpc: a cancel for request {} that is not running here (finished, or unknown): ignored", id);
+}
+
 void dispatcher::serve_call(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
                             std::uint64_t id, net::bytes&& frame, clock::time_point arrived) {
   const bool serving = serving_.try_enter();
   std::shared_ptr<peer_flow> flow;
   if (serving && env_.max_output_per_peer > 0 && !stopped_)
     flow = flow_of(conn);
+  // The call's entry among those running (a cancel finds it), until its reply.
+  std::optional<std::list<running_call>::iterator> entry;
+  if (serving) {
+    entry = running_.emplace(running_.end());
+    (*entry)->conn = conn.get();
+    (*entry)->id = id;
+    (*entry)->state = std::make_shared<call_state>();
+  }
   // Replies leave from the loop, whichever thread produced them.
-  auto reply = [loop = env_.loop, conn = std::weak_ptr<net::connection>(conn), id, max = env_.max_message_size,
-                self_name = env_.worker_name, flow](payload&& p, std::exception_ptr e) mutable {
+  auto reply = [self = shared_from_this(), loop = env_.loop, conn = std::weak_ptr<net::connection>(conn), id,
+                max = env_.max_message_size, self_name = env_.worker_name, flow,
+                entry](payload&& p, std::exception_ptr e) mutable {
     if (!e && p.size() > max)
       e = std::make_exception_ptr(usage_error("the result's " + std::to_string(p.size()) +
                                               " bytes exceed max_message_size " + std::to_string(max)));
     const std::size_t n = e ? 0 : p.size();
     if (flow)
       flow->encoded(n); // held for the peer from now until queued on its connection
-    asio::dispatch(loop, [conn, id, p = std::move(p), e, self_name, flow = std::move(flow), n]() mutable {
-      if (auto c = conn.lock(); c && c->is_open()) { // (else the caller is gone: it sees connection_error)
+    asio::dispatch(loop, [self = std::move(self), conn, id, p = std::move(p), e, self_name, flow = std::move(flow), n,
+                          entry]() mutable {
+      bool cancelled = false; // (then the caller has dropped the call: nothing to send)
+      if (entry) {
+        cancelled = (*entry)->state->cancelled.load();
+        self->running_.erase(*entry);
+      }
+      if (auto c = conn.lock(); !cancelled && c && c->is_open()) { // (else the caller is gone: it sees connection_error)
         if (e) {
           auto ep = error_payload(e, self_name);
           c->respond(id, kind_error_reply, std::move(ep.body), std::move(ep.attachments));
@@ -249,7 +289,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
   }
   auto start = [this, self = shared_from_this(), from, id,
                 from_name = from_name.empty() && env_.name_of ? env_.name_of(from) : from_name, frame = std::move(frame),
-                arrived, flow, reply = std::move(reply)]() mutable {
+                arrived, flow, reply = std::move(reply), rc = &**entry]() mutable {
     reply_fn done = [this, self, reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
       reply(std::move(p), std::move(e));
       serving_.leave();
@@ -258,7 +298,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
       done({}, fail_with(failure::exception, "not started: the caller's connection closed"));
       return;
     }
-    start_call(from, std::move(from_name), id, std::move(frame), arrived, std::move(done), flow);
+    start_call(from, std::move(from_name), id, std::move(frame), arrived, std::move(done), flow, rc);
   };
   if (!flow || flow->admit_now()) {
     start(); // (no function object made for a call that starts at once)
@@ -268,12 +308,13 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
 }
 
 void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, net::bytes&& frame,
-                            clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow) {
+                            clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow,
+                            running_call* rc) {
   // Parse, find the function, check the deadline, decode the arguments: on the
   // loop for small messages, on the pool for large ones (no single message may
   // hold the loop for long).
   auto bind = [this, self = shared_from_this(), from, from_name = std::move(from_name), id, arrived,
-               flow = std::move(flow)](net::bytes&& frame, reply_fn& reply) mutable -> bool {
+               flow = std::move(flow), rc, state = rc->state](net::bytes&& frame, reply_fn& reply) mutable -> bool {
     std::string name;
     try {
       codec_context ctx;
@@ -283,12 +324,27 @@ void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, n
       auto p = parse_payload(std::move(frame), ctx);
       const auto call = view_call(p.body.get());
       name.assign(call.name);
-      if (env_.recorder) // ended with the reply, whatever ends the call
+      if (call.metadata && call.metadata_bytes <= max_metadata_bytes)
+        state->metadata = read_metadata(call);
+      if (env_.recorder) { // ended with the reply, whatever ends the call
+        std::string traced; // the caller's trace id, on the timeline
+        for (const auto& [k, v] : state->metadata)
+          if (k == "trace-id" && traced.empty())
+            traced = name + " trace-id=" + v;
         reply = recorded_reply(env_.recorder,
-                               env_.recorder->record({.seq = id, .op = "serve", .detail = name, .peer = from_name,
-                                                      .bytes = size, .flow = call_flow(from, env_.self_rank, id)}),
+                               env_.recorder->record({.seq = id, .op = "serve",
+                                                      .detail = traced.empty() ? std::string_view(name) : traced,
+                                                      .peer = from_name, .bytes = size,
+                                                      .flow = call_flow(from, env_.self_rank, id)}),
                                std::move(reply));
+      }
+      if (call.metadata_bytes > max_metadata_bytes)
+        throw call_failure(failure::malformed, "the call of '" + name + "' has " +
+                                                   std::to_string(call.metadata_bytes) +
+                                                   " bytes of metadata, over the limit of " +
+                                                   std::to_string(max_metadata_bytes));
       const auto deadline = corodist::deadline::from_wire(call.timeout_ms, arrived);
+      state->deadline = deadline;
       auto it = functions_.find(name);
       if (it == functions_.end())
         throw call_failure(failure::unknown_function,
@@ -296,7 +352,7 @@ void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, n
       if (deadline.expired())
         throw call_failure(failure::deadline, "'" + name + "' was not started: its caller's deadline (" +
                                                   deadline_text(arrived, deadline.at()) + ") had passed");
-      call_context cc(from, std::move(from_name), deadline);
+      call_context cc(from, std::move(from_name), deadline, state);
       bound_call b;
       {
         codec_scope scope(ctx);
@@ -306,7 +362,7 @@ void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, n
           throw call_failure(failure::bad_arguments, "function '" + name + "': " + e.what());
         }
       }
-      run_bound(std::move(name), std::move(b), std::move(cc), std::move(reply), std::move(flow));
+      run_bound(std::move(name), std::move(b), std::move(cc), std::move(reply), std::move(flow), std::move(state), rc);
     } catch (const call_failure& f) {
       if (f.code == failure::malformed)
         CORODIST_LOG_WARN("rpc: malformed call from rank {}: {}", from, f.what());
@@ -329,24 +385,26 @@ void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, n
 }
 
 void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply,
-                           std::shared_ptr<peer_flow> flow) {
+                           std::shared_ptr<peer_flow> flow, std::shared_ptr<call_state> state, running_call* rc) {
   if (b.plain) {
     if (stopped_ || !pool_) {
       reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
       return;
     }
     asio::post(*pool_, [this, self = shared_from_this(), fn = std::move(fn), work = std::move(b.plain),
-                        ctx = std::move(ctx), reply = std::move(reply), flow = std::move(flow)]() mutable {
+                        ctx = std::move(ctx), reply = std::move(reply), flow = std::move(flow),
+                        state = std::move(state), rc]() mutable {
       if (flow && !stopped_ && !flow->may_run()) {
         // Admitted before its peer's reply size was known, and its output
         // would now pass the cap: it waits again, unstarted, on the loop.
         asio::post(env_.loop, [this, self, fn = std::move(fn), work = std::move(work), ctx = std::move(ctx),
-                               reply = std::move(reply), flow]() mutable {
+                               reply = std::move(reply), flow, state = std::move(state), rc]() mutable {
           flow->requeue([this, self, fn = std::move(fn), work = std::move(work), ctx = std::move(ctx),
-                         reply = std::move(reply), flow]() mutable {
+                         reply = std::move(reply), flow, state = std::move(state), rc]() mutable {
             bound_call again;
             again.plain = std::move(work);
-            run_bound(std::move(fn), std::move(again), std::move(ctx), std::move(reply), std::move(flow));
+            run_bound(std::move(fn), std::move(again), std::move(ctx), std::move(reply), std::move(flow),
+                      std::move(state), rc);
           });
         });
         return;
@@ -361,6 +419,11 @@ void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply
         reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
         return;
       }
+      if (state->cancelled.load()) {
+        work = {};
+        reply({}, fail_with(failure::cancelled, "'" + fn + "' was not started: its caller cancelled it"));
+        return;
+      }
       if (ctx.expired()) { // waited in the pool's queue past its caller's deadline
         work = {};
         reply({}, fail_with(failure::deadline, "'" + fn + "' was not started: its caller's deadline had passed"));
@@ -368,36 +431,62 @@ void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply
       }
       payload out;
       std::exception_ptr err;
-      try {
-        out = work();
-      } catch (...) {
-        err = std::current_exception();
+      {
+        current_call_scope serving(state.get()); // (calls it makes keep within its deadline)
+        try {
+          out = work();
+        } catch (...) {
+          err = std::current_exception();
+        }
       }
       work = {}; // the function's arguments go here, off the loop
+      if (state->cancelled.load()) { // its result is dropped by the caller
+        out = {};
+        err = fail_with(failure::cancelled, "'" + fn + "' was cancelled by its caller");
+      }
       reply(std::move(out), std::move(err));
     });
     return;
   }
-  // A coroutine function: on the loop, cancelled at its caller's deadline or when the agent stops.
+  // A coroutine function: on the loop, cancelled at its caller's deadline, at
+  // its caller's cancel or when the agent stops.
   auto run = [this, self = shared_from_this(), fn = std::move(fn), coro = std::move(b.coro), ctx = std::move(ctx),
-              reply = std::move(reply)]() mutable {
+              reply = std::move(reply), state = std::move(state), rc]() mutable {
     if (stopped_) {
       reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
       return;
     }
-    auto sig = running_coroutines_.emplace(running_coroutines_.end());
+    if (state->cancelled.load()) {
+      reply({}, fail_with(failure::cancelled, "'" + fn + "' was not started: its caller cancelled it"));
+      return;
+    }
+    std::optional<std::list<running_call>::iterator> own; // a local call's entry
+    if (!rc) {
+      own = running_.emplace(running_.end());
+      (*own)->state = state;
+      rc = &**own;
+    }
     auto guarded = [](asio::awaitable<payload> c, corodist::deadline by, std::string fn) -> asio::awaitable<payload> {
       auto r = co_await corodist::detail::within(std::move(c), by);
       if (!r)
         throw call_failure(failure::deadline, "'" + fn + "' was cancelled at its caller's deadline");
       co_return std::move(*r);
     };
-    asio::co_spawn(env_.loop, guarded(std::move(coro), ctx.deadline(), fn),
-                   asio::bind_cancellation_slot(
-                       sig->slot(), [this, self, sig, reply = std::move(reply)](std::exception_ptr e, payload p) mutable {
-                         running_coroutines_.erase(sig);
-                         reply(std::move(p), std::move(e));
-                       }));
+    auto done = asio::bind_cancellation_slot(
+        rc->signal.slot(), [this, self, own, state, reply = std::move(reply)](std::exception_ptr e, payload p) mutable {
+          if (own)
+            running_.erase(*own);
+          if (e && state->cancelled.load()) // (the caller has dropped it)
+            e = fail_with(failure::cancelled, "cancelled by its caller");
+          reply(std::move(p), std::move(e));
+        });
+    // Its executor makes the served call current around each resumption.
+    if (const auto* io = env_.loop.target<asio::io_context::executor_type>())
+      asio::co_spawn(call_executor<asio::io_context::executor_type>(*io, state),
+                     guarded(std::move(coro), ctx.deadline(), std::move(fn)), std::move(done));
+    else
+      asio::co_spawn(call_executor<asio::any_io_executor>(env_.loop, state),
+                     guarded(std::move(coro), ctx.deadline(), std::move(fn)), std::move(done));
   };
   asio::dispatch(env_.loop, std::move(run));
 }
@@ -420,6 +509,10 @@ future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object
                          "no function '" + std::string(fn) + "' is registered on worker '" + env_.worker_name + "'");
     if (!serving_.try_enter())
       throw call_failure(failure::exception, "worker '" + env_.worker_name + "' is shutting down");
+    auto state = std::make_shared<call_state>();
+    state->deadline = ctx.deadline();
+    state->metadata = ctx.metadata();
+    ctx = call_context(ctx.caller_rank(), ctx.caller(), ctx.deadline(), state);
     bound_call b;
     try {
       b = it->second(args, ctx, result_encoder(ctx.caller_rank()));
@@ -432,7 +525,7 @@ future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object
                 reply(std::move(out), std::move(e));
                 serving_.leave();
               },
-              nullptr);
+              nullptr, std::move(state), nullptr);
   } catch (...) {
     reply({}, std::current_exception());
   }
@@ -445,8 +538,8 @@ void dispatcher::stop() {
   flows_.clear();
   for (auto& [raw, f] : flows)
     f->release_all();
-  for (auto& s : running_coroutines_)
-    s.emit(asio::cancellation_type::terminal);
+  for (auto& rc : running_)
+    rc.signal.emit(asio::cancellation_type::terminal); // (a plain function's: nothing bound, nothing happens)
 }
 
 void dispatcher::join_pool() {

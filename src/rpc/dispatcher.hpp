@@ -8,6 +8,7 @@
 #include <corodist/core/future.hpp>
 #include <corodist/core/gate.hpp>
 #include <corodist/net/connection.hpp>
+#include <corodist/rpc/detail/call_state.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 #include <corodist/rpc/message_port.hpp>
 
@@ -79,6 +80,16 @@ public:
   /// Messages received so far (for the join protocol).
   std::uint64_t received() const noexcept { return received_.load(); }
 
+  /// A call being served (loop only): the connection and request id it came
+  /// with (null, 0: a local call), its state, and the signal that cancels a
+  /// coroutine function (the caller's cancel, the deadline, stop()).
+  struct running_call {
+    const net::connection* conn = nullptr;
+    std::uint64_t id = 0;
+    std::shared_ptr<call_state> state;
+    asio::cancellation_signal signal;
+  };
+
   /// Cancels the coroutine functions still running; calls not yet started
   /// (queued for the pool) are answered "shutting down" instead of run; a
   /// running plain function finishes. Loop only.
@@ -94,11 +105,18 @@ private:
 
   void serve_call(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
                   std::uint64_t id, net::bytes&& frame, std::chrono::steady_clock::time_point arrived);
+  // A caller's cancel (kind_cancel) of the call it sent on `conn` as request `id`.
+  void cancel_served(const net::connection* conn, std::uint64_t id);
   // Parses a call and starts it; `reply` gets the encoded result or the error
   // payload. `flow`: its peer's (null: a local call). `id`: its request id.
+  // `rc`: its entry in running_ (its state is filled in here).
   void start_call(int from, std::string from_name, std::uint64_t id, net::bytes&& frame,
-                  std::chrono::steady_clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow);
-  void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply, std::shared_ptr<peer_flow> flow);
+                  std::chrono::steady_clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow,
+                  running_call* rc);
+  // `rc`: the call's entry in running_ (null: a local call, which makes one
+  // for a coroutine function).
+  void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply, std::shared_ptr<peer_flow> flow,
+                 std::shared_ptr<call_state> state, running_call* rc);
   // The flow of the calls arriving on `conn` (made on its first call).
   std::shared_ptr<peer_flow> flow_of(const std::shared_ptr<net::connection>& conn);
   std::function<std::unique_ptr<encoder>()> result_encoder(int to);
@@ -114,7 +132,7 @@ private:
   stream_fn stream_handler_;                                             // immutable once started
   gate serving_{"rpc: the worker"};
   std::atomic<std::uint64_t> received_{0};
-  std::list<asio::cancellation_signal> running_coroutines_; // loop only
+  std::list<running_call> running_; // loop only
   std::unordered_map<const net::connection*, std::shared_ptr<peer_flow>> flows_; // loop only
   std::size_t sweep_flows_at_ = 16; // loop only: flows_ is cleared of closed connections' at this size
   std::atomic<bool> stopped_{false};

@@ -47,6 +47,8 @@ std::exception_ptr decode_failure(const std::string& worker, const std::string& 
       return std::make_exception_ptr(protocol_error(what + ": worker '" + worker + "' rejected it: " + message));
     case failure::deadline:
       return std::make_exception_ptr(timeout_error(what + ": " + message));
+    case failure::cancelled:
+      return std::make_exception_ptr(cancelled_error(what));
     default:
       return std::make_exception_ptr(remote_error(worker, type, message));
     }

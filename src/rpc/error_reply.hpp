@@ -17,6 +17,7 @@ enum class failure : int {
   bad_arguments = 2,    ///< bad_arguments_error
   malformed = 3,        ///< the callee could not parse the message: protocol_error
   deadline = 4,         ///< the call's deadline passed on the callee: timeout_error
+  cancelled = 5,        ///< the caller cancelled the call: cancelled_error (the caller has dropped it: not sent)
 };
 
 /// Encodes an error reply `[code, type, message]`.

@@ -3,6 +3,7 @@
 #include "rpc/agent_core.hpp"
 
 #include <corodist/core/error.hpp>
+#include <corodist/rpc/errors.hpp>
 
 #include "rpc/error_reply.hpp"
 #include "rpc/protocol.hpp"
@@ -30,7 +31,7 @@ std::string text_of(const std::exception_ptr& e) {
 } // namespace
 
 void agent_core::start_call(worker_ref to, std::string_view fn, payload call, corodist::deadline by,
-                            reply_handler done) {
+                            reply_handler done, std::shared_ptr<outgoing_call> cancel) {
   int rank = -1;
   try {
     rank = registry_.lookup(to).rank;
@@ -48,11 +49,23 @@ void agent_core::start_call(worker_ref to, std::string_view fn, payload call, co
   const auto record =
       recorder_ ? recorder_->record({.op = "call", .detail = fn, .peer = callee, .bytes = call.size()}) : 0;
   start_message(rank, kind_call, std::move(call), by, std::move(done),
-                "rpc '" + std::string(fn) + "' on worker '" + callee + "'", record);
+                "rpc '" + std::string(fn) + "' on worker '" + callee + "'", record, std::move(cancel));
+}
+
+void agent_core::cancel_call(const std::shared_ptr<outgoing_call>& handle) {
+  handle->cancelled.store(true);
+  auto core = handle->core.lock();
+  if (!core)
+    return; // the agent is gone: its calls ended with it
+  asio::dispatch(core->ex_, [core, handle] {
+    if (core->channels_)
+      core->channels_->cancel(*handle);
+  });
 }
 
 void agent_core::start_message(int rank, message_kind kind, payload p, corodist::deadline by, reply_handler done,
-                               std::string what, flight_recorder::handle record) {
+                               std::string what, flight_recorder::handle record,
+                               std::shared_ptr<outgoing_call> cancel) {
   // How long the deadline was, for its error (it was made at the call, a moment ago).
   const auto length = std::chrono::ceil<std::chrono::milliseconds>(by.remaining());
   try {
@@ -73,7 +86,7 @@ void agent_core::start_message(int rank, message_kind kind, payload p, corodist:
   }
   ++calls_sent_;
   asio::dispatch(ex_, [self = shared_from_this(), rank, kind, p = std::move(p), by, length, done = std::move(done),
-                       what = std::move(what), record]() mutable {
+                       what = std::move(what), record, cancel = std::move(cancel)]() mutable {
     self->channels_->request(
         rank, kind, std::move(p), by,
         [self, rank, length, what = std::move(what), done = std::move(done), record](net::response&& r) mutable {
@@ -81,7 +94,7 @@ void agent_core::start_message(int rank, message_kind kind, payload p, corodist:
             what += " (deadline " + std::to_string(length.count()) + " ms)";
           self->finish_message(rank, what, std::move(r), done, record);
         },
-        record != 0 ? call_link{self->recorder_, record} : call_link{});
+        record != 0 ? call_link{self->recorder_, record, std::move(cancel)} : call_link{{}, 0, std::move(cancel)});
   });
 }
 
@@ -97,6 +110,8 @@ void agent_core::finish_message(int rank, const std::string& what, net::response
                          : nullptr;
   if (lost) {
     out.error = std::make_exception_ptr(peer_lost_error(worker, rank, lost->reason, what));
+  } else if (r.ec == asio::error::operation_aborted) {
+    out.error = std::make_exception_ptr(cancelled_error(what));
   } else if (r.ec) {
     try {
       net::throw_net_error(r.ec, what);

@@ -338,7 +338,7 @@ void stream_core::on_frame(std::uint16_t kind, net::bytes&& frame, const std::sh
     break;
   }
   case kind_stream_cancel:
-    fail(std::make_exception_ptr(cancelled_error(what_ + ": cancelled by worker '" + peer_name_ + "'")), false);
+    fail(std::make_exception_ptr(cancelled_error(what_, "worker '" + peer_name_ + "'")), false);
     break;
   default:
     fail(std::make_exception_ptr(protocol_error(what_ + ": a frame of unknown kind " + std::to_string(kind))), true);
@@ -497,7 +497,7 @@ void stream_core::cancel() {
   }
   if (released_ || finished())
     return;
-  fail(std::make_exception_ptr(cancelled_error(what_ + ": cancelled by this side")), /*tell_peer=*/true);
+  fail(std::make_exception_ptr(cancelled_error(what_, "this side")), /*tell_peer=*/true);
 }
 
 void stream_core::handler_done() noexcept {

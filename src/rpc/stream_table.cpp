@@ -139,7 +139,7 @@ void stream_table::serve_open(int from, const std::string& from_name_in, const s
     const auto mode = static_cast<stream_mode>(field(body, 4).as<std::uint8_t>());
     const auto peer_items = field(body, 5).as<std::uint64_t>();
     const auto peer_bytes = field(body, 6).as<std::uint64_t>();
-    std::vector<std::pair<std::string, std::string>> metadata;
+    call_metadata metadata;
     try {
       metadata = field(body, 7).as<std::vector<std::pair<std::string, std::string>>>();
     } catch (const std::exception&) {
@@ -167,8 +167,10 @@ void stream_table::serve_open(int from, const std::string& from_name_in, const s
     if (from_name.empty() && from >= 0 && owner->registry_.table() &&
         from < static_cast<int>(owner->registry_.table()->by_rank.size()))
       from_name = owner->registry_.lookup(from).name;
-    call_context cc(from, from_name, deadline);
-    cc.set_metadata(std::move(metadata));
+    auto state = std::make_shared<detail::call_state>();
+    state->deadline = deadline;
+    state->metadata = std::move(metadata);
+    call_context cc(from, from_name, deadline, std::move(state));
     auto core = std::make_shared<stream_core>(owner->ex_, stream_core::role::server, id, from,
                                               "stream '" + name + "' from worker '" + from_name + "'", mode,
                                               window_items_, window_bytes_);

@@ -218,6 +218,18 @@ public:
     return next;
   }
 
+  /// Asks the producer to stop: runs the canceller the producer set with
+  /// `promise::set_canceller` (an RPC's sends a cancel to the callee, and the
+  /// future then completes with `rpc::cancelled_error`), once, on this
+  /// thread. Does nothing when the producer set none, once the result is
+  /// ready, or on a second call. Never blocks; any thread. Whether and when
+  /// the future completes is the producer's (it may still deliver a value
+  /// that was already on its way).
+  void cancel() {
+    if (state_)
+      state_->cancel();
+  }
+
   /// Turns this future into a shared_future (this one becomes invalid).
   shared_future<T> share() noexcept { return shared_future<T>(std::move(state_)); }
 
@@ -265,6 +277,12 @@ public:
 
   /// Stores an exception for the consumers to rethrow.
   void set_exception(std::exception_ptr e) { state_->set_exception(std::move(e)); }
+
+  /// Sets what the future's `cancel()` runs (at most once, on the thread that
+  /// calls it, while no result is stored); a later call replaces it. It
+  /// should make the producer complete this promise soon (e.g. with an
+  /// error); it is dropped once a result is stored.
+  void set_canceller(unique_function<void()> c) { state_->set_canceller(std::move(c)); }
 
   /// True once a value or exception has been stored.
   bool is_set() const { return state_ && state_->ready(); }

@@ -241,6 +241,10 @@ public:
   /// The id the next `request()` on this connection sends (its peer sees it as
   /// the frame's request id), if it is sent. Loop only.
   std::uint64_t next_request_id() const noexcept { return next_id_; }
+  /// Ends the pending request `request_id` now: its `request()` completes
+  /// with ec = operation_aborted (as if cancelled through its slot), and a
+  /// late response to it is dropped. Nothing if none is pending. Loop only.
+  void cancel_request(std::uint64_t request_id);
 
   /// Stops reading once the frames already received have been delivered
   /// (flow control): the peer's further bytes wait in the kernel, and its

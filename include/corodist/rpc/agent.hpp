@@ -12,6 +12,7 @@
 #include <corodist/rpc/attachment.hpp>
 #include <corodist/rpc/bidi_stream.hpp>
 #include <corodist/rpc/call_context.hpp>
+#include <corodist/rpc/call_options.hpp>
 #include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/decode_result.hpp>
 #include <corodist/rpc/detail/codec.hpp>
@@ -24,7 +25,9 @@
 #include <corodist/rpc/worker_info.hpp>
 
 #include <asio/awaitable.hpp>
+#include <asio/experimental/as_tuple.hpp>
 #include <asio/ip/tcp.hpp>
+#include <asio/use_awaitable.hpp>
 
 #include <chrono>
 #include <exception>
@@ -39,6 +42,7 @@ namespace corodist::rpc {
 
 namespace detail {
 class agent_core;
+struct outgoing_call;
 } // namespace detail
 
 /// An RPC agent: one per worker process (or several per process, each on an
@@ -54,8 +58,18 @@ class agent_core;
 ///   as zero-copy attachments.
 /// * The caller's deadline travels with the call: the callee does not start a
 ///   call whose deadline has passed, and cancels a coroutine function at it.
+///   Calls made while serving a call (from a registered function, plain or
+///   coroutine) propagate its deadline as gRPC does: theirs is the earlier of
+///   their own and the served call's (`call_options::propagate_deadline`).
+/// * Cancellation reaches the callee: `future::cancel()` on an `rpc_async`
+///   future, or cancelling the coroutine awaiting `call`, fails the call with
+///   `cancelled_error` at once and sends a cancel; the callee's coroutine
+///   function is cancelled (its pending operation ends with
+///   `operation_aborted`), a plain function sees `call_context::cancelled()`.
+///   Calls such a coroutine function awaits are cancelled in turn.
+/// * `call_options` add metadata headers (`call_context::metadata()`).
 /// * Failures: `timeout_error`, `connection_error` (peer unreachable or died
-///   with the call pending), `remote_error` (the function threw; carries the
+///   with the call pending), `cancelled_error` (cancelled by this caller), `remote_error` (the function threw; carries the
 ///   worker, type and message), its subclasses `unknown_function_error` and
 ///   `bad_arguments_error`, `bad_result_error` (the result does not decode to
 ///   R), `usage_error` (unknown worker, agent not running). Calls are never
@@ -195,46 +209,80 @@ public:
 
   /// Calls `fn` on worker `to` with `args`; returns at once. The future holds
   /// the result, or one of the errors listed on the class. The call's
-  /// deadline is `rpc_timeout` from now. Any thread.
+  /// deadline is `rpc_timeout` from now (and no later than the deadline of
+  /// the call being served, when made from a registered function). Any thread.
+  /// Cancellation: `cancel()` on the future (any thread) fails it with
+  /// `cancelled_error` once the loop has seen it (soon) and sends a cancel to
+  /// the callee (unless the call already ended; a call still waiting for its
+  /// connection is not sent); a result already on its way is dropped.
   template <typename R, typename... A>
   future<R> rpc_async(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(corodist::timeout::inherit(), to, fn, args...);
+    return rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, nullptr, to, fn, args...);
   }
 
   /// As above within `limit` (`inherit()`: `rpc_timeout`; `never()`: no
   /// deadline): `rpc.rpc_async<int>(500ms, "w1", "f")`.
   template <typename R, typename... A>
   future<R> rpc_async(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(limit, to, fn, args...);
+    return rpc_async_impl<R>(limit, true, nullptr, true, nullptr, to, fn, args...);
+  }
+
+  /// As above with `opts` (time limit, deadline propagation, metadata);
+  /// throws nothing: metadata over `max_metadata_bytes` fails the future
+  /// with `usage_error`.
+  template <typename R, typename... A>
+  future<R> rpc_async(const call_options& opts, worker_ref to, std::string_view fn, A&&... args) {
+    return rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, nullptr, to, fn, args...);
   }
 
   /// Blocking call from a plain thread; returns the result or throws. Throws
   /// `usage_error` on a loop thread (use `call`).
   template <typename R, typename... A>
   R rpc_sync(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_sync_impl<R>(corodist::timeout::inherit(), to, fn, args...);
+    return rpc_sync_impl<R>(corodist::timeout::inherit(), true, nullptr, to, fn, args...);
   }
 
   /// As above within `limit`.
   template <typename R, typename... A>
   R rpc_sync(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_sync_impl<R>(limit, to, fn, args...);
+    return rpc_sync_impl<R>(limit, true, nullptr, to, fn, args...);
+  }
+
+  /// As above with `opts`.
+  template <typename R, typename... A>
+  R rpc_sync(const call_options& opts, worker_ref to, std::string_view fn, A&&... args) {
+    return rpc_sync_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, to, fn, args...);
   }
 
   /// The call for coroutines: sends at once, `co_await` for the result.
   /// Cancellation: terminal, partial and total through the awaiting
-  /// coroutine's cancellation slot: the await ends with `operation_aborted`
-  /// at once; the call was already sent, and the callee runs it to its end
-  /// or to its deadline (its result is dropped). The connection stays usable.
+  /// coroutine's cancellation slot: the await ends at once with
+  /// `cancelled_error` (a `std::system_error` with `operation_aborted`), and
+  /// a cancel goes to the callee, which cancels a coroutine function and
+  /// tells a plain one (`call_context::cancelled()`); a result already on its
+  /// way is dropped. The connection and other calls go on.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(corodist::timeout::inherit(), to, fn, args...).async_get();
+    std::shared_ptr<detail::outgoing_call> handle;
+    auto f = rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, &handle, to, fn, args...);
+    return await_call(std::move(f), std::move(handle));
   }
 
   /// As above within `limit`. Cancellation: as above.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(limit, to, fn, args...).async_get();
+    std::shared_ptr<detail::outgoing_call> handle;
+    auto f = rpc_async_impl<R>(limit, true, nullptr, true, &handle, to, fn, args...);
+    return await_call(std::move(f), std::move(handle));
+  }
+
+  /// As above with `opts` (time limit, deadline propagation, metadata).
+  /// Cancellation: as above.
+  template <typename R, typename... A>
+  [[nodiscard]] asio::awaitable<R> call(const call_options& opts, worker_ref to, std::string_view fn, A&&... args) {
+    std::shared_ptr<detail::outgoing_call> handle;
+    auto f = rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, &handle, to, fn, args...);
+    return await_call(std::move(f), std::move(handle));
   }
 
   /// This worker. Throws `usage_error` before start(). Any thread.
@@ -262,7 +310,11 @@ private:
   std::shared_ptr<detail::stream_core> open_impl(const stream_options& o, worker_ref to, std::string_view fn,
                                                  detail::stream_mode mode, const A&... args) {
     const int rank = rank_of(to);
-    const auto by = o.timeout.or_else(default_timeout()).from();
+    if (!o.metadata.empty())
+      check_metadata(o.metadata, fn);
+    auto by = o.timeout.or_else(default_timeout()).from();
+    if (const auto* served = detail::current_call()) // deadline propagation, as for calls
+      by = earliest(by, served->deadline);
     auto core = make_stream(rank, fn, mode);
     core->set_inbox(std::make_unique<detail::typed_inbox<R>>());
     std::size_t items = 0, bytes = 0;
@@ -277,34 +329,69 @@ private:
   void launch_stream(std::shared_ptr<detail::stream_core> core, payload open, corodist::deadline by);
   void add_stream_function(std::string name, detail::stream_function f);
 
+  // `propagate`: the deadline is no later than the served call's (if any).
+  // `metadata`: null or empty: none. `cancellable`: the call can be cancelled
+  // (rpc_sync's cannot: not set up), through the future's cancel(), or, with
+  // `handle_out`, through the handle stored there (call()'s: no canceller in
+  // the future's state).
   template <typename R, typename... A>
-  future<R> rpc_async_impl(corodist::timeout limit, worker_ref to, std::string_view fn, const A&... args) {
+  future<R> rpc_async_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata, bool cancellable,
+                           std::shared_ptr<detail::outgoing_call>* handle_out, worker_ref to, std::string_view fn,
+                           const A&... args) {
     promise<R> p;
     auto f = p.get_future();
     payload call;
     int rank = -1;
-    const auto by = limit.or_else(default_timeout()).from();
+    auto by = limit.or_else(default_timeout()).from();
+    if (propagate)
+      if (const auto* served = detail::current_call())
+        by = earliest(by, served->deadline);
     try {
       rank = rank_of(to);
+      if (metadata && !metadata->empty())
+        check_metadata(*metadata, fn);
       encoder e(&port(), self_rank(), rank);
-      call = detail::encode_call(e, fn, by, args...);
+      call = detail::encode_call_with_metadata(e, fn, by, metadata, args...);
     } catch (...) {
       p.set_exception(std::current_exception());
       return f;
+    }
+    std::shared_ptr<detail::outgoing_call> handle;
+    if (cancellable) {
+      handle = make_outgoing_call();
+      if (handle_out)
+        *handle_out = handle;
+      else
+        p.set_canceller([handle] { cancel_call(handle); });
     }
     // The completion runs inside the agent's machinery, which keeps the port alive.
     send_call(rank, fn, std::move(call), by,
               [port = &port(), p = std::move(p), rank, fn = std::string(fn)](std::exception_ptr error,
                                                                               net::bytes&& reply) mutable {
                 complete<R>(*port, p, std::move(error), std::move(reply), rank, fn);
-              });
+              },
+              std::move(handle));
     return f;
   }
 
+  // call()'s await: the result, or at the awaiting coroutine's cancellation
+  // the call's cancel() and a cancelled_error.
+  template <typename R>
+  static asio::awaitable<R> await_call(future<R> f, std::shared_ptr<detail::outgoing_call> handle) {
+    auto [ec] = co_await f.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    if (ec) {
+      if (handle && !f.is_ready())
+        cancel_call(handle);
+      throw cancelled_error("rpc call");
+    }
+    co_return f.get();
+  }
+
   template <typename R, typename... A>
-  R rpc_sync_impl(corodist::timeout limit, worker_ref to, std::string_view fn, const A&... args) {
+  R rpc_sync_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata, worker_ref to,
+                  std::string_view fn, const A&... args) {
     refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
-    auto f = rpc_async_impl<R>(limit, to, fn, args...);
+    auto f = rpc_async_impl<R>(limit, propagate, metadata, false, nullptr, to, fn, args...);
     spin_until_ready([&f] { return f.is_ready(); });
     return f.get();
   }
@@ -338,7 +425,15 @@ private:
   corodist::timeout default_timeout() const noexcept;
   /// What a call's sender gets back, once: the error, or the reply payload.
   using completion = corodist::unique_function<void(std::exception_ptr error, net::bytes&& reply)>;
-  void send_call(int rank, std::string_view fn, payload call, corodist::deadline by, completion done);
+  /// `cancel`: the handle future::cancel() reaches the call through (null: none).
+  void send_call(int rank, std::string_view fn, payload call, corodist::deadline by, completion done,
+                 std::shared_ptr<detail::outgoing_call> cancel = nullptr);
+  /// A handle for one cancellable call, for send_call.
+  std::shared_ptr<detail::outgoing_call> make_outgoing_call() const;
+  /// Cancels the call of `handle` (any thread; see rpc_async).
+  static void cancel_call(const std::shared_ptr<detail::outgoing_call>& handle);
+  /// Throws usage_error if `metadata` is over max_metadata_bytes.
+  static void check_metadata(const call_metadata& metadata, std::string_view fn);
 
   event_loop& loop_;
   std::shared_ptr<detail::agent_core> impl_;

@@ -1,6 +1,6 @@
 #pragma once
 /// \file
-/// RPC-specific errors. Both derive from `corodist::remote_error` (they are
+/// RPC-specific errors. unknown_function_error and bad_arguments_error derive from `corodist::remote_error` (they are
 /// reported by the callee), so `catch (const remote_error&)` sees every
 /// failure the remote side reported.
 
@@ -8,7 +8,10 @@
 
 #include <corodist/core/error.hpp>
 
+#include <asio/error.hpp>
+
 #include <string>
+#include <system_error>
 
 namespace corodist::rpc {
 
@@ -40,12 +43,25 @@ public:
       : error(operation + " on worker '" + worker + "': " + why) {}
 };
 
-/// A stream was cancelled: by its other end (its reader or writer called
-/// cancel(), or its reader was dropped before the end), or by this end's own
-/// cancel(). Raised by the next read or write of the stream.
-class cancelled_error : public error {
+/// A call or stream was cancelled. For a call, by its caller:
+/// `future::cancel()` on the future of `rpc_async`, or the cancellation of the
+/// coroutine awaiting `call` (through its Asio cancellation slot); raised on
+/// the caller at once, and a cancel frame tells the callee, whose coroutine
+/// function is cancelled and whose plain function sees
+/// `call_context::cancelled()`. For a stream, by either end (its reader or
+/// writer called cancel(), or its reader was dropped before the end): raised
+/// by the next read or write. A `std::system_error` with
+/// `asio::error::operation_aborted`, as every cancelled operation in corodist
+/// (and Asio) ends, so `catch (const std::system_error&)` checking the code
+/// keeps working; catch `cancelled_error` to tell an RPC's cancel apart. (Not
+/// a `corodist::error`: a cancellation is not a failure.)
+class cancelled_error : public std::system_error {
 public:
-  using error::error;
+  /// "<what>: cancelled by its caller", e.g. "rpc 'f' on worker 'w1': cancelled by its caller".
+  explicit cancelled_error(const std::string& what) : cancelled_error(what, "its caller") {}
+  /// "<what>: cancelled by <by>", e.g. "stream 'tokens' from worker 'w1': cancelled by worker 'w1'".
+  cancelled_error(const std::string& what, const std::string& by)
+      : std::system_error(asio::error::operation_aborted, what + ": cancelled by " + by) {}
 };
 
 } // namespace corodist::rpc

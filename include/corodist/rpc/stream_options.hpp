@@ -5,6 +5,7 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/core/timeout.hpp>
+#include <corodist/rpc/call_options.hpp>
 
 #include <string>
 #include <utility>
@@ -19,7 +20,7 @@ struct stream_options {
   /// rpc_timeout; `never()`: none.
   corodist::timeout timeout = corodist::timeout::inherit();
   /// Key/value headers the stream function sees in call_context::metadata().
-  std::vector<std::pair<std::string, std::string>> metadata;
+  call_metadata metadata;
 };
 
 } // namespace corodist::rpc

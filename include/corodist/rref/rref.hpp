@@ -90,7 +90,8 @@ public:
     return agent().template rpc_sync<R>(owner(), fn, *this, std::forward<A>(args)...);
   }
   /// As rpc_async, for coroutines. Cancellation: as `rpc::agent::call` (the
-  /// owner runs the method to its end; the reference stays usable).
+  /// cancel reaches the owner, where a method, a plain function, runs to its
+  /// end unless it polls `call_context::cancelled()`; the reference stays usable).
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(std::string_view fn, A&&... args) const {
     return agent().template call<R>(owner(), fn, *this, std::forward<A>(args)...);

@@ -114,6 +114,31 @@ public:
     return id;
   }
 
+  /// Sets what cancel() runs while the state is not ready (replacing an
+  /// earlier one); dropped once ready.
+  void set_canceller(unique_function<void()> c) {
+    std::unique_lock lk(mutex_);
+    if (ready_)
+      return;
+    std::swap(canceller_, c);
+    lk.unlock(); // (the old one is destroyed outside the lock)
+  }
+
+  /// Runs the canceller once, if one is set and the state is not ready;
+  /// outside the lock (it may complete the state).
+  void cancel() {
+    unique_function<void()> c;
+    {
+      std::lock_guard lk(mutex_);
+      if (ready_)
+        return;
+      c = std::move(canceller_);
+      canceller_ = {};
+    }
+    if (c)
+      c();
+  }
+
   /// Drops a registered, not yet run continuation (cancellation).
   void drop_continuation(std::uint64_t id) {
     unique_function<void()> dropped;
@@ -136,6 +161,8 @@ private:
     ready_ = true;
     auto conts = std::move(continuations_);
     continuations_.clear();
+    auto canceller = std::move(canceller_); // no longer needed: destroyed outside the lock
+    canceller_ = {};
     lk.unlock();
     cv_.notify_all();
     for (auto& [id, c] : conts)
@@ -149,6 +176,7 @@ private:
   std::exception_ptr error_;
   std::uint64_t last_id_ = 0;
   std::vector<std::pair<std::uint64_t, unique_function<void()>>> continuations_;
+  unique_function<void()> canceller_; // the producer's, if it can be cancelled
 };
 
 /// Completes an Asio handler once the state is ready (or at cancellation

@@ -5,7 +5,8 @@
 /// registered callable into a handler. Everything that need not be a template
 /// lives in src/rpc/.
 ///
-/// Call body: `[function name, [args...], timeout_ms]` (0: no deadline).
+/// Call body: `[function name, [args...], timeout_ms]` (0: no deadline),
+/// with a 4th element `{key: value}` (strings) when the call has metadata.
 
 #include <corodist/core/config.hpp>
 
@@ -42,16 +43,32 @@ public:
 };
 
 /// Encodes a call body `[fn, [args...], timeout_ms]` with `e`; timeout_ms
-/// is `by`'s wire form (the time remaining; 0: none).
+/// is `by`'s wire form (the time remaining; 0: none); `metadata`, when given
+/// and not empty, as a 4th element (the caller has checked its size).
 template <typename... A>
-payload encode_call(encoder& e, std::string_view fn, corodist::deadline by, const A&... args) {
+payload encode_call_with_metadata(encoder& e, std::string_view fn, corodist::deadline by,
+                                  const call_metadata* metadata, const A&... args) {
   auto& pk = e.packer();
-  pk.pack_array(3);
+  const bool with_metadata = metadata && !metadata->empty();
+  pk.pack_array(with_metadata ? 4 : 3);
   pack_value(pk, fn);
   pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
   (pack_value(pk, args), ...);
   pk.pack(by.to_wire());
+  if (with_metadata) {
+    pk.pack_map(static_cast<std::uint32_t>(metadata->size()));
+    for (const auto& [k, v] : *metadata) {
+      pk.pack(k);
+      pk.pack(v);
+    }
+  }
   return e.finish();
+}
+
+/// As above, without metadata.
+template <typename... A>
+payload encode_call(encoder& e, std::string_view fn, corodist::deadline by, const A&... args) {
+  return encode_call_with_metadata(e, fn, by, nullptr, args...);
 }
 
 template <typename T>
