@@ -338,6 +338,8 @@ void stream_core::on_frame(std::uint16_t kind, net::bytes&& frame, const std::sh
     break;
   }
   case kind_stream_cancel:
+    if (call_state_ && !call_state_->deadline.expired()) // (the client's deadline sends one too)
+      call_state_->cancelled.store(true, std::memory_order_relaxed);
     fail(std::make_exception_ptr(cancelled_error(what_, "worker '" + peer_name_ + "'")), false);
     break;
   default:

@@ -170,10 +170,11 @@ void stream_table::serve_open(int from, const std::string& from_name_in, const s
     auto state = std::make_shared<detail::call_state>();
     state->deadline = deadline;
     state->metadata = std::move(metadata);
-    call_context cc(from, from_name, deadline, std::move(state));
+    call_context cc(from, from_name, deadline, state);
     auto core = std::make_shared<stream_core>(owner->ex_, stream_core::role::server, id, from,
                                               "stream '" + name + "' from worker '" + from_name + "'", mode,
                                               window_items_, window_bytes_);
+    core->set_call_state(std::move(state));
     core->set_port(owner.get(), owner->opts_.rank, from_name);
     core->attach(conn);
     core->grant_initial(peer_items, peer_bytes);

@@ -1,4 +1,4 @@
-// Every exception type of the public headers derives from corodist::error, so
+// Every exception type of the public headers but one cancellation derives from corodist::error, so
 // that `catch (const corodist::error& e)` sees it and `e.what()` prints it.
 // The list below is checked at compile time; the test also scans
 // include/corodist/ for exception classes and fails on one missing here, so a
@@ -19,6 +19,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <type_traits>
 
 namespace {
@@ -39,13 +40,21 @@ using checked = exception_list<
     corodist::ddp::missing_gradients_error>;
 static_assert(checked::all_rooted, "an exception type of corodist does not derive from corodist::error");
 
+// The one exception that is not a failure: a cancellation ends as every
+// cancelled operation does (docs/core.md), a std::system_error with
+// operation_aborted; rpc::cancelled_error only names an RPC's.
+static_assert(std::is_base_of_v<std::system_error, corodist::rpc::cancelled_error> &&
+                  !std::is_base_of_v<corodist::error, corodist::rpc::cancelled_error>,
+              "rpc::cancelled_error is a std::system_error (operation_aborted), as every cancellation");
+
 // The names above, as a header declares them (collective_failure is the one
 // mixin: each of its two exceptions is a corodist::error).
 const std::set<std::string> known = {
     "error", "timeout_error", "connection_error", "peer_lost_error", "protocol_error", "usage_error",
     "remote_error", "store_error", "unknown_function_error", "bad_arguments_error", "bad_result_error",
     "value_type_error", "argument_error", "collective_error", "rank_lost_error", "collective_timeout_error",
-    "cuda_error", "parameter_mismatch_error", "missing_gradients_error", "collective_failure"};
+    "cuda_error", "parameter_mismatch_error", "missing_gradients_error", "collective_failure",
+    "cancelled_error"};
 
 } // namespace
 

@@ -38,6 +38,7 @@ namespace {
 // for (a promise), never a guess at how long something takes.
 struct probes {
   std::promise<std::error_code> aborted;     // a waiting handler's pending operation ended (its code)
+  std::promise<bool> saw_cancelled;          // ... and its call_context::cancelled() then
   std::promise<std::string> write_failed;    // a writing handler's write threw (the exception's type)
   std::promise<rpc::stream_stats> stalled;   // the window was spent: the writer's counters then
   std::atomic<int> written{0};               // items a writing handler has written
@@ -90,10 +91,12 @@ void register_streams(rpc::agent& a) {
     throw corodist::test::custom_failure("broke after " + std::to_string(n));
   });
   // One item, then waits (for an hour) and reports how the wait ended.
-  a.register_stream("wait_forever", [](rpc::stream_writer<int>& w) -> asio::awaitable<void> {
+  a.register_stream("wait_forever", [](const rpc::call_context& ctx,
+                                       rpc::stream_writer<int>& w) -> asio::awaitable<void> {
     co_await w.write(1);
     asio::steady_timer t(co_await asio::this_coro::executor, 1h);
     auto [ec] = co_await t.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
+    current->saw_cancelled.set_value(ctx.cancelled());
     current->aborted.set_value(ec);
   });
   // Writes until a write fails; reports what it threw. At the first write
@@ -302,6 +305,7 @@ BOOST_AUTO_TEST_CASE(deadline_fails_the_reader_and_cancels_the_handler, *utf::ti
   auto f = p.aborted.get_future();
   BOOST_REQUIRE(f.wait_for(10s) == std::future_status::ready);
   BOOST_TEST(f.get() == std::error_code(asio::error::operation_aborted));
+  BOOST_TEST(!p.saw_cancelled.get_future().get()); // the deadline, not a cancel
   BOOST_TEST(eventually([&] { return (*c)[0].open_streams() == 0 && (*c)[1].open_streams() == 0; }));
   BOOST_TEST((*c)[0].rpc_sync<int>("w1", "add", 2, 3) == 5);
   current = nullptr;
@@ -317,6 +321,7 @@ BOOST_AUTO_TEST_CASE(reader_cancel_reaches_a_waiting_handler, *utf::timeout(60))
   auto f = p.aborted.get_future();
   BOOST_REQUIRE(f.wait_for(10s) == std::future_status::ready);
   BOOST_TEST(f.get() == std::error_code(asio::error::operation_aborted));
+  BOOST_TEST(p.saw_cancelled.get_future().get()); // call_context::cancelled() says so too
   BOOST_CHECK_THROW(r.next_sync(), rpc::cancelled_error);
   BOOST_TEST(eventually([&] { return (*c)[0].open_streams() == 0 && (*c)[1].open_streams() == 0; }));
   BOOST_TEST((*c)[0].rpc_sync<int>("w1", "add", 1, 1) == 2);

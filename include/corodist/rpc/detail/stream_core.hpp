@@ -12,6 +12,7 @@
 #include <corodist/core/timeout.hpp>
 #include <corodist/net/connection.hpp>
 #include <corodist/rpc/codec.hpp>
+#include <corodist/rpc/detail/call_state.hpp>
 #include <corodist/rpc/stream_stats.hpp>
 
 #include <asio/any_io_executor.hpp>
@@ -83,6 +84,9 @@ public:
   /// values), this worker's rank, and the peer's worker name (for errors).
   void set_port(message_port* port, int self, std::string peer_name);
   void set_inbox(std::unique_ptr<stream_inbox> in) { inbox_ = std::move(in); }
+  /// The server function's call state: a cancel from the client sets its
+  /// `cancelled` (call_context::cancelled()).
+  void set_call_state(std::shared_ptr<call_state> s) { call_state_ = std::move(s); }
   /// The connection frames go on (the client learns it from the open's reply
   /// or the first frame that arrives).
   void attach(const std::shared_ptr<net::connection>& conn);
@@ -185,6 +189,7 @@ private:
   message_port* port_ = nullptr;
   int self_ = -1;
   std::string peer_name_;
+  std::shared_ptr<call_state> call_state_; // the server's; null on a client
 
   // writing
   std::size_t send_items_limit_ = 0; // the peer's window
