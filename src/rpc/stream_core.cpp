@@ -96,7 +96,10 @@ void stream_core::arm_deadline(corodist::deadline by) {
       s->send_failure(encode_failure(failure::deadline, "rpc", "stream cancelled: " + why));
       s->fail(std::make_exception_ptr(timeout_error(s->what_ + ": " + why)), /*tell_peer=*/false);
     } else {
-      s->fail(std::make_exception_ptr(timeout_error(s->what_ + ": " + why)), /*tell_peer=*/true);
+      // A client does not send a cancel: the server's own timer ends its
+      // function at the same deadline, and its call_context::cancelled()
+      // stays false (a timeout is not a cancel).
+      s->fail(std::make_exception_ptr(timeout_error(s->what_ + ": " + why)), /*tell_peer=*/s->role_ == role::server);
     }
   });
 }
