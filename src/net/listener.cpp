@@ -145,9 +145,7 @@ asio::awaitable<void> listener::greet(asio::ip::tcp::socket socket, bool late_he
     std::shared_ptr<listener> self;
     ~uncount() { --self->handshaking_; }
   } guard{shared_from_this()};
-  if (opts_.tls && !late_hello)
-    co_await sniff_tls(std::move(socket));
-  else if (foreign_ && !late_hello)
+  if ((opts_.tls || foreign_) && !late_hello)
     co_await sniff(std::move(socket));
   else
     co_await handshake(std::move(socket), handshake_deadline());
@@ -175,15 +173,19 @@ bool listener::admit(const asio::ip::tcp::socket& socket) {
 }
 
 // The first byte picks the protocol. One deadline covers it and the hello.
+// A TLS listener serves TLS only: a connection whose first byte is not a TLS
+// handshake record (a native plain hello, a PyTorch TCPStore client) is
+// refused with one line, and the foreign protocol is not served.
 asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
   const auto deadline = handshake_deadline();
+  const bool tls = static_cast<bool>(opts_.tls);
   std::error_code ignored;
   auto peer = socket.remote_endpoint(ignored);
   std::array<std::uint8_t, 1> first{};
   auto r = co_await corodist::detail::within(
       socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple), deadline);
   if (!r) { // silent: no byte within the handshake timeout
-    if (foreign_->take_silent && socket.is_open()) {
+    if (!tls && foreign_ && foreign_->take_silent && socket.is_open()) {
       socket.set_option(asio::socket_base::keep_alive(true), ignored);
       foreign_->take(std::move(socket), true);
     } else {
@@ -197,13 +199,23 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
   auto [ec, n] = *r;
   if (ec || n == 0)
     co_return; // closed before saying anything
-  if (first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff))
+  const bool native = first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff);
+  if (tls) {
+    if (first[0] == detail::tls_handshake_record)
+      co_return co_await handshake(std::move(socket), deadline);
+    CORODIST_LOG_WARN("refused a plain (non-TLS) connection from {}: this port requires TLS (first byte 0x{:02x})",
+                      endpoint_text(peer), first[0]);
+    if (native)
+      co_await tell_tls_required(socket, deadline);
+    co_return;
+  }
+  if (native)
     co_return co_await handshake(std::move(socket), deadline);
   if (first[0] == detail::tls_handshake_record) { // (no foreign protocol starts so: PyTorch's codes are below 20)
     CORODIST_LOG_WARN("refused a TLS connection from {}: this port does not use TLS", endpoint_text(peer));
     co_return;
   }
-  if (foreign_->accepts(first[0])) {
+  if (foreign_ && foreign_->accepts(first[0])) {
     foreign_->take(std::move(socket), false);
     co_return;
   }
@@ -211,43 +223,19 @@ asio::awaitable<void> listener::sniff(asio::ip::tcp::socket socket) {
                     first[0]);
 }
 
-// A TLS listener serves TLS only: a connection whose first byte is not a TLS
-// handshake record (a native plain hello, a PyTorch TCPStore client) is
-// refused with one line, and the foreign protocol is not served.
-asio::awaitable<void> listener::sniff_tls(asio::ip::tcp::socket socket) {
-  const auto deadline = handshake_deadline();
-  std::error_code ignored;
-  auto peer = socket.remote_endpoint(ignored);
-  std::array<std::uint8_t, 1> first{};
-  auto r = co_await corodist::detail::within(
-      socket.async_receive(asio::buffer(first), asio::socket_base::message_peek, use_tuple), deadline);
-  if (!r) {
-    CORODIST_LOG_WARN("rejected connection from {}: it sent nothing within the handshake timeout", endpoint_text(peer));
-    co_return;
+// A native plain client on a TLS port: tell it why, then read what it sent
+// until it closes (closing on unread bytes would reset the connection, and
+// the client could lose the alert).
+asio::awaitable<void> listener::tell_tls_required(asio::ip::tcp::socket& socket, corodist::deadline by) {
+  asio::error_code unsent; // 7 bytes into a new socket's empty send buffer: never blocks
+  socket.send(asio::buffer(detail::tls_required_alert), 0, unsent);
+  socket.shutdown(asio::ip::tcp::socket::shutdown_send, unsent);
+  std::array<std::uint8_t, 512> sink{};
+  for (int reads = 0; !unsent && reads < 64; ++reads) {
+    auto got = co_await corodist::detail::within(socket.async_receive(asio::buffer(sink), use_tuple), by);
+    if (!got || std::get<0>(*got))
+      break;
   }
-  auto [ec, n] = *r;
-  if (ec || n == 0)
-    co_return; // closed before saying anything
-  if (first[0] != detail::tls_handshake_record) {
-    CORODIST_LOG_WARN("refused a plain (non-TLS) connection from {}: this port requires TLS (first byte 0x{:02x})",
-                      endpoint_text(peer), first[0]);
-    if (first[0] == static_cast<std::uint8_t>(protocol_magic & 0xff)) {
-      // A corodist client: tell it why, then read what it sent until it
-      // closes (closing on unread bytes would reset the connection, and the
-      // client could lose the alert).
-      asio::error_code unsent; // 7 bytes into a new socket's empty send buffer: never blocks
-      socket.send(asio::buffer(detail::tls_required_alert), 0, unsent);
-      socket.shutdown(asio::ip::tcp::socket::shutdown_send, unsent);
-      std::array<std::uint8_t, 512> sink{};
-      for (int reads = 0; !unsent && reads < 64; ++reads) {
-        auto got = co_await corodist::detail::within(socket.async_receive(asio::buffer(sink), use_tuple), deadline);
-        if (!got || std::get<0>(*got))
-          break;
-      }
-    }
-    co_return;
-  }
-  co_await handshake(std::move(socket), deadline);
 }
 
 void listener::accept_late_hello(asio::ip::tcp::socket socket) {

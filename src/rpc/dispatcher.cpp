@@ -27,12 +27,6 @@ namespace corodist::rpc::detail {
 namespace {
 using clock = std::chrono::steady_clock;
 
-// A failure the dispatcher itself finds, with the code it travels as.
-struct call_failure : std::runtime_error {
-  call_failure(failure c, const std::string& what) : std::runtime_error(what), code(c) {}
-  failure code;
-};
-
 std::exception_ptr fail_with(failure c, const std::string& what) {
   return std::make_exception_ptr(call_failure(c, what));
 }

@@ -5,6 +5,7 @@
 #include <corodist/rpc/payload.hpp>
 
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -18,6 +19,13 @@ enum class failure : int {
   malformed = 3,        ///< the callee could not parse the message: protocol_error
   deadline = 4,         ///< the call's deadline passed on the callee: timeout_error
   cancelled = 5,        ///< the caller cancelled the call: cancelled_error (the caller has dropped it: not sent)
+};
+
+/// A failure the callee itself finds (a call or a stream open it cannot run),
+/// with the code it travels as.
+struct call_failure : std::runtime_error {
+  call_failure(failure c, const std::string& what) : std::runtime_error(what), code(c) {}
+  failure code;
 };
 
 /// Encodes an error reply `[code, type, message]`.

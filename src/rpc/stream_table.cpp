@@ -23,12 +23,6 @@ namespace corodist::rpc::detail {
 namespace {
 using clock = std::chrono::steady_clock;
 
-// A failure found while serving an open, with the code it travels as.
-struct open_failure : std::runtime_error {
-  open_failure(failure c, const std::string& what) : std::runtime_error(what), code(c) {}
-  failure code;
-};
-
 const msgpack::object& field(const msgpack::object& body, std::size_t i) { return body.via.array.ptr[i]; }
 } // namespace
 
@@ -131,7 +125,7 @@ void stream_table::serve_open(int from, const std::string& from_name_in, const s
         field(body, 2).type != msgpack::type::ARRAY || field(body, 3).type != msgpack::type::POSITIVE_INTEGER ||
         field(body, 4).type != msgpack::type::POSITIVE_INTEGER || field(body, 5).type != msgpack::type::POSITIVE_INTEGER ||
         field(body, 6).type != msgpack::type::POSITIVE_INTEGER || field(body, 7).type != msgpack::type::MAP)
-      throw open_failure(failure::malformed, "a stream open is not [id, name, [args], timeout_ms, mode, window_items, "
+      throw call_failure(failure::malformed, "a stream open is not [id, name, [args], timeout_ms, mode, window_items, "
                                              "window_bytes, {metadata}]");
     const auto id = field(body, 0).as<std::uint64_t>();
     const std::string name = field(body, 1).as<std::string>();
@@ -149,19 +143,19 @@ void stream_table::serve_open(int from, const std::string& from_name_in, const s
     }
     auto fit = functions_.find(name);
     if (fit == functions_.end())
-      throw open_failure(failure::unknown_function,
+      throw call_failure(failure::unknown_function,
                          "no stream function '" + name + "' is registered on worker '" + self_name + "'");
     if (fit->second.mode != mode)
-      throw open_failure(failure::bad_arguments,
+      throw call_failure(failure::bad_arguments,
                          "stream function '" + name + "' is " +
                              (fit->second.mode == stream_mode::bidi ? "bidirectional: open it with open_bidi"
                                                                     : "server streaming: open it with open_stream"));
     if (deadline.expired())
-      throw open_failure(failure::deadline, "stream '" + name + "' was not started: its caller's deadline had passed");
+      throw call_failure(failure::deadline, "stream '" + name + "' was not started: its caller's deadline had passed");
     if (servers_.count(server_key{conn.get(), id}))
-      throw open_failure(failure::malformed, "stream id " + std::to_string(id) + " is already open");
+      throw call_failure(failure::malformed, "stream id " + std::to_string(id) + " is already open");
     if (closed_ || !owner->dispatcher_->serving().try_enter())
-      throw open_failure(failure::exception, "worker '" + self_name + "' is shutting down");
+      throw call_failure(failure::exception, "worker '" + self_name + "' is shutting down");
     entered = true;
     std::string from_name = from_name_in;
     if (from_name.empty() && from >= 0 && owner->registry_.table() &&
@@ -184,7 +178,7 @@ void stream_table::serve_open(int from, const std::string& from_name_in, const s
       try {
         coro = fit->second.bind(field(body, 2), std::move(cc), core);
       } catch (const std::exception& e) {
-        throw open_failure(failure::bad_arguments, "stream function '" + name + "': " + e.what());
+        throw call_failure(failure::bad_arguments, "stream function '" + name + "': " + e.what());
       }
     }
     core->set_table(weak_from_this());
@@ -210,7 +204,7 @@ void stream_table::serve_open(int from, const std::string& from_name_in, const s
                                                     core->close_write();
                                                   core->handler_done();
                                                 }));
-  } catch (const open_failure& f) {
+  } catch (const call_failure& f) {
     if (entered)
       owner->dispatcher_->serving().leave();
     if (f.code == failure::malformed)

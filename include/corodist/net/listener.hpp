@@ -107,7 +107,7 @@ private:
   asio::awaitable<void> handshake(asio::ip::tcp::socket socket, corodist::deadline by);
   corodist::deadline handshake_deadline() const;
   asio::awaitable<void> sniff(asio::ip::tcp::socket socket);
-  asio::awaitable<void> sniff_tls(asio::ip::tcp::socket socket);
+  asio::awaitable<void> tell_tls_required(asio::ip::tcp::socket& socket, corodist::deadline by);
   /// Whether a connection just accepted may proceed (the connection limit).
   bool admit(const asio::ip::tcp::socket& socket);
 

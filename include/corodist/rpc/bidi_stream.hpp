@@ -26,12 +26,16 @@ public:
   explicit bidi_stream(std::shared_ptr<detail::stream_core> core)
       : writer_(core), reader_(std::move(core), /*owning=*/true) {}
 
-  /// As stream_writer::write (loop only).
+  /// As stream_writer::write (loop only). Cancellation: as there (terminal,
+  /// partial, total): a wait for credit ends with `operation_aborted`, `v` is
+  /// not sent, and the stream stays usable.
   [[nodiscard]] asio::awaitable<void> write(const W& v) { return writer_.write(v); }
   /// Ends this side's writing: the handler's reader returns nullopt after the
   /// items written. Idempotent. Loop only.
   void close_write() { writer_.close(); }
-  /// As stream_reader::next (loop only).
+  /// As stream_reader::next (loop only). Cancellation: as there (terminal,
+  /// partial, total): the wait ends with `operation_aborted`, no item is
+  /// taken, and the stream stays usable.
   [[nodiscard]] asio::awaitable<std::optional<R>> next() { return reader_.next(); }
   /// As stream_reader::next_sync (plain threads).
   std::optional<R> next_sync() { return reader_.next_sync(); }
