@@ -460,27 +460,32 @@ void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply
       (*own)->state = state;
       rc = &**own;
     }
-    auto guarded = [](asio::awaitable<payload> c, corodist::deadline by, std::string fn) -> asio::awaitable<payload> {
-      auto r = co_await corodist::detail::within(std::move(c), by);
-      if (!r)
-        throw call_failure(failure::deadline, "'" + fn + "' was cancelled at its caller's deadline");
-      co_return std::move(*r);
-    };
+    if (!ctx.deadline().is_never()) { // cancelled there by the deadline timer
+      rc->deadline = ctx.deadline().at();
+      rc->watched = true;
+      watch_deadline(*rc);
+    }
     auto done = asio::bind_cancellation_slot(
-        rc->signal.slot(), [this, self, own, state, reply = std::move(reply)](std::exception_ptr e, payload p) mutable {
+        rc->signal.slot(),
+        [this, self, own, state, rc, fn = std::move(fn), reply = std::move(reply)](std::exception_ptr e, payload p) mutable {
+          const bool late = rc->deadline_hit; // (rc goes with the reply)
           if (own)
             running_.erase(*own);
-          if (e && state->cancelled.load()) // (the caller has dropped it)
+          // Cancelled, whatever the function made of its cancellation.
+          if (state->cancelled.load()) { // (the caller has dropped it)
+            p = {};
             e = fail_with(failure::cancelled, "cancelled by its caller");
+          } else if (late) {
+            p = {};
+            e = fail_with(failure::deadline, "'" + fn + "' was cancelled at its caller's deadline");
+          }
           reply(std::move(p), std::move(e));
         });
     // Its executor makes the served call current around each resumption.
     if (const auto* io = env_.loop.target<asio::io_context::executor_type>())
-      asio::co_spawn(call_executor<asio::io_context::executor_type>(*io, state),
-                     guarded(std::move(coro), ctx.deadline(), std::move(fn)), std::move(done));
+      asio::co_spawn(call_executor<asio::io_context::executor_type>(*io, state), std::move(coro), std::move(done));
     else
-      asio::co_spawn(call_executor<asio::any_io_executor>(env_.loop, state),
-                     guarded(std::move(coro), ctx.deadline(), std::move(fn)), std::move(done));
+      asio::co_spawn(call_executor<asio::any_io_executor>(env_.loop, state), std::move(coro), std::move(done));
   };
   asio::dispatch(env_.loop, std::move(run));
 }
@@ -526,8 +531,45 @@ future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object
   return f;
 }
 
+void dispatcher::watch_deadline(running_call& rc) {
+  if (rc.deadline >= deadline_armed_)
+    return; // the timer comes first
+  if (!deadline_timer_)
+    deadline_timer_ = std::make_unique<asio::steady_timer>(env_.loop);
+  deadline_armed_ = rc.deadline;
+  deadline_timer_->expires_at(rc.deadline); // (a wait for a later one ends aborted)
+  deadline_timer_->async_wait([w = weak_from_this()](std::error_code ec) {
+    if (ec)
+      return; // set again, or stopped
+    if (auto self = w.lock())
+      self->on_deadline_timer();
+  });
+}
+
+void dispatcher::on_deadline_timer() {
+  deadline_armed_ = clock::time_point::max();
+  if (stopped_)
+    return;
+  const auto now = clock::now();
+  running_call* next = nullptr;
+  for (auto& rc : running_) {
+    if (!rc.watched || rc.deadline_hit)
+      continue;
+    if (rc.deadline <= now) {
+      rc.deadline_hit = true;
+      rc.signal.emit(asio::cancellation_type::terminal); // its pending operation ends
+    } else if (!next || rc.deadline < next->deadline) {
+      next = &rc;
+    }
+  }
+  if (next)
+    watch_deadline(*next);
+}
+
 void dispatcher::stop() {
   stopped_ = true;
+  if (deadline_timer_)
+    deadline_timer_->cancel();
   auto flows = std::move(flows_); // the calls waiting for their peer's output answer "shutting down" now
   flows_.clear();
   for (auto& [raw, f] : flows)

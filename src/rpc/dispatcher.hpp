@@ -16,6 +16,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/thread_pool.hpp>
 
 #include <chrono>
@@ -82,12 +83,17 @@ public:
 
   /// A call being served (loop only): the connection and request id it came
   /// with (null, 0: a local call), its state, and the signal that cancels a
-  /// coroutine function (the caller's cancel, the deadline, stop()).
+  /// coroutine function (the caller's cancel, the deadline, stop()). A
+  /// coroutine function's deadline is watched by the dispatcher's one timer
+  /// (`watched`), which sets `deadline_hit` when it cancels it.
   struct running_call {
     const net::connection* conn = nullptr;
     std::uint64_t id = 0;
     std::shared_ptr<call_state> state;
     asio::cancellation_signal signal;
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+    bool watched = false;
+    bool deadline_hit = false;
   };
 
   /// Cancels the coroutine functions still running; calls not yet started
@@ -120,6 +126,12 @@ private:
   // The flow of the calls arriving on `conn` (made on its first call).
   std::shared_ptr<peer_flow> flow_of(const std::shared_ptr<net::connection>& conn);
   std::function<std::unique_ptr<encoder>()> result_encoder(int to);
+  // Watches `rc`'s deadline (a coroutine function's): the one deadline timer
+  // is moved earlier if it must be. Loop only.
+  void watch_deadline(running_call& rc);
+  // The deadline timer's expiry: cancels the coroutine functions whose
+  // deadline has passed and sets the timer for the next. Loop only.
+  void on_deadline_timer();
 
   dispatch_env env_;
   std::unique_ptr<asio::thread_pool> pool_;
@@ -133,6 +145,10 @@ private:
   gate serving_{"rpc: the worker"};
   std::atomic<std::uint64_t> received_{0};
   std::list<running_call> running_; // loop only
+  // One timer for the deadlines of every coroutine function running (a timer
+  // per call would cost each call a timer's start and cancel); loop only.
+  std::unique_ptr<asio::steady_timer> deadline_timer_;
+  std::chrono::steady_clock::time_point deadline_armed_ = std::chrono::steady_clock::time_point::max();
   std::unordered_map<const net::connection*, std::shared_ptr<peer_flow>> flows_; // loop only
   std::size_t sweep_flows_at_ = 16; // loop only: flows_ is cleared of closed connections' at this size
   std::atomic<bool> stopped_{false};
