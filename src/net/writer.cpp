@@ -143,6 +143,21 @@ void connection::schedule_write() {
 void connection::start_write() {
   if (writing_ || !open_ || (queued_.stage.empty() && queued_.large.empty()))
     return;
+  if (uring_ == nullptr && !tls_ && queued_.large.empty()) {
+    // Small frames only, and the socket usually takes them all at once: a
+    // plain non-blocking send costs one system call and no trip through the
+    // ring (a submission, a completion, a handler). The rest, if any, or an
+    // error, goes the usual way.
+    send_queued_now();
+    if (queued_.stage.empty()) {
+      written_at_ = sent_at_;
+      if (on_written_) {
+        auto h = on_written_; // (it may replace itself)
+        h();
+      }
+      return;
+    }
+  }
   writing_ = true;
   sent_at_ = clock::now(); // (heartbeats: this side is not silent)
   queued_frames_ = 0;
