@@ -9,10 +9,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --bench
-# A build/ configured before the set-up installed a peer (scripts/test.sh first,
+# A build/ configured before the set-up installed a peer (scripts/test.sh --plain first,
 # then this) would build without it: Meson looks dependencies up only when it
 # configures, so reconfigure an existing build/ (a few seconds) before building.
-# The numbers need -O3: a build/ configured by scripts/test.sh (-O1) is switched
+# The numbers need -O3: a build/ configured by scripts/test.sh --plain (-O1) is switched
 # over, which rebuilds it.
 if [[ -f build/build.ninja ]]; then
   meson setup --reconfigure build -Doptimization=3 >/dev/null
