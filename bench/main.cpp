@@ -2,14 +2,13 @@
 /// corodist-bench [--suite a,b] [--quick] [--json FILE|-] [--pin] [--list] [--no-peers]
 
 #include "harness.hpp"
+#include "pin_cpu.hpp"
 
 #include <corodist/metrics/metrics_server.hpp>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <sched.h>
-#include <dirent.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -33,40 +32,6 @@ std::string join_names(const std::vector<suite_entry>& suites) {
   return out;
 }
 
-/// Pins every thread of the process to one CPU (CPU 0, or the lowest CPU we
-/// may use if 0 is outside our affinity mask). Threads created later inherit
-/// it. Returns the CPU, or -1 with a message on stderr.
-int pin_process_to_one_cpu() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
-    fmt::print(stderr, "corodist-bench: sched_getaffinity: {}\n", std::strerror(errno));
-    return -1;
-  }
-  int cpu = -1;
-  for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
-    if (CPU_ISSET(c, &allowed)) cpu = c;
-  if (cpu < 0) return -1;
-  if (cpu != 0) fmt::print(stderr, "corodist-bench: CPU 0 not available, pinning to CPU {}\n", cpu);
-
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  if (::sched_setaffinity(0, sizeof one, &one) != 0) {
-    fmt::print(stderr, "corodist-bench: sched_setaffinity: {}\n", std::strerror(errno));
-    return -1;
-  }
-  // sched_setaffinity(0) covers the calling thread only: pin any thread that
-  // already exists (e.g. started by a static initialiser) as well.
-  if (DIR* dir = ::opendir("/proc/self/task")) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const int tid = std::atoi(entry->d_name);
-      if (tid > 0) ::sched_setaffinity(tid, sizeof one, &one);
-    }
-    ::closedir(dir);
-  }
-  return cpu;
-}
 
 struct file_closer {
   void operator()(std::FILE* f) const noexcept { std::fclose(f); }
@@ -139,7 +104,7 @@ int main(int argc, char** argv) {
   }
 
   if (pin) {
-    if (pin_process_to_one_cpu() < 0) return 1;
+    if (cb::pin_process_to_one_cpu("corodist-bench") < 0) return 1;
     ctx.pinned = true;
   }
 

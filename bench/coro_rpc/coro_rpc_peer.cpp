@@ -27,6 +27,8 @@
 #include <ylt/easylog.hpp>
 #include <ylt/version.hpp>
 
+#include "../pin_cpu.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -77,39 +79,6 @@ namespace {
 constexpr int pipeline_depth = 64;
 constexpr std::size_t echo_bytes = std::size_t{64} << 20;
 
-// ---- pinning (as bench/main.cpp pin_process_to_one_cpu) --------------------
-
-/// Pins this process (the calling thread and every thread that already
-/// exists) to the first CPU it may use, CPU 0 when allowed. Returns the CPU,
-/// or -1 on failure.
-int pin_process_to_one_cpu() {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (::sched_getaffinity(0, sizeof allowed, &allowed) != 0) {
-    std::fprintf(stderr, "coro_rpc_peer: sched_getaffinity: %s\n", std::strerror(errno));
-    return -1;
-  }
-  int cpu = -1;
-  for (int c = 0; c < CPU_SETSIZE && cpu < 0; ++c)
-    if (CPU_ISSET(c, &allowed)) cpu = c;
-  if (cpu < 0) return -1;
-  if (cpu != 0) std::fprintf(stderr, "coro_rpc_peer: CPU 0 not available, pinning to CPU %d\n", cpu);
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  if (::sched_setaffinity(0, sizeof one, &one) != 0) {
-    std::fprintf(stderr, "coro_rpc_peer: sched_setaffinity: %s\n", std::strerror(errno));
-    return -1;
-  }
-  if (DIR* dir = ::opendir("/proc/self/task")) {
-    while (const dirent* entry = ::readdir(dir)) {
-      const int tid = std::atoi(entry->d_name);
-      if (tid > 0) ::sched_setaffinity(tid, sizeof one, &one);
-    }
-    ::closedir(dir);
-  }
-  return cpu;
-}
 
 /// This process's threads, and how many of them may run on a CPU other than
 /// `cpu` (a check that --pin covered the threads coro_rpc started).
@@ -438,7 +407,7 @@ int main(int argc, char** argv) {
   // Pin before the fork and before any thread exists: the server process and
   // every thread either process starts inherit the one CPU.
   int cpu = -1;
-  if (o.pin && (cpu = pin_process_to_one_cpu()) < 0) return 1;
+  if (o.pin && (cpu = corodist::bench::pin_process_to_one_cpu("coro_rpc_peer")) < 0) return 1;
 
   int report[2], stop[2];
   if (::pipe(report) != 0 || ::pipe(stop) != 0) {
@@ -453,7 +422,7 @@ int main(int argc, char** argv) {
   if (server_pid == 0) {
     ::close(report[0]);
     ::close(stop[1]);
-    if (o.pin) pin_process_to_one_cpu();
+    if (o.pin) corodist::bench::pin_process_to_one_cpu("coro_rpc_peer");
     run_server(report[1], stop[0], cpu);
   }
   ::close(report[1]);
