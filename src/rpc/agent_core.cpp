@@ -126,6 +126,7 @@ asio::awaitable<void> agent_core::start() {
     co_await registry_.join(*store_, std::move(me), opts_.world_size,
                             opts_.init_timeout.or_else(agent_options::default_init_timeout));
     state_ = agent_state::running;
+    dispatcher_->start_serving(); // (calls that came meanwhile waited for this)
     CORODIST_LOG_INFO("rpc: agent '{}' (rank {} of {}) running on {}:{}", opts_.name, opts_.rank, opts_.world_size,
                       opts_.host, local_.port());
   } catch (...) {

@@ -152,6 +152,23 @@ std::function<std::unique_ptr<encoder>()> dispatcher::result_encoder(int to) {
 void dispatcher::on_message(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
                             net::message&& m) {
   ++received_;
+  if (!serving_started_) {
+    held_.push_back(held_message{from, from_name, conn, std::move(m)});
+    return;
+  }
+  deliver(from, from_name, conn, std::move(m));
+}
+
+void dispatcher::start_serving() {
+  serving_started_ = true;
+  auto held = std::move(held_);
+  held_.clear();
+  for (auto& h : held)
+    deliver(h.from, h.from_name, h.conn, std::move(h.m));
+}
+
+void dispatcher::deliver(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
+                         net::message&& m) {
   const bool one_way = (m.header.flags & net::frame_flags::one_way) != 0;
   const auto id = m.header.request_id;
   if (m.header.kind == kind_call) {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace corodist::rpc::detail {
 
@@ -69,8 +70,15 @@ public:
 
   /// Serves one message that arrived on `conn` from worker `from` (-1: unknown)
   /// named `from_name` ("": unknown; then the worker table names it, if it can).
+  /// Before start_serving() it waits, in order of arrival. Loop only.
   void on_message(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
                   net::message&& m);
+  /// The agent's start() has ended well: serves the messages that waited and
+  /// every one from now on. A worker that the others already see as joined
+  /// may get calls while its own start() still waits for the worker table;
+  /// served then, a function could not make calls of its own ("not
+  /// started"), nor could an upper layer answer. Loop only.
+  void start_serving();
 
   /// Runs function `fn` here on `args` (alive through `keep`); any thread.
   future<payload> run_local(std::string_view fn, const msgpack::object& args, std::shared_ptr<const void> keep,
@@ -109,6 +117,9 @@ public:
 private:
   using reply_fn = corodist::unique_function<void(payload&&, std::exception_ptr)>;
 
+  // on_message's work, once serving.
+  void deliver(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
+               net::message&& m);
   void serve_call(int from, const std::string& from_name, const std::shared_ptr<net::connection>& conn,
                   std::uint64_t id, net::bytes&& frame, std::chrono::steady_clock::time_point arrived);
   // A caller's cancel (kind_cancel) of the call it sent on `conn` as request `id`.
@@ -145,6 +156,15 @@ private:
   gate serving_{"rpc: the worker"};
   std::atomic<std::uint64_t> received_{0};
   std::list<running_call> running_; // loop only
+  // Messages that came before start_serving(), in order (loop only).
+  struct held_message {
+    int from;
+    std::string from_name;
+    std::shared_ptr<net::connection> conn;
+    net::message m;
+  };
+  std::vector<held_message> held_;
+  bool serving_started_ = false; // loop only
   // One timer for the deadlines of every coroutine function running (a timer
   // per call would cost each call a timer's start and cancel); loop only.
   std::unique_ptr<asio::steady_timer> deadline_timer_;

@@ -2,6 +2,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <corodist/core/error.hpp>
+#include <corodist/core/future.hpp>
 #include <corodist/core/shared_future.hpp>
 #include <corodist/rpc/agent.hpp>
 
@@ -53,9 +54,97 @@ std::vector<std::byte> pattern(std::size_t n) {
   return v;
 }
 
+// A worker's store whose worker-table read (the end of the agent's join)
+// waits until the test opens it, forwarding everything else: a worker that the
+// others already see as joined, whose own start() has not ended.
+class join_gate : public corodist::store::store {
+public:
+  explicit join_gate(std::shared_ptr<corodist::store::store> s) : s_(std::move(s)) {}
+  asio::any_io_executor get_executor() override { return s_->get_executor(); }
+  /// Set once the worker waits at the gate.
+  std::promise<void> reached;
+  /// Opens the gate (any thread).
+  void open() { open_.set_value(); }
+
+private:
+  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> ks,
+                                                         corodist::deadline by) override {
+    reached.set_value();
+    co_await opened_.async_wait(asio::use_awaitable);
+    co_return co_await s_->multi_get(std::move(ks), by.left());
+  }
+  asio::awaitable<void> do_set(std::string k, std::string v) override { co_await s_->set(std::move(k), std::move(v)); }
+  asio::awaitable<std::string> do_get(std::string k, corodist::deadline by) override {
+    co_return co_await s_->get(std::move(k), by.left());
+  }
+  asio::awaitable<std::int64_t> do_add(std::string k, std::int64_t d) override {
+    co_return co_await s_->add(std::move(k), d);
+  }
+  asio::awaitable<std::string> do_compare_set(std::string k, std::string e, std::string d) override {
+    co_return co_await s_->compare_set(std::move(k), std::move(e), std::move(d));
+  }
+  asio::awaitable<bool> do_delete_key(std::string k) override { co_return co_await s_->delete_key(std::move(k)); }
+  asio::awaitable<bool> do_check(std::vector<std::string> ks) override { co_return co_await s_->check(std::move(ks)); }
+  asio::awaitable<void> do_wait(std::vector<std::string> ks, corodist::deadline by) override {
+    co_await s_->wait(std::move(ks), by.left());
+  }
+  asio::awaitable<std::int64_t> do_num_keys() override { co_return co_await s_->num_keys(); }
+  asio::awaitable<void> do_append(std::string k, std::string v) override {
+    co_await s_->append(std::move(k), std::move(v));
+  }
+  asio::awaitable<void> do_multi_set(std::vector<std::string> ks, std::vector<std::string> vs) override {
+    co_await s_->multi_set(std::move(ks), std::move(vs));
+  }
+  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override {
+    co_return co_await s_->list_keys(std::move(prefix));
+  }
+  asio::awaitable<corodist::store::watch_stream> do_watch_key(std::string k) override {
+    co_return co_await s_->watch_key(std::move(k));
+  }
+
+  std::shared_ptr<corodist::store::store> s_;
+  corodist::promise<void> open_;
+  corodist::future<void> opened_ = open_.get_future();
+};
+
+/// Runs `f` on `loop` after what the loop has queued so far, and what that queues in turn.
+void after_queued(event_loop& loop, const std::function<void()>& f) {
+  std::promise<void> done;
+  asio::post(loop.get_executor(), [&] { asio::post(loop.get_executor(), [&] {
+    f();
+    done.set_value();
+  }); });
+  done.get_future().wait();
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(rpc_agent)
+
+// w0 calls w1 as soon as its own start() ends, while w1's start() still reads
+// the worker table: the call waits for w1's start to end, and the function,
+// which calls w0 back, then runs as on a started worker (served at once, its
+// own call failed "agent 'w1' is not started").
+BOOST_AUTO_TEST_CASE(a_call_that_comes_while_the_callee_starts_waits_for_its_start, *utf::timeout(60)) {
+  std::shared_ptr<join_gate> gate;
+  cluster c(2, [&](rpc::agent_options& o) {
+    if (o.rank == 1)
+      o.store = gate = std::make_shared<join_gate>(o.store);
+  }, false);
+  std::thread late([&] { c[1].start(); });
+  gate->reached.get_future().wait(); // w1 is published, its start() not ended
+  c[0].start();
+  auto f = c[0].rpc_async<int>("w1", "co_relay", std::string("w0"), 41);
+  // The call goes out once w0's channel to w1 is up (its hello answered by
+  // w1's loop, which runs): the gate opens after that, the call on its way.
+  bool dialled = false;
+  while (!dialled)
+    after_queued(*c.loops[0], [&] { dialled = c[0].connected_peers() == 1; });
+  after_queued(*c.loops[0], [] {});
+  gate->open();
+  late.join();
+  BOOST_TEST(f.get() == 42);
+}
 
 // rpc_sync, rpc_async and call (from a coroutine) reach the function; workers
 // are found by name and by rank.
@@ -283,11 +372,11 @@ BOOST_AUTO_TEST_CASE(rpc_sync_with_spin, *utf::timeout(30)) {
   c.shutdown_all();
 }
 
-// A call that arrives while its callee still waits for the worker table names
-// its caller all the same: the caller's name travels with its connection. Each
-// agent meets the other through its own store, and the test copies the records
-// across: the caller's record reaches the callee's store only after the call.
-BOOST_AUTO_TEST_CASE(caller_is_named_before_the_callee_has_the_worker_table, *utf::timeout(60)) {
+// A call that arrives while its callee still waits for the worker table waits
+// for the callee's start() to end, and then names its caller. Each agent meets
+// the other through its own store, and the test copies the records across: the
+// caller's record reaches the callee's store only after the call was sent.
+BOOST_AUTO_TEST_CASE(a_call_before_the_callee_has_the_worker_table_waits_and_names_its_caller, *utf::timeout(60)) {
   event_loop store_loop;
   store_loop.start();
   auto caller_store = std::make_shared<corodist::store::hash_store>(store_loop.get_executor());
@@ -314,10 +403,15 @@ BOOST_AUTO_TEST_CASE(caller_is_named_before_the_callee_has_the_worker_table, *ut
     auto callee_started = std::async(std::launch::async, [&] { callee.start(); });
     copy_record(*callee_store, *caller_store, 1); // the callee listens and waits for rank 0's record
     caller.start();
-    BOOST_TEST(caller.rpc_sync<std::string>("w1", "who") == "w0/0");
+    auto first = caller.rpc_async<std::string>("w1", "who");
+    bool dialled = false; // then the call is written, once the channel is up
+    while (!dialled)
+      after_queued(l0, [&] { dialled = caller.connected_peers() == 1; });
+    after_queued(l0, [] {});
     BOOST_TEST((callee_started.wait_for(0s) == std::future_status::timeout)); // still without the table
     copy_record(*caller_store, *callee_store, 0);
     callee_started.get();
+    BOOST_TEST(first.get() == "w0/0");
     BOOST_TEST(caller.rpc_sync<std::string>("w1", "who") == "w0/0");
     BOOST_TEST(callee.rpc_sync<std::string>("w0", "who") == "w1/1");
   } // (destroyed without a graceful shutdown: the two stores share no barrier)
