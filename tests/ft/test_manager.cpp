@@ -8,6 +8,7 @@
 
 #include "ft/round_keys.hpp"
 #include "support/cancel.hpp"
+#include "support/forwarding_store.hpp"
 #include "support/coro_test.hpp"
 
 #include <corodist/collective/device_mesh.hpp>
@@ -174,11 +175,10 @@ std::vector<std::string> ids(const cf::quorum& q) {
 /// that it is the last voter), reaches the server, and then the connection
 /// closes before the reply is used (the replica never learns the count, nor
 /// writes the outcome). Everything else goes to the tcp_store.
-class lost_after_its_vote : public cs::store {
+class lost_after_its_vote : public corodist::test::forwarding_store {
 public:
   lost_after_its_vote(std::shared_ptr<cs::tcp_store> s, std::vector<std::string> others)
-      : s_(std::move(s)), others_(std::move(others)) {}
-  asio::any_io_executor get_executor() override { return s_->get_executor(); }
+      : forwarding_store(s), s_(std::move(s)), others_(std::move(others)) {}
 
   bool armed = false;
 
@@ -199,38 +199,6 @@ private:
     co_await s_->add(std::move(key), delta);
     s_->close();
     throw corodist::connection_error("the test: lost after its vote was counted");
-  }
-  asio::awaitable<void> do_set(std::string k, std::string v) override { co_await s_->set(std::move(k), std::move(v)); }
-  asio::awaitable<void> do_set_owned(std::string k, std::string v) override {
-    co_await s_->set_owned(std::move(k), std::move(v));
-  }
-  asio::awaitable<std::string> do_get(std::string k, corodist::deadline by) override {
-    co_return co_await s_->get(std::move(k), by.left());
-  }
-  asio::awaitable<std::string> do_compare_set(std::string k, std::string e, std::string d) override {
-    co_return co_await s_->compare_set(std::move(k), std::move(e), std::move(d));
-  }
-  asio::awaitable<bool> do_delete_key(std::string k) override { co_return co_await s_->delete_key(std::move(k)); }
-  asio::awaitable<bool> do_check(std::vector<std::string> ks) override { co_return co_await s_->check(std::move(ks)); }
-  asio::awaitable<void> do_wait(std::vector<std::string> ks, corodist::deadline by) override {
-    co_await s_->wait(std::move(ks), by.left());
-  }
-  asio::awaitable<std::int64_t> do_num_keys() override { co_return co_await s_->num_keys(); }
-  asio::awaitable<void> do_append(std::string k, std::string v) override {
-    co_await s_->append(std::move(k), std::move(v));
-  }
-  asio::awaitable<std::vector<std::string>> do_multi_get(std::vector<std::string> ks,
-                                                         corodist::deadline by) override {
-    co_return co_await s_->multi_get(std::move(ks), by.left());
-  }
-  asio::awaitable<void> do_multi_set(std::vector<std::string> ks, std::vector<std::string> vs) override {
-    co_await s_->multi_set(std::move(ks), std::move(vs));
-  }
-  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override {
-    co_return co_await s_->list_keys(std::move(prefix));
-  }
-  asio::awaitable<cs::watch_stream> do_watch_key(std::string k) override {
-    co_return co_await s_->watch_key(std::move(k));
   }
 
   std::shared_ptr<cs::tcp_store> s_;

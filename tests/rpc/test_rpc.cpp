@@ -9,6 +9,7 @@
 #include "rpc/protocol.hpp"
 #include "rpc/rpc_fixtures.hpp"
 #include "support/cancel.hpp"
+#include "support/forwarding_store.hpp"
 #include "support/coro_test.hpp"
 #include "support/loop_helpers.hpp"
 #include "support/temp_file.hpp"
@@ -57,10 +58,9 @@ std::vector<std::byte> pattern(std::size_t n) {
 // A worker's store whose worker-table read (the end of the agent's join)
 // waits until the test opens it, forwarding everything else: a worker that the
 // others already see as joined, whose own start() has not ended.
-class join_gate : public corodist::store::store {
+class join_gate : public corodist::test::forwarding_store {
 public:
-  explicit join_gate(std::shared_ptr<corodist::store::store> s) : s_(std::move(s)) {}
-  asio::any_io_executor get_executor() override { return s_->get_executor(); }
+  using forwarding_store::forwarding_store;
   /// Set once the worker waits at the gate.
   std::promise<void> reached;
   /// Opens the gate (any thread).
@@ -71,38 +71,9 @@ private:
                                                          corodist::deadline by) override {
     reached.set_value();
     co_await opened_.async_wait(asio::use_awaitable);
-    co_return co_await s_->multi_get(std::move(ks), by.left());
-  }
-  asio::awaitable<void> do_set(std::string k, std::string v) override { co_await s_->set(std::move(k), std::move(v)); }
-  asio::awaitable<std::string> do_get(std::string k, corodist::deadline by) override {
-    co_return co_await s_->get(std::move(k), by.left());
-  }
-  asio::awaitable<std::int64_t> do_add(std::string k, std::int64_t d) override {
-    co_return co_await s_->add(std::move(k), d);
-  }
-  asio::awaitable<std::string> do_compare_set(std::string k, std::string e, std::string d) override {
-    co_return co_await s_->compare_set(std::move(k), std::move(e), std::move(d));
-  }
-  asio::awaitable<bool> do_delete_key(std::string k) override { co_return co_await s_->delete_key(std::move(k)); }
-  asio::awaitable<bool> do_check(std::vector<std::string> ks) override { co_return co_await s_->check(std::move(ks)); }
-  asio::awaitable<void> do_wait(std::vector<std::string> ks, corodist::deadline by) override {
-    co_await s_->wait(std::move(ks), by.left());
-  }
-  asio::awaitable<std::int64_t> do_num_keys() override { co_return co_await s_->num_keys(); }
-  asio::awaitable<void> do_append(std::string k, std::string v) override {
-    co_await s_->append(std::move(k), std::move(v));
-  }
-  asio::awaitable<void> do_multi_set(std::vector<std::string> ks, std::vector<std::string> vs) override {
-    co_await s_->multi_set(std::move(ks), std::move(vs));
-  }
-  asio::awaitable<std::vector<std::string>> do_list_keys(std::string prefix) override {
-    co_return co_await s_->list_keys(std::move(prefix));
-  }
-  asio::awaitable<corodist::store::watch_stream> do_watch_key(std::string k) override {
-    co_return co_await s_->watch_key(std::move(k));
+    co_return co_await inner_->multi_get(std::move(ks), by.left());
   }
 
-  std::shared_ptr<corodist::store::store> s_;
   corodist::promise<void> open_;
   corodist::future<void> opened_ = open_.get_future();
 };
