@@ -1,9 +1,9 @@
 #include "rpc/dispatcher.hpp"
 
 #include <corodist/core/error.hpp>
+#include <corodist/core/timeout.hpp>
 #include <corodist/rpc/errors.hpp>
 
-#include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
 #include "rpc/call_executor.hpp"
@@ -479,7 +479,6 @@ void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply
     }
     if (!ctx.deadline().is_never()) { // cancelled there by the deadline timer
       rc->deadline = ctx.deadline().at();
-      rc->watched = true;
       watch_deadline(*rc);
     }
     auto done = asio::bind_cancellation_slot(
@@ -570,8 +569,8 @@ void dispatcher::on_deadline_timer() {
   const auto now = clock::now();
   running_call* next = nullptr;
   for (auto& rc : running_) {
-    if (!rc.watched || rc.deadline_hit)
-      continue;
+    if (rc.deadline == clock::time_point::max() || rc.deadline_hit)
+      continue; // not a watched deadline, or already cancelled
     if (rc.deadline <= now) {
       rc.deadline_hit = true;
       rc.signal.emit(asio::cancellation_type::terminal); // its pending operation ends

@@ -92,15 +92,14 @@ public:
   /// A call being served (loop only): the connection and request id it came
   /// with (null, 0: a local call), its state, and the signal that cancels a
   /// coroutine function (the caller's cancel, the deadline, stop()). A
-  /// coroutine function's deadline is watched by the dispatcher's one timer
-  /// (`watched`), which sets `deadline_hit` when it cancels it.
+  /// coroutine function's deadline (max: none watched) is watched by the
+  /// dispatcher's one timer, which sets `deadline_hit` when it cancels it.
   struct running_call {
     const net::connection* conn = nullptr;
     std::uint64_t id = 0;
     std::shared_ptr<call_state> state;
     asio::cancellation_signal signal;
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-    bool watched = false;
     bool deadline_hit = false;
   };
 

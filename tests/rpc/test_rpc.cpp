@@ -78,16 +78,6 @@ private:
   corodist::future<void> opened_ = open_.get_future();
 };
 
-/// Runs `f` on `loop` after what the loop has queued so far, and what that queues in turn.
-void after_queued(event_loop& loop, const std::function<void()>& f) {
-  std::promise<void> done;
-  asio::post(loop.get_executor(), [&] { asio::post(loop.get_executor(), [&] {
-    f();
-    done.set_value();
-  }); });
-  done.get_future().wait();
-}
-
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(rpc_agent)
@@ -108,10 +98,9 @@ BOOST_AUTO_TEST_CASE(a_call_that_comes_while_the_callee_starts_waits_for_its_sta
   auto f = c[0].rpc_async<int>("w1", "co_relay", std::string("w0"), 41);
   // The call goes out once w0's channel to w1 is up (its hello answered by
   // w1's loop, which runs): the gate opens after that, the call on its way.
-  bool dialled = false;
-  while (!dialled)
-    after_queued(*c.loops[0], [&] { dialled = c[0].connected_peers() == 1; });
-  after_queued(*c.loops[0], [] {});
+  while (!corodist::test::on_loop(*c.loops[0], [&] { return c[0].connected_peers() == 1; })) {
+  }
+  corodist::test::on_loop(*c.loops[0], [] {}); // after the write the flush queued
   gate->open();
   late.join();
   BOOST_TEST(f.get() == 42);
@@ -375,10 +364,10 @@ BOOST_AUTO_TEST_CASE(a_call_before_the_callee_has_the_worker_table_waits_and_nam
     copy_record(*callee_store, *caller_store, 1); // the callee listens and waits for rank 0's record
     caller.start();
     auto first = caller.rpc_async<std::string>("w1", "who");
-    bool dialled = false; // then the call is written, once the channel is up
-    while (!dialled)
-      after_queued(l0, [&] { dialled = caller.connected_peers() == 1; });
-    after_queued(l0, [] {});
+    // The call is written once the channel is up, by a write the flush queued.
+    while (!corodist::test::on_loop(l0, [&] { return caller.connected_peers() == 1; })) {
+    }
+    corodist::test::on_loop(l0, [] {});
     BOOST_TEST((callee_started.wait_for(0s) == std::future_status::timeout)); // still without the table
     copy_record(*caller_store, *callee_store, 0);
     callee_started.get();
