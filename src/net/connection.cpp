@@ -91,11 +91,17 @@ void connection::close(std::error_code reason) {
     stall_timer_->cancel();
   stop_heartbeat();
   timer_deadline_.reset();
-  auto pending = std::move(pending_);
-  pending_.clear();
-  const std::error_code failed = reason == errc::peer_timed_out ? reason : make_error_code(errc::connection_closed);
-  for (auto& [id, p] : pending)
-    p.complete(response{failed, {}});
+  // Pending requests fail after this close is done (its close handler has
+  // run), from the loop's queue: not inside whatever closed it.
+  if (!pending_.empty()) {
+    const std::error_code failed =
+        reason == errc::peer_timed_out ? reason : make_error_code(errc::connection_closed);
+    asio::post(socket_.get_executor(), [pending = std::move(pending_), failed]() mutable {
+      for (auto& [id, p] : pending)
+        p.complete(response{failed, {}});
+    });
+    pending_.clear();
+  }
   queued_.clear();
   if (opts_.shared_output)
     opts_.shared_output->remove(queued_bytes_);

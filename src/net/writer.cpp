@@ -234,37 +234,47 @@ asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload,
 
 asio::awaitable<response> connection::request(std::uint16_t kind, bytes payload, std::vector<segment> segments,
                                               corodist::deadline by) {
-  if (by.expired())
-    co_return response{errc::request_timeout, {}};
-  if (!open_)
-    co_return response{errc::connection_closed, {}};
-  if (pending_.size() >= opts_.max_pending_requests)
-    co_return response{errc::too_many_pending, {}};
-  const std::uint64_t id = next_id_++;
-  if (auto ec = enqueue(frame_header{0, kind, 0, id}, std::move(payload), std::move(segments)))
-    co_return response{ec, {}};
-  const auto deadline = by.at();
   co_return co_await asio::async_initiate<decltype(asio::use_awaitable), void(response)>(
-      [this, id, deadline](auto handler) {
+      [this, kind, &payload, &segments, by](auto handler) {
         auto slot = asio::get_associated_cancellation_slot(handler);
         if (slot.is_connected())
-          slot.assign([w = weak_from_this(), id](asio::cancellation_type) {
+          slot.assign([w = weak_from_this(), id = next_id_](asio::cancellation_type) {
             if (auto self = w.lock())
-              self->complete(id, response{asio::error::operation_aborted, {}});
+              self->cancel_request(id);
           });
-        pending_.emplace(id, pending_request{[h = std::move(handler), slot](response r) mutable {
-                                                auto ex = asio::get_associated_executor(h);
-                                                asio::post(ex, [h = std::move(h), slot, r = std::move(r)]() mutable {
-                                                  if (slot.is_connected())
-                                                    slot.clear();
-                                                  std::move(h)(std::move(r));
-                                                });
-                                              },
-                                              deadline});
-        if (deadline != clock::time_point::max())
-          arm_timer(deadline);
+        start_request(kind, std::move(payload), std::move(segments), by,
+                      [h = std::move(handler), slot](response r) mutable {
+                        auto ex = asio::get_associated_executor(h);
+                        asio::post(ex, [h = std::move(h), slot, r = std::move(r)]() mutable {
+                          if (slot.is_connected())
+                            slot.clear();
+                          std::move(h)(std::move(r));
+                        });
+                      });
       },
       asio::use_awaitable);
+}
+
+void connection::start_request(std::uint16_t kind, bytes payload, std::vector<segment> segments,
+                               corodist::deadline by, corodist::unique_function<void(response)> done) {
+  const std::uint64_t id = next_id_++; // (taken even if not sent: a cancel naming it finds nothing)
+  std::error_code ec;
+  if (by.expired())
+    ec = errc::request_timeout;
+  else if (!open_)
+    ec = errc::connection_closed;
+  else if (pending_.size() >= opts_.max_pending_requests)
+    ec = errc::too_many_pending;
+  else
+    ec = enqueue(frame_header{0, kind, 0, id}, std::move(payload), std::move(segments));
+  if (ec) {
+    done(response{ec, {}});
+    return;
+  }
+  const auto deadline = by.at();
+  pending_.emplace(id, pending_request{std::move(done), deadline});
+  if (deadline != clock::time_point::max())
+    arm_timer(deadline);
 }
 
 std::error_code connection::respond(std::uint64_t request_id, std::uint16_t kind, bytes payload,

@@ -34,6 +34,20 @@ enum class agent_state : int { created, starting, running, stopped };
 /// payload (the same type as agent's completion).
 using reply_handler = corodist::unique_function<void(std::exception_ptr error, net::bytes&& reply)>;
 
+/// What an outgoing message is, in its errors (`<what>: <reason>`): `text`,
+/// or for a call (`text` empty) "rpc '<fn>' on worker '<callee>'", made only
+/// when an error needs it.
+struct message_what {
+  message_what(std::string t) : text(std::move(t)) {} // NOLINT: a plain text converts
+  static message_what call(std::string_view fn) {
+    message_what w{std::string()};
+    w.fn.assign(fn);
+    return w;
+  }
+  std::string text;
+  std::string fn;
+};
+
 class agent_core final : public message_port, public std::enable_shared_from_this<agent_core> {
 public:
   agent_core(asio::any_io_executor ex, agent_options opts);
@@ -59,8 +73,10 @@ public:
   /// in flight until `done` ran. `what` names the operation in errors (`<what>: <reason>`).
   /// `record`: the call's flight-recorder entry (0: none), ended with the reply.
   void start_message(int to, message_kind kind, payload p, corodist::deadline by, reply_handler done,
-                     std::string what, flight_recorder::handle record = 0,
+                     message_what what, flight_recorder::handle record = 0,
                      std::shared_ptr<outgoing_call> cancel = nullptr);
+  /// The text of `what` for a message to rank `to`.
+  std::string what_text(const message_what& what, int to) const;
   /// The time limit of a call with none of its own.
   corodist::timeout default_timeout() const noexcept {
     return opts_.rpc_timeout.or_else(agent_options::default_rpc_timeout);
@@ -101,7 +117,8 @@ public:
   std::optional<shared_future<void>> shutting_down_; // the shutdown in progress, if any
 
 private:
-  void finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done,
+  void finish_message(int rank, const message_what& what, std::chrono::milliseconds length, net::response&& r,
+                      reply_handler& done,
                       flight_recorder::handle record);
   // Graceful shutdown's parts (shutdown.cpp), each within the one deadline.
   asio::awaitable<void> run_shutdown(bool graceful);

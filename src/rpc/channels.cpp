@@ -101,29 +101,22 @@ void channels::send(const std::shared_ptr<net::connection>& conn, waiting&& w) {
     w.done(net::response{net::errc::request_timeout, {}});
     return;
   }
-  auto run = [conn, w = std::move(w), by, self = registry_.self().rank]() mutable -> asio::awaitable<void> {
-    auto records = std::move(w.body.records); // upper layers' records live until the reply
-    // (the request below takes this id before it suspends)
-    if (w.link.recorder) {
-      const auto id = conn->next_request_id();
-      w.link.recorder->set_link(w.link.record, id, call_flow(self, w.rank, id));
-    }
-    if (w.link.call) {
-      if (w.link.call->cancelled.load()) { // cancelled before the loop saw it sent
-        w.link.call->finished = true;
-        w.done(net::response{asio::error::operation_aborted, {}});
-        co_return;
-      }
-      w.link.call->sent = true;
-      w.link.call->conn = conn;
-      w.link.call->id = conn->next_request_id();
-    }
-    auto r = co_await conn->request(w.kind, std::move(w.body.body), std::move(w.body.attachments), by);
-    if (w.link.call)
-      w.link.call->finished = true;
-    w.done(std::move(r));
-  };
-  asio::co_spawn(ex_, std::move(run), asio::detached);
+  const auto id = conn->next_request_id(); // the request's, sent below
+  if (w.link.recorder)
+    w.link.recorder->set_link(w.link.record, id, call_flow(registry_.self().rank, w.rank, id));
+  if (w.link.call) {
+    w.link.call->sent = true;
+    w.link.call->conn = conn;
+    w.link.call->id = id;
+  }
+  // (upper layers' records live until the reply)
+  conn->start_request(w.kind, std::move(w.body.body), std::move(w.body.attachments), by,
+                      [done = std::move(w.done), call = std::move(w.link.call),
+                       records = std::move(w.body.records)](net::response r) mutable {
+                        if (call)
+                          call->finished = true;
+                        done(std::move(r));
+                      });
 }
 
 void channels::cancel(outgoing_call& call) {

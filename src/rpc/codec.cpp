@@ -142,35 +142,48 @@ parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
     throw bad(std::to_string(n - pos) + " trailing bytes");
   const auto* body = reinterpret_cast<const char*>(d + body_at);
   // Count before building: what decoding may allocate is bounded by the body.
+  // A body counts at most 2 objects a byte (a value is at least a byte; a
+  // map's n pairs add n to at least 2n bytes), so one that cannot pass the
+  // budget is not counted: decoding it checks it as well.
   const std::size_t budget = detail::object_budget(body_len);
-  std::size_t objects = 0;
-  try {
-    objects = detail::count_objects(body, body_len, budget);
-  } catch (const protocol_error& e) {
-    throw bad(std::string("body is ") + e.what());
+  if (2 * std::size_t{body_len} > budget) {
+    std::size_t objects = 0;
+    try {
+      objects = detail::count_objects(body, body_len, budget);
+    } catch (const protocol_error& e) {
+      throw bad(std::string("body is ") + e.what());
+    }
+    if (objects > budget)
+      throw bad("its " + std::to_string(body_len) + "-byte body would decode into more than " +
+                std::to_string(budget) + " msgpack objects (more than " + std::to_string(decode_expansion) +
+                "x its size in memory); send bulk data as rpc::attachment");
   }
-  if (objects > budget)
-    throw bad("its " + std::to_string(body_len) + "-byte body would decode into more than " + std::to_string(budget) +
-              " msgpack objects (more than " + std::to_string(decode_expansion) +
-              "x its size in memory); send bulk data as rpc::attachment");
   const std::size_t lim = std::size_t{body_len} + 1;
   parsed_payload p;
+  std::size_t used = 0;
   try {
     // A small first zone chunk: msgpack's default (8 KiB) is a "large" malloc
     // that makes glibc consolidate its fast bins on every call.
     auto zone = std::make_unique<msgpack::zone>(zone_chunk_size);
     auto obj = msgpack::unpack(
-        *zone, body, body_len, [](msgpack::type::object_type, std::size_t, void*) { return true; }, nullptr,
+        *zone, body, body_len, used, [](msgpack::type::object_type, std::size_t, void*) { return true; }, nullptr,
         msgpack::unpack_limit(lim, lim, lim, lim, lim, max_depth));
     p.body = msgpack::object_handle(obj, std::move(zone));
   } catch (const std::exception& e) {
     throw bad(std::string("body is not valid msgpack: ") + e.what());
   }
+  if (used != body_len)
+    throw bad("body is not one complete msgpack value (" + std::to_string(body_len - used) + " bytes after it)");
   ctx.direction = codec_context::mode::decode;
   ctx.in_owner = owner;
   ctx.in_attachments = std::move(attachments);
   p.owner = std::move(owner);
   return p;
+}
+
+bool is_nil_payload(const net::bytes& payload) noexcept {
+  return payload.size() == prefix_size + 1 && corodist::load_le<std::uint32_t>(payload.data()) == 1 &&
+         corodist::load_le<std::uint32_t>(payload.data() + 4) == 0 && payload[prefix_size] == std::byte{0xc0};
 }
 
 std::string demangle(const char* mangled) {

@@ -60,32 +60,27 @@ std::exception_ptr local_exception(const std::exception_ptr& e, const std::strin
   }
 }
 
-// `reply`, which first ends entry `h` of `rec`: completed, or failed with the
-// error's text and kind.
-template <class Reply>
-Reply recorded_reply(std::shared_ptr<flight_recorder> rec, flight_recorder::handle h, Reply reply) {
-  return [rec = std::move(rec), h, reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
-    if (!e) {
-      rec->complete(h);
-    } else {
-      try {
-        std::rethrow_exception(e);
-      } catch (const call_failure& f) {
-        rec->fail(h, f.what(),
-                  f.code == failure::deadline           ? "timeout"
-                  : f.code == failure::unknown_function ? "unknown_function"
-                  : f.code == failure::bad_arguments    ? "bad_arguments"
-                  : f.code == failure::malformed        ? "malformed"
-                  : f.code == failure::cancelled        ? "cancelled"
-                                                        : "error");
-      } catch (const std::exception& x) {
-        rec->fail(h, x.what(), "exception");
-      } catch (...) {
-        rec->fail(h, "unknown exception", "exception");
-      }
-    }
-    reply(std::move(p), std::move(e));
-  };
+// Ends entry `h` of `rec`: completed, or failed with the error's text and kind.
+void end_serve_record(flight_recorder& rec, flight_recorder::handle h, const std::exception_ptr& e) {
+  if (!e) {
+    rec.complete(h);
+    return;
+  }
+  try {
+    std::rethrow_exception(e);
+  } catch (const call_failure& f) {
+    rec.fail(h, f.what(),
+             f.code == failure::deadline           ? "timeout"
+             : f.code == failure::unknown_function ? "unknown_function"
+             : f.code == failure::bad_arguments    ? "bad_arguments"
+             : f.code == failure::malformed        ? "malformed"
+             : f.code == failure::cancelled        ? "cancelled"
+                                                   : "error");
+  } catch (const std::exception& x) {
+    rec.fail(h, x.what(), "exception");
+  } catch (...) {
+    rec.fail(h, "unknown exception", "exception");
+  }
 }
 
 std::string deadline_text(clock::time_point arrived, clock::time_point deadline) {
@@ -263,21 +258,23 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
   }
   // Replies leave from the loop, whichever thread produced them.
   auto reply = [self = shared_from_this(), loop = env_.loop, conn = std::weak_ptr<net::connection>(conn), id,
-                max = env_.max_message_size, self_name = env_.worker_name, flow,
-                entry](payload&& p, std::exception_ptr e) mutable {
+                max = env_.max_message_size, flow, entry](payload&& p, std::exception_ptr e) mutable {
     if (!e && p.size() > max)
       e = std::make_exception_ptr(usage_error("the result's " + std::to_string(p.size()) +
                                               " bytes exceed max_message_size " + std::to_string(max)));
     const std::size_t n = e ? 0 : p.size();
     if (flow)
       flow->encoded(n); // held for the peer from now until queued on its connection
-    asio::dispatch(loop, [self = std::move(self), conn, id, p = std::move(p), e, self_name, flow = std::move(flow), n,
+    asio::dispatch(loop, [self = std::move(self), conn, id, p = std::move(p), e, flow = std::move(flow), n,
                           entry]() mutable {
       bool cancelled = false; // (then the caller has dropped the call: nothing to send)
       if (entry) {
         cancelled = (*entry)->state->cancelled.load();
+        if ((*entry)->record != 0 && self->env_.recorder)
+          end_serve_record(*self->env_.recorder, (*entry)->record, e);
         self->running_.erase(*entry);
       }
+      const auto& self_name = self->env_.worker_name;
       if (auto c = conn.lock(); !cancelled && c && c->is_open()) { // (else the caller is gone: it sees connection_error)
         if (e) {
           auto ep = error_payload(e, self_name);
@@ -342,12 +339,10 @@ void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, n
         for (const auto& [k, v] : state->metadata)
           if (k == "trace-id" && traced.empty())
             traced = name + " trace-id=" + v;
-        reply = recorded_reply(env_.recorder,
-                               env_.recorder->record({.seq = id, .op = "serve",
-                                                      .detail = traced.empty() ? std::string_view(name) : traced,
-                                                      .peer = from_name, .bytes = size,
-                                                      .flow = call_flow(from, env_.self_rank, id)}),
-                               std::move(reply));
+        rc->record = env_.recorder->record({.seq = id, .op = "serve",
+                                            .detail = traced.empty() ? std::string_view(name) : traced,
+                                            .peer = from_name, .bytes = size,
+                                            .flow = call_flow(from, env_.self_rank, id)}); // ended with the reply
       }
       if (call.metadata_bytes > max_metadata_bytes)
         throw call_failure(failure::malformed, "the call of '" + name + "' has " +

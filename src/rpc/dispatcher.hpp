@@ -101,6 +101,7 @@ public:
     asio::cancellation_signal signal;
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
     bool deadline_hit = false;
+    flight_recorder::handle record = 0; // its "serve" entry, ended with the reply (0: none)
   };
 
   /// Cancels the coroutine functions still running; calls not yet started

@@ -45,11 +45,18 @@ void agent_core::start_call(worker_ref to, std::string_view fn, payload call, co
          {});
     return;
   }
-  const auto& callee = registry_.lookup(rank).name;
   const auto record =
-      recorder_ ? recorder_->record({.op = "call", .detail = fn, .peer = callee, .bytes = call.size()}) : 0;
-  start_message(rank, kind_call, std::move(call), by, std::move(done),
-                "rpc '" + std::string(fn) + "' on worker '" + callee + "'", record, std::move(cancel));
+      recorder_ ? recorder_->record({.op = "call", .detail = fn, .peer = registry_.lookup(rank).name,
+                                     .bytes = call.size()})
+                : 0;
+  start_message(rank, kind_call, std::move(call), by, std::move(done), message_what::call(fn), record,
+                std::move(cancel));
+}
+
+std::string agent_core::what_text(const message_what& what, int to) const {
+  if (!what.text.empty())
+    return what.text;
+  return "rpc '" + what.fn + "' on worker '" + registry_.lookup(to).name + "'";
 }
 
 void agent_core::cancel_call(const std::shared_ptr<outgoing_call>& handle) {
@@ -64,20 +71,20 @@ void agent_core::cancel_call(const std::shared_ptr<outgoing_call>& handle) {
 }
 
 void agent_core::start_message(int rank, message_kind kind, payload p, corodist::deadline by, reply_handler done,
-                               std::string what, flight_recorder::handle record,
+                               message_what what, flight_recorder::handle record,
                                std::shared_ptr<outgoing_call> cancel) {
   // How long the deadline was, for its error (it was made at the call, a moment ago).
   const auto length = std::chrono::ceil<std::chrono::milliseconds>(by.remaining());
   try {
     const auto st = state_.load();
     if (st != agent_state::running)
-      throw usage_error(what + ": agent '" + opts_.name + "' is " +
+      throw usage_error(what_text(what, rank) + ": agent '" + opts_.name + "' is " +
                         (st == agent_state::stopped ? "shut down" : "not started"));
     if (p.size() > opts_.max_message_size)
-      throw usage_error(what + ": the message's " + std::to_string(p.size()) + " bytes exceed max_message_size " +
-                        std::to_string(opts_.max_message_size));
+      throw usage_error(what_text(what, rank) + ": the message's " + std::to_string(p.size()) +
+                        " bytes exceed max_message_size " + std::to_string(opts_.max_message_size));
     if (!outgoing_.try_enter())
-      throw usage_error(what + ": agent '" + opts_.name + "' is shut down");
+      throw usage_error(what_text(what, rank) + ": agent '" + opts_.name + "' is shut down");
   } catch (...) {
     if (record != 0)
       recorder_->fail(record, text_of(std::current_exception()), "usage");
@@ -90,21 +97,25 @@ void agent_core::start_message(int rank, message_kind kind, payload p, corodist:
     self->channels_->request(
         rank, kind, std::move(p), by,
         [self, rank, length, what = std::move(what), done = std::move(done), record](net::response&& r) mutable {
-          if (r.ec == net::errc::request_timeout) // say how long the deadline was
-            what += " (deadline " + std::to_string(length.count()) + " ms)";
-          self->finish_message(rank, what, std::move(r), done, record);
+          self->finish_message(rank, what, length, std::move(r), done, record);
         },
         record != 0 ? call_link{self->recorder_, record, std::move(cancel)} : call_link{{}, 0, std::move(cancel)});
   });
 }
 
-void agent_core::finish_message(int rank, const std::string& what, net::response&& r, reply_handler& done,
-                                flight_recorder::handle record) {
-  const auto& worker = registry_.lookup(rank).name;
+void agent_core::finish_message(int rank, const message_what& w, std::chrono::milliseconds length,
+                                net::response&& r, reply_handler& done, flight_recorder::handle record) {
   struct {
     std::exception_ptr error;
     net::bytes payload;
   } out;
+  std::string what; // (made for an error only)
+  if (r.ec || r.msg.header.kind == kind_error_reply) {
+    what = what_text(w, rank);
+    if (r.ec == net::errc::request_timeout) // say how long the deadline was
+      what += " (deadline " + std::to_string(length.count()) + " ms)";
+  }
+  const auto& worker = registry_.lookup(rank).name;
   const auto* lost = (r.ec == net::errc::connection_closed || r.ec == net::errc::peer_timed_out) && channels_
                          ? channels_->lost(rank)
                          : nullptr;

@@ -470,4 +470,50 @@ BOOST_AUTO_TEST_CASE(oversized_metadata_is_refused, *utf::timeout(60)) {
   c.shutdown_all();
 }
 
+// call() sends at once, before its awaitable is awaited: two calls made
+// first and awaited after both run on the callee together (a function that
+// returns only once both have arrived), each awaitable then giving its own
+// value. A call that cannot be sent fails when awaited.
+BOOST_AUTO_TEST_CASE(a_call_is_sent_when_made_and_awaited_later, *utf::timeout(60)) {
+  cluster c(2, {}, false);
+  auto arrived = std::make_shared<int>(0);
+  corodist::promise<void> both_set;
+  auto both = both_set.get_future().share();
+  c[1].register_function("meet", [arrived, both, &both_set](int v) -> asio::awaitable<int> {
+    if (++*arrived == 2)
+      both_set.set_value();
+    co_await both.async_wait(asio::use_awaitable);
+    co_return v * 10;
+  });
+  c.start_all();
+  auto& loop0 = *c.loops[0];
+  std::promise<std::pair<int, int>> values;
+  std::promise<std::string> unsent;
+  auto run = [&]() -> asio::awaitable<void> {
+    auto first = c[0].call<int>(20s, "w1", "meet", 1);
+    auto second = c[0].call<int>(20s, "w1", "meet", 2);
+    const int a = co_await std::move(first);
+    const int b = co_await std::move(second);
+    values.set_value({a, b});
+    auto nowhere = c[0].call<int>("nobody", "meet", 3);
+    try {
+      co_await std::move(nowhere);
+      unsent.set_value("it completed");
+    } catch (const corodist::usage_error& e) {
+      unsent.set_value(e.what());
+    }
+  };
+  on_loop(loop0, [&] { asio::co_spawn(loop0.get_executor(), run(), asio::detached); });
+  auto got = values.get_future();
+  BOOST_REQUIRE(ready(got));
+  const auto [a, b] = got.get();
+  BOOST_TEST(a == 10);
+  BOOST_TEST(b == 20);
+  auto why = unsent.get_future();
+  BOOST_REQUIRE(ready(why));
+  const auto text = why.get();
+  BOOST_TEST(text.find("nobody") != std::string::npos, text);
+  c.shutdown_all();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -217,6 +217,14 @@ public:
   [[nodiscard]] asio::awaitable<response> request(std::uint16_t kind, bytes payload,
                                                   std::vector<segment> segments = {});
 
+  /// request() for callers that are not coroutines: sends a request as
+  /// `next_request_id()` and calls `done` once, on the loop, with its response
+  /// or error (as request()'s). A request that cannot be sent (closed, a
+  /// passed deadline, too many pending, a frame too large) gets `done` before
+  /// this returns. Cancel it with cancel_request(id). Loop only.
+  void start_request(std::uint16_t kind, bytes payload, std::vector<segment> segments, corodist::deadline by,
+                     corodist::unique_function<void(response)> done);
+
   /// Queues the response to request `request_id`. Returns an error if closed
   /// or the payload is too large; never blocks.
   std::error_code respond(std::uint64_t request_id, std::uint16_t kind, bytes payload,

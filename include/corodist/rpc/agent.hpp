@@ -15,6 +15,7 @@
 #include <corodist/rpc/call_options.hpp>
 #include <corodist/rpc/codec.hpp>
 #include <corodist/rpc/decode_result.hpp>
+#include <corodist/rpc/detail/call_wait.hpp>
 #include <corodist/rpc/detail/codec.hpp>
 #include <corodist/rpc/detail/stream_function.hpp>
 #include <corodist/rpc/errors.hpp>
@@ -217,14 +218,14 @@ public:
   /// connection is not sent); a result already on its way is dropped.
   template <typename R, typename... A>
   future<R> rpc_async(worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, nullptr, to, fn, args...);
+    return rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, to, fn, args...);
   }
 
   /// As above within `limit` (`inherit()`: `rpc_timeout`; `never()`: no
   /// deadline): `rpc.rpc_async<int>(500ms, "w1", "f")`.
   template <typename R, typename... A>
   future<R> rpc_async(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(limit, true, nullptr, true, nullptr, to, fn, args...);
+    return rpc_async_impl<R>(limit, true, nullptr, true, to, fn, args...);
   }
 
   /// As above with `opts` (time limit, deadline propagation, metadata);
@@ -232,7 +233,7 @@ public:
   /// with `usage_error`.
   template <typename R, typename... A>
   future<R> rpc_async(const call_options& opts, worker_ref to, std::string_view fn, A&&... args) {
-    return rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, nullptr, to, fn, args...);
+    return rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, to, fn, args...);
   }
 
   /// Blocking call from a plain thread; returns the result or throws. Throws
@@ -263,26 +264,20 @@ public:
   /// way is dropped. The connection and other calls go on.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(worker_ref to, std::string_view fn, A&&... args) {
-    std::shared_ptr<detail::outgoing_call> handle;
-    auto f = rpc_async_impl<R>(corodist::timeout::inherit(), true, nullptr, true, &handle, to, fn, args...);
-    return await_call(std::move(f), std::move(handle));
+    return call_impl<R>(corodist::timeout::inherit(), true, nullptr, to, fn, args...);
   }
 
   /// As above within `limit`. Cancellation: as above.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(corodist::timeout limit, worker_ref to, std::string_view fn, A&&... args) {
-    std::shared_ptr<detail::outgoing_call> handle;
-    auto f = rpc_async_impl<R>(limit, true, nullptr, true, &handle, to, fn, args...);
-    return await_call(std::move(f), std::move(handle));
+    return call_impl<R>(limit, true, nullptr, to, fn, args...);
   }
 
   /// As above with `opts` (time limit, deadline propagation, metadata).
   /// Cancellation: as above.
   template <typename R, typename... A>
   [[nodiscard]] asio::awaitable<R> call(const call_options& opts, worker_ref to, std::string_view fn, A&&... args) {
-    std::shared_ptr<detail::outgoing_call> handle;
-    auto f = rpc_async_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, true, &handle, to, fn, args...);
-    return await_call(std::move(f), std::move(handle));
+    return call_impl<R>(opts.timeout, opts.propagate_deadline, &opts.metadata, to, fn, args...);
   }
 
   /// This worker. Throws `usage_error` before start(). Any thread.
@@ -329,40 +324,48 @@ private:
   void launch_stream(std::shared_ptr<detail::stream_core> core, payload open, corodist::deadline by);
   void add_stream_function(std::string name, detail::stream_function f);
 
-  // `propagate`: the deadline is no later than the served call's (if any).
-  // `metadata`: null or empty: none. `cancellable`: the call can be cancelled
-  // (rpc_sync's cannot: not set up), through the future's cancel(), or, with
-  // `handle_out`, through the handle stored there (call()'s: no canceller in
-  // the future's state).
-  template <typename R, typename... A>
-  future<R> rpc_async_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata, bool cancellable,
-                           std::shared_ptr<detail::outgoing_call>* handle_out, worker_ref to, std::string_view fn,
-                           const A&... args) {
-    promise<R> p;
-    auto f = p.get_future();
-    payload call;
-    int rank = -1;
-    auto by = limit.or_else(default_timeout()).from();
-    if (propagate)
-      if (const auto* served = detail::current_call())
-        by = earliest(by, served->deadline);
+  // The call's deadline, rank and encoded message into `by`, `rank` and
+  // `call`; false, with the error set on `sink` (a promise<R> or a
+  // call_wait_setter<R>), when the call cannot be sent (an unknown worker,
+  // metadata over its limit, an argument that does not encode).
+  template <typename Sink, typename... A>
+  bool prepare_call(Sink& sink, corodist::timeout limit, bool propagate, const call_metadata* metadata,
+                    worker_ref to, std::string_view fn, payload& call, corodist::deadline& by, int& rank,
+                    const A&... args) {
     try {
+      by = limit.or_else(default_timeout()).from();
+      if (propagate)
+        if (const auto* served = detail::current_call())
+          by = earliest(by, served->deadline);
       rank = rank_of(to);
       if (metadata && !metadata->empty())
         check_metadata(*metadata, fn);
       encoder e(&port(), self_rank(), rank);
       call = detail::encode_call_with_metadata(e, fn, by, metadata, args...);
+      return true;
     } catch (...) {
-      p.set_exception(std::current_exception());
-      return f;
+      sink.set_exception(std::current_exception());
+      return false;
     }
+  }
+
+  // `propagate`: the deadline is no later than the served call's (if any).
+  // `metadata`: null or empty: none. `cancellable`: the call can be cancelled
+  // through the future's cancel() (rpc_sync's cannot: not set up).
+  template <typename R, typename... A>
+  future<R> rpc_async_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata, bool cancellable,
+                           worker_ref to, std::string_view fn, const A&... args) {
+    promise<R> p;
+    auto f = p.get_future();
+    payload call;
+    int rank = -1;
+    corodist::deadline by;
+    if (!prepare_call(p, limit, propagate, metadata, to, fn, call, by, rank, args...))
+      return f;
     std::shared_ptr<detail::outgoing_call> handle;
     if (cancellable) {
       handle = make_outgoing_call();
-      if (handle_out)
-        *handle_out = handle;
-      else
-        p.set_canceller([handle] { cancel_call(handle); });
+      p.set_canceller([handle] { cancel_call(handle); });
     }
     // The completion runs inside the agent's machinery, which keeps the port alive.
     send_call(rank, fn, std::move(call), by,
@@ -374,30 +377,41 @@ private:
     return f;
   }
 
-  // call()'s await: the result, or at the awaiting coroutine's cancellation
-  // the call's cancel() and a cancelled_error.
-  template <typename R>
-  static asio::awaitable<R> await_call(future<R> f, std::shared_ptr<detail::outgoing_call> handle) {
-    auto [ec] = co_await f.async_wait(asio::experimental::as_tuple(asio::use_awaitable));
-    if (ec) {
-      if (handle && !f.is_ready())
-        cancel_call(handle);
-      throw cancelled_error("rpc call");
-    }
-    co_return f.get();
+  // call(): sent at once; the returned awaitable waits for the outcome, or at
+  // the awaiting coroutine's cancellation cancels the call.
+  template <typename R, typename... A>
+  asio::awaitable<R> call_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata,
+                               worker_ref to, std::string_view fn, const A&... args) {
+    auto w = std::make_shared<detail::call_wait<R>>();
+    auto cancelled = +[] { return std::make_exception_ptr(cancelled_error("rpc call")); };
+    detail::call_wait_setter<R> setter(w);
+    payload call;
+    int rank = -1;
+    corodist::deadline by;
+    if (!prepare_call(setter, limit, propagate, metadata, to, fn, call, by, rank, args...))
+      return detail::call_wait<R>::wait(std::move(w), {}, cancelled);
+    w->fn.assign(fn);
+    auto handle = make_outgoing_call();
+    send_call(rank, fn, std::move(call), by,
+              [port = &port(), setter = std::move(setter), rank](std::exception_ptr error, net::bytes&& reply) mutable {
+                complete<R>(*port, setter, std::move(error), std::move(reply), rank, setter.fn());
+              },
+              handle);
+    return detail::call_wait<R>::wait(std::move(w), [handle] { cancel_call(handle); }, cancelled);
   }
 
   template <typename R, typename... A>
   R rpc_sync_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata, worker_ref to,
                   std::string_view fn, const A&... args) {
     refuse_on_loop_thread(); // before sending: the call must not run if we cannot wait for it
-    auto f = rpc_async_impl<R>(limit, propagate, metadata, false, nullptr, to, fn, args...);
+    auto f = rpc_async_impl<R>(limit, propagate, metadata, false, to, fn, args...);
     spin_until_ready([&f] { return f.is_ready(); });
     return f.get();
   }
 
-  template <typename R>
-  static void complete(message_port& port, promise<R>& p, std::exception_ptr error, net::bytes&& reply, int rank,
+  // Decodes a reply into `p` (a promise<R> or a call_wait_setter<R>).
+  template <typename R, typename Sink>
+  static void complete(message_port& port, Sink& p, std::exception_ptr error, net::bytes&& reply, int rank,
                        const std::string& fn) {
     if (error) {
       p.set_exception(std::move(error));

@@ -81,6 +81,10 @@ struct parsed_payload {
 /// The fuzzing entry point of the RPC decoder.
 parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx);
 
+/// True if `payload` is exactly what encode_nil makes: a nil body and no
+/// attachments (a void function's reply), which needs no parsing. Any thread.
+bool is_nil_payload(const net::bytes& payload) noexcept;
+
 /// The readable name of a type from its mangled name (typeid(T).name()), as
 /// errors and remote_error::type() give it.
 std::string demangle(const char* mangled);

@@ -23,6 +23,9 @@ namespace corodist::rpc {
 /// `protocol_error` for a malformed payload. Any thread.
 template <typename R>
 R decode_result(message_port& port, int from, net::bytes reply, const std::string& operation) {
+  if constexpr (std::is_void_v<R>)
+    if (is_nil_payload(reply)) // (the common void reply: nothing to parse)
+      return;
   codec_context ctx;
   port.decode_context(from, ctx);
   try {
