@@ -15,6 +15,7 @@
 #include <asio/async_result.hpp>
 #include <asio/awaitable.hpp>
 #include <asio/cancellation_signal.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/execution/outstanding_work.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
@@ -44,16 +45,19 @@ public:
   /// The function called, for errors.
   std::string fn;
 
-  /// Stores the value and ends the wait (once).
+  /// Stores the value and ends the wait (once): the waiter resumes inside
+  /// this call if it runs on this thread's event loop (the reply's handler),
+  /// else from its executor's queue.
   template <typename... V>
   void set_value(V&&... v) {
     value_.emplace(std::forward<V>(v)...);
-    arrive();
+    arrive(true);
   }
-  /// Stores the error and ends the wait (once).
-  void set_exception(std::exception_ptr e) {
+  /// Stores the error and ends the wait (once), as set_value. `at_once`:
+  /// false: the waiter resumes from its executor's queue.
+  void set_exception(std::exception_ptr e, bool at_once = true) {
     error_ = std::move(e);
-    arrive();
+    arrive(at_once);
   }
   /// True once an outcome was set.
   bool has_outcome() const noexcept { return (state_.load(std::memory_order_acquire) & has_result) != 0; }
@@ -88,31 +92,36 @@ private:
         if (on_cancel)
           on_cancel();
         if (prev & has_waiter)
-          self->finish(self->cancelled_());
+          self->finish(self->cancelled_(), false);
       });
     const auto prev = state_.fetch_or(has_waiter, std::memory_order_acq_rel);
     if (prev & was_cancelled)
-      finish(cancelled_());
+      finish(cancelled_(), false);
     else if (prev & has_result)
-      finish(error_);
+      finish(error_, false);
   }
 
-  void arrive() {
+  void arrive(bool at_once) {
     const auto prev = state_.fetch_or(has_result, std::memory_order_acq_rel);
     if ((prev & has_waiter) && !(prev & was_cancelled))
-      finish(error_);
+      finish(error_, at_once);
   }
 
-  // Resumes the waiter on its executor, once: its slot is cleared there first
-  // (the slot's handler holds this).
-  void finish(std::exception_ptr e) {
+  // Resumes the waiter on its executor, once (`at_once`: inside this call
+  // when that is this thread's), its slot cleared first (the slot's handler
+  // holds this).
+  void finish(std::exception_ptr e, bool at_once) {
     auto ex = std::move(work_);
-    asio::post(ex, [self = this->shared_from_this(), e = std::move(e)]() mutable {
+    auto resume = [self = this->shared_from_this(), e = std::move(e)]() mutable {
       if (self->slot_.is_connected())
         self->slot_.clear();
-      auto resume = std::move(self->resume_);
-      resume(std::move(e));
-    });
+      auto r = std::move(self->resume_);
+      r(std::move(e));
+    };
+    if (at_once)
+      asio::dispatch(ex, std::move(resume));
+    else
+      asio::post(ex, std::move(resume));
   }
 
   std::atomic<unsigned> state_{0};
@@ -134,8 +143,9 @@ public:
   call_wait_setter(call_wait_setter&&) noexcept = default;
   call_wait_setter& operator=(call_wait_setter&&) = delete;
   ~call_wait_setter() {
-    if (wait_ && !wait_->has_outcome())
-      wait_->set_exception(std::make_exception_ptr(error("corodist: a call ended without a reply (broken promise)")));
+    if (wait_ && !wait_->has_outcome()) // (not at once: this may run inside any teardown)
+      wait_->set_exception(std::make_exception_ptr(error("corodist: a call ended without a reply (broken promise)")),
+                           false);
   }
   /// The function called.
   const std::string& fn() const noexcept { return wait_->fn; }
