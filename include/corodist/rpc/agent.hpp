@@ -383,13 +383,12 @@ private:
   asio::awaitable<R> call_impl(corodist::timeout limit, bool propagate, const call_metadata* metadata,
                                worker_ref to, std::string_view fn, const A&... args) {
     auto w = std::make_shared<detail::call_wait<R>>();
-    auto cancelled = +[] { return std::make_exception_ptr(cancelled_error("rpc call")); };
     detail::call_wait_setter<R> setter(w);
     payload call;
     int rank = -1;
     corodist::deadline by;
     if (!prepare_call(setter, limit, propagate, metadata, to, fn, call, by, rank, args...))
-      return detail::call_wait<R>::wait(std::move(w), {}, cancelled);
+      return detail::call_wait<R>::wait(std::move(w), {});
     w->fn.assign(fn);
     auto handle = make_outgoing_call();
     send_call(rank, fn, std::move(call), by,
@@ -397,7 +396,7 @@ private:
                 complete<R>(*port, setter, std::move(error), std::move(reply), rank, setter.fn());
               },
               handle);
-    return detail::call_wait<R>::wait(std::move(w), [handle] { cancel_call(handle); }, cancelled);
+    return detail::call_wait<R>::wait(std::move(w), [handle] { cancel_call(handle); });
   }
 
   template <typename R, typename... A>

@@ -8,6 +8,7 @@
 
 #include <corodist/core/error.hpp>
 #include <corodist/core/unique_function.hpp>
+#include <corodist/rpc/errors.hpp>
 
 #include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
@@ -36,7 +37,7 @@ namespace corodist::rpc::detail {
 /// set_exception; the awaiting side co_awaits wait(). Whichever of the
 /// outcome and the awaiting coroutine's cancellation comes first ends the
 /// wait; at a cancellation before the outcome, `on_cancel` runs once (it
-/// tells the callee) and the wait throws what `cancelled` makes.
+/// tells the callee) and the wait throws rpc::cancelled_error.
 template <typename R>
 class call_wait : public std::enable_shared_from_this<call_wait<R>> {
 public:
@@ -64,11 +65,11 @@ public:
 
   /// Returns the value, or throws the error, or at the awaiting coroutine's
   /// cancellation (terminal, partial or total, before the outcome) runs
-  /// `on_cancel` and throws `cancelled()`. Resumes on the coroutine's executor.
-  static asio::awaitable<R> wait(std::shared_ptr<call_wait> self, unique_function<void()> on_cancel,
-                                 std::exception_ptr (*cancelled)()) {
+  /// `on_cancel` and throws rpc::cancelled_error. Resumes on the coroutine's
+  /// executor.
+  static asio::awaitable<R> wait(std::shared_ptr<call_wait> self, unique_function<void()> on_cancel) {
     co_await asio::async_initiate<const asio::use_awaitable_t<>&, void(std::exception_ptr)>(
-        [&self, &on_cancel, cancelled](auto handler) { self->start(std::move(handler), std::move(on_cancel), cancelled); },
+        [&self, &on_cancel](auto handler) { self->start(std::move(handler), std::move(on_cancel)); },
         asio::use_awaitable);
     if constexpr (!std::is_void_v<R>)
       co_return std::move(*self->value_);
@@ -78,11 +79,10 @@ private:
   static constexpr unsigned has_result = 1, has_waiter = 2, was_cancelled = 4;
 
   template <typename Handler>
-  void start(Handler&& h, unique_function<void()> on_cancel, std::exception_ptr (*cancelled)()) {
+  void start(Handler&& h, unique_function<void()> on_cancel) {
     auto slot = asio::get_associated_cancellation_slot(h);
     work_ = asio::prefer(asio::get_associated_executor(h), asio::execution::outstanding_work.tracked);
     resume_ = [h = std::move(h)](std::exception_ptr e) mutable { std::move(h)(std::move(e)); };
-    cancelled_ = cancelled;
     slot_ = slot;
     if (slot.is_connected())
       slot.assign([self = this->shared_from_this(), on_cancel = std::move(on_cancel)](asio::cancellation_type) mutable {
@@ -92,14 +92,16 @@ private:
         if (on_cancel)
           on_cancel();
         if (prev & has_waiter)
-          self->finish(self->cancelled_(), false);
+          self->finish(cancelled(), false);
       });
     const auto prev = state_.fetch_or(has_waiter, std::memory_order_acq_rel);
     if (prev & was_cancelled)
-      finish(cancelled_(), false);
+      finish(cancelled(), false);
     else if (prev & has_result)
       finish(error_, false);
   }
+
+  static std::exception_ptr cancelled() { return std::make_exception_ptr(cancelled_error("rpc call")); }
 
   void arrive(bool at_once) {
     const auto prev = state_.fetch_or(has_result, std::memory_order_acq_rel);
@@ -130,7 +132,6 @@ private:
   unique_function<void(std::exception_ptr)> resume_;
   asio::any_io_executor work_;
   asio::cancellation_slot slot_;
-  std::exception_ptr (*cancelled_)() = nullptr;
 };
 
 /// The reply side's hold on a call_wait: an outcome never set (the agent
