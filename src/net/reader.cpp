@@ -3,6 +3,7 @@
 // incomplete frame's bytes for a coroutine that completes it.
 #include <corodist/net/connection.hpp>
 
+#include "core/coarse_clock.hpp"
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/connection_counting.hpp"
@@ -168,7 +169,7 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
   if (!open_)
     return; // closed meanwhile (a loop draining at its destruction): touch no buffer
   try {
-    received_at_ = std::chrono::steady_clock::now(); // the peer is alive (peer_timeout)
+    received_at_ = corodist::detail::coarse_now(); // the peer is alive (peer_timeout)
     std::byte* data = big_.data();
     std::size_t n = got;
     if (!big) {
@@ -185,17 +186,25 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
     } else if (got <= head_.size()) {
       scratch_hold_.swap(big_); // light traffic again: release the big buffer once parsed
     }
-    std::size_t used = parse(data, n);
+    parsing_ = true;
+    const std::size_t used = parse(data, n);
+    parsing_ = false;
     if (open_ && used < n)
       carry_.assign(data + used, data + n);
     scratch_hold_ = bytes();
   } catch (const std::exception& e) {
+    parsing_ = false;
     CORODIST_LOG_ERROR("connection from {}: read failed: {}", detail::endpoint_text(remote_), e.what());
     close(errc::connection_closed);
     return;
   }
   if (!open_)
     return;
+  if (write_after_parse_) { // what the frames' handlers queued
+    write_after_parse_ = false;
+    write_scheduled_ = false;
+    start_write();
+  }
   if (read_paused_) {
     read_parked_ = true; // resume_reading() goes on from here
     parked_hold_ = shared_from_this();

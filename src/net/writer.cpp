@@ -5,6 +5,7 @@
 // queued output.
 #include <corodist/net/connection.hpp>
 
+#include "core/coarse_clock.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
 #include "net/tls_stream.hpp"
@@ -121,7 +122,7 @@ void connection::send_queued_now() {
   if (n <= 0)
     return;
   const auto sent = static_cast<std::size_t>(n);
-  sent_at_ = clock::now();
+  sent_at_ = corodist::detail::coarse_now(); // (heartbeats: this side is not silent)
   if (opts_.shared_output)
     opts_.shared_output->remove(sent);
   queued_bytes_ -= sent;
@@ -132,6 +133,12 @@ void connection::schedule_write() {
   if (writing_ || write_scheduled_)
     return;
   write_scheduled_ = true;
+  if (parsing_) { // (a handler of a frame just read: a reply, or a call its caller makes next)
+    // Started when the read's frames are all handled: what they queue goes
+    // out in one write, with no trip through the loop's queue.
+    write_after_parse_ = true;
+    return;
+  }
   // Deferred to the end of this turn of the loop, so that frames queued by
   // other coroutines meanwhile go out in the same gathered write.
   asio::post(socket_.get_executor(), [self = shared_from_this()] {
@@ -159,7 +166,7 @@ void connection::start_write() {
     }
   }
   writing_ = true;
-  sent_at_ = clock::now(); // (heartbeats: this side is not silent)
+  sent_at_ = corodist::detail::coarse_now(); // (heartbeats: this side is not silent)
   queued_frames_ = 0;
   std::swap(queued_, writing_batch_);
   writing_bytes_ = queued_bytes_; // still held (and counted) until written

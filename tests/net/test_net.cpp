@@ -258,6 +258,51 @@ BOOST_AUTO_TEST_CASE(many_frames_in_one_read, *utf::timeout(60)) {
   }
 }
 
+// What the handlers of one read's frames queue goes out when they have all
+// run, within that read's completion: before the handlers they posted run.
+// Here the request's handler posts a check and then answers; the check finds
+// the reply already at the client.
+// (On the uring transport the write is a submission the loop makes later.)
+BOOST_AUTO_TEST_CASE(replies_leave_within_the_read_that_brought_their_requests,
+                     *utf::precondition(on_asio) * utf::timeout(60)) {
+  event_loop loop;
+  std::shared_ptr<net::listener> listener;
+  std::atomic<int> client_fd{-1};
+  std::promise<bool> reply_was_out; // set by the handler posted before the reply was queued
+  std::promise<tcp::endpoint> ready;
+  asio::post(loop.get_executor(), [&] {
+    auto [ec, l] = net::listener::listen(
+        loop.get_executor(), {asio::ip::make_address("127.0.0.1"), 0}, {}, [&](std::shared_ptr<net::connection> c) {
+          c->start([&](const std::shared_ptr<net::connection>& conn, net::message&& m) {
+            asio::post(conn->get_executor(), [&] {
+              pollfd p{client_fd.load(), POLLIN, 0};
+              reply_was_out.set_value(::poll(&p, 1, 10'000) == 1);
+            });
+            conn->respond(m.header.request_id, m.header.kind, std::move(m.payload));
+          });
+        });
+    BOOST_REQUIRE(!ec);
+    listener = l;
+    listener->start();
+    ready.set_value(listener->local_endpoint());
+  });
+  loop.start();
+  asio::io_context ctx;
+  auto s = raw_client(ctx, ready.get_future().get());
+  client_fd = s.native_handle();
+  asio::write(s, asio::buffer(frame_bytes(kind_echo, 7, make_payload(10, 1))));
+  BOOST_TEST(reply_was_out.get_future().get());
+  std::array<std::byte, net::header_size> hb;
+  asio::read(s, asio::buffer(hb));
+  const auto h = net::decode_header(hb.data());
+  BOOST_TEST(h.request_id == 7u);
+  net::bytes back(h.payload_len);
+  asio::read(s, asio::buffer(back));
+  BOOST_TEST((back == make_payload(10, 1)));
+  asio::post(loop.get_executor(), [l = listener] { l->close(); });
+  loop.stop();
+}
+
 // A turn of the loop that queues many frames sends the first ones while it
 // goes on (the peer can start on them), not only when it ends; every frame
 // arrives once, in order, a large one among them included.

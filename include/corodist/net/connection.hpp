@@ -395,6 +395,8 @@ private:
   bool write_scheduled_ = false;
   bool read_paused_ = false;  // pause_reading(): post no further read
   bool read_parked_ = false;  // the read loop stopped for the pause: resume_reading() restarts it
+  bool parsing_ = false;      // on_read() is handing frames to dispatch(): a write waits for its end
+  bool write_after_parse_ = false; // a write was scheduled meanwhile: on_read() starts it
   std::chrono::steady_clock::time_point written_at_; // last write completed (peer_timeout while paused)
   std::function<void()> on_written_; // on_output_written()
   std::shared_ptr<connection> parked_hold_; // keeps a parked connection alive (no read holds it) until resumed or closed
