@@ -181,6 +181,14 @@ parsed_payload parse_payload(net::bytes&& payload, codec_context& ctx) {
   return p;
 }
 
+payload nil_payload() {
+  net::bytes b(prefix_size + 1);
+  corodist::store_le(b.data(), std::uint32_t{1}); // the body: one byte
+  corodist::store_le(b.data() + 4, std::uint32_t{0}); // no attachments
+  b[prefix_size] = std::byte{0xc0}; // msgpack's nil
+  return payload{std::move(b), {}, {}};
+}
+
 bool is_nil_payload(const net::bytes& payload) noexcept {
   return payload.size() == prefix_size + 1 && corodist::load_le<std::uint32_t>(payload.data()) == 1 &&
          corodist::load_le<std::uint32_t>(payload.data() + 4) == 0 && payload[prefix_size] == std::byte{0xc0};

@@ -377,6 +377,20 @@ BOOST_AUTO_TEST_CASE(a_call_before_the_callee_has_the_worker_table_waits_and_nam
   } // (destroyed without a graceful shutdown: the two stores share no barrier)
 }
 
+// A void function's reply is made without an encoder: the same bytes as
+// encode_nil's, recognized as such, decoding to nil.
+BOOST_AUTO_TEST_CASE(a_void_result_is_the_payload_encode_nil_makes) {
+  rpc::encoder e;
+  const auto made = rpc::encode_nil(e);
+  auto nil = rpc::nil_payload();
+  BOOST_TEST((nil.body == made.body));
+  BOOST_TEST(nil.attachments.empty());
+  BOOST_TEST(rpc::is_nil_payload(nil.body));
+  rpc::codec_context ctx;
+  const auto parsed = rpc::parse_payload(std::move(nil.body), ctx);
+  BOOST_TEST(parsed.body.get().type == msgpack::type::NIL);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(rpc_errors)

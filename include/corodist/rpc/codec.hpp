@@ -119,6 +119,9 @@ payload encode_value(encoder& e, const T& v) {
 }
 /// Encodes a payload whose body is nil (a void result) with `e`.
 payload encode_nil(encoder& e);
+/// The payload encode_nil makes (a nil body, no attachments), made without
+/// an encoder: a void function's reply. Any thread.
+payload nil_payload();
 
 /// Converts a decoded value to T (nothing for void); call with the payload's
 /// codec_context current. Throws value_type_error saying what was received
