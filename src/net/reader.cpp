@@ -3,7 +3,6 @@
 // incomplete frame's bytes for a coroutine that completes it.
 #include <corodist/net/connection.hpp>
 
-#include "core/coarse_clock.hpp"
 #include "core/deadline.hpp"
 #include "core/log.hpp"
 #include "net/connection_counting.hpp"
@@ -169,7 +168,7 @@ void connection::on_read(std::error_code rec, std::size_t got, bool big) {
   if (!open_)
     return; // closed meanwhile (a loop draining at its destruction): touch no buffer
   try {
-    received_at_ = corodist::detail::coarse_now(); // the peer is alive (peer_timeout)
+    received_at_ = std::chrono::steady_clock::now(); // the peer is alive (peer_timeout)
     std::byte* data = big_.data();
     std::size_t n = got;
     if (!big) {

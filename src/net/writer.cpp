@@ -5,7 +5,6 @@
 // queued output.
 #include <corodist/net/connection.hpp>
 
-#include "core/coarse_clock.hpp"
 #include "core/log.hpp"
 #include "net/endpoint_text.hpp"
 #include "net/tls_stream.hpp"
@@ -122,7 +121,7 @@ void connection::send_queued_now() {
   if (n <= 0)
     return;
   const auto sent = static_cast<std::size_t>(n);
-  sent_at_ = corodist::detail::coarse_now(); // (heartbeats: this side is not silent)
+  sent_at_ = clock::now();
   if (opts_.shared_output)
     opts_.shared_output->remove(sent);
   queued_bytes_ -= sent;
@@ -166,7 +165,7 @@ void connection::start_write() {
     }
   }
   writing_ = true;
-  sent_at_ = corodist::detail::coarse_now(); // (heartbeats: this side is not silent)
+  sent_at_ = clock::now(); // (heartbeats: this side is not silent)
   queued_frames_ = 0;
   std::swap(queued_, writing_batch_);
   writing_bytes_ = queued_bytes_; // still held (and counted) until written

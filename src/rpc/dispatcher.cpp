@@ -233,7 +233,7 @@ std::shared_ptr<peer_flow> dispatcher::flow_of(const std::shared_ptr<net::connec
 
 void dispatcher::cancel_served(const net::connection* conn, std::uint64_t id) {
   for (auto& rc : running_) {
-    if (rc.conn == conn && rc.id == id && !rc.answered) {
+    if (rc.conn == conn && rc.id == id) {
       if (!rc.state->cancelled.exchange(true))
         rc.signal.emit(asio::cancellation_type::terminal); // a coroutine function's pending operation ends
       return;
@@ -249,7 +249,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
   if (serving && env_.max_output_per_peer > 0 && !stopped_)
     flow = flow_of(conn);
   // The call's entry among those running (a cancel finds it), until its reply.
-  std::optional<running_list::iterator> entry;
+  std::optional<std::list<running_call>::iterator> entry;
   if (serving) {
     entry = running_.emplace(running_.end());
     (*entry)->conn = conn.get();
@@ -272,10 +272,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
         cancelled = (*entry)->state->cancelled.load();
         if ((*entry)->record != 0 && self->env_.recorder)
           end_serve_record(*self->env_.recorder, (*entry)->record, e);
-        if ((*entry)->spawned)
-          (*entry)->answered = true; // (its coroutine is still ending: it removes the entry)
-        else
-          self->running_.erase(*entry);
+        self->running_.erase(*entry);
       }
       const auto& self_name = self->env_.worker_name;
       if (auto c = conn.lock(); !cancelled && c && c->is_open()) { // (else the caller is gone: it sees connection_error)
@@ -300,7 +297,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
   }
   auto start = [this, self = shared_from_this(), from, id,
                 from_name = from_name.empty() && env_.name_of ? env_.name_of(from) : from_name, frame = std::move(frame),
-                arrived, flow, reply = std::move(reply), rc = *entry]() mutable {
+                arrived, flow, reply = std::move(reply), rc = &**entry]() mutable {
     reply_fn done = [this, self, reply = std::move(reply)](payload&& p, std::exception_ptr e) mutable {
       reply(std::move(p), std::move(e));
       serving_.leave();
@@ -320,7 +317,7 @@ void dispatcher::serve_call(int from, const std::string& from_name, const std::s
 
 void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, net::bytes&& frame,
                             clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow,
-                            running_list::iterator rc) {
+                            running_call* rc) {
   // Parse, find the function, check the deadline, decode the arguments: on the
   // loop for small messages, on the pool for large ones (no single message may
   // hold the loop for long).
@@ -366,7 +363,7 @@ void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, n
       {
         codec_scope scope(ctx);
         try {
-          b = it->second(*call.args, cc, result_encoder(from), &state->answer);
+          b = it->second(*call.args, cc, result_encoder(from));
         } catch (const std::exception& e) {
           throw call_failure(failure::bad_arguments, "function '" + name + "': " + e.what());
         }
@@ -394,8 +391,7 @@ void dispatcher::start_call(int from, std::string from_name, std::uint64_t id, n
 }
 
 void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply,
-                           std::shared_ptr<peer_flow> flow, std::shared_ptr<call_state> state,
-                           running_list::iterator rc) {
+                           std::shared_ptr<peer_flow> flow, std::shared_ptr<call_state> state, running_call* rc) {
   if (b.plain) {
     if (stopped_ || !pool_) {
       reply({}, fail_with(failure::exception, "worker '" + env_.worker_name + "' is shutting down"));
@@ -470,48 +466,39 @@ void dispatcher::run_bound(std::string fn, bound_call b, call_context ctx, reply
       reply({}, fail_with(failure::cancelled, "'" + fn + "' was not started: its caller cancelled it"));
       return;
     }
-    if (rc == running_.end()) { // a local call's entry
-      rc = running_.emplace(running_.end());
-      rc->state = state;
+    std::optional<std::list<running_call>::iterator> own; // a local call's entry
+    if (!rc) {
+      own = running_.emplace(running_.end());
+      (*own)->state = state;
+      rc = &**own;
     }
     if (!ctx.deadline().is_never()) { // cancelled there by the deadline timer
       rc->deadline = ctx.deadline().at();
       watch_deadline(*rc);
     }
-    // The reply leaves from inside the coroutine when the function returns
-    // (a function that does not suspend answers within the read that brought
-    // its call); the entry, whose signal the coroutine's cancellation is
-    // bound to, goes when the coroutine has ended.
-    rc->spawned = true;
-    rc->fn = std::move(fn);
-    rc->reply = std::move(reply);
-    state->answer = [this, rc](payload&& p, std::exception_ptr e) { answer(rc, std::move(p), std::move(e)); };
-    auto ended = asio::bind_cancellation_slot(rc->signal.slot(), [this, self, rc](std::exception_ptr e) {
-      running_.erase(rc);
-      if (e) // (only sending the reply can throw: the function's own errors were its answer)
-        std::rethrow_exception(e);
-    });
+    auto done = asio::bind_cancellation_slot(
+        rc->signal.slot(),
+        [this, self, own, state, rc, fn = std::move(fn), reply = std::move(reply)](std::exception_ptr e, payload p) mutable {
+          const bool late = rc->deadline_hit; // (rc goes with the reply)
+          if (own)
+            running_.erase(*own);
+          // Cancelled, whatever the function made of its cancellation.
+          if (state->cancelled.load()) { // (the caller has dropped it)
+            p = {};
+            e = fail_with(failure::cancelled, "cancelled by its caller");
+          } else if (late) {
+            p = {};
+            e = fail_with(failure::deadline, "'" + fn + "' was cancelled at its caller's deadline");
+          }
+          reply(std::move(p), std::move(e));
+        });
     // Its executor makes the served call current around each resumption.
     if (const auto* io = env_.loop.target<asio::io_context::executor_type>())
-      asio::co_spawn(call_executor<asio::io_context::executor_type>(*io, state), std::move(coro), std::move(ended));
+      asio::co_spawn(call_executor<asio::io_context::executor_type>(*io, state), std::move(coro), std::move(done));
     else
-      asio::co_spawn(call_executor<asio::any_io_executor>(env_.loop, state), std::move(coro), std::move(ended));
+      asio::co_spawn(call_executor<asio::any_io_executor>(env_.loop, state), std::move(coro), std::move(done));
   };
   asio::dispatch(env_.loop, std::move(run));
-}
-
-void dispatcher::answer(running_list::iterator rc, payload&& p, std::exception_ptr e) {
-  rc->answered = true;
-  // Cancelled, whatever the function made of its cancellation.
-  if (rc->state->cancelled.load()) { // (the caller has dropped it)
-    p = {};
-    e = fail_with(failure::cancelled, "cancelled by its caller");
-  } else if (rc->deadline_hit) {
-    p = {};
-    e = fail_with(failure::deadline, "'" + rc->fn + "' was cancelled at its caller's deadline");
-  }
-  auto reply = std::move(rc->reply);
-  reply(std::move(p), std::move(e));
 }
 
 future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object& args,
@@ -538,7 +525,7 @@ future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object
     ctx = call_context(ctx.caller_rank(), ctx.caller(), ctx.deadline(), state);
     bound_call b;
     try {
-      b = it->second(args, ctx, result_encoder(ctx.caller_rank()), &state->answer);
+      b = it->second(args, ctx, result_encoder(ctx.caller_rank()));
     } catch (const std::exception& e) {
       serving_.leave();
       throw call_failure(failure::bad_arguments, "function '" + std::string(fn) + "': " + e.what());
@@ -548,7 +535,7 @@ future<payload> dispatcher::run_local(std::string_view fn, const msgpack::object
                 reply(std::move(out), std::move(e));
                 serving_.leave();
               },
-              nullptr, std::move(state), running_.end());
+              nullptr, std::move(state), nullptr);
   } catch (...) {
     reply({}, std::current_exception());
   }
@@ -577,8 +564,8 @@ void dispatcher::on_deadline_timer() {
   const auto now = clock::now();
   running_call* next = nullptr;
   for (auto& rc : running_) {
-    if (rc.deadline == clock::time_point::max() || rc.deadline_hit || rc.answered)
-      continue; // not a watched deadline, already cancelled, or answered
+    if (rc.deadline == clock::time_point::max() || rc.deadline_hit)
+      continue; // not a watched deadline, or already cancelled
     if (rc.deadline <= now) {
       rc.deadline_hit = true;
       rc.signal.emit(asio::cancellation_type::terminal); // its pending operation ends
@@ -599,8 +586,7 @@ void dispatcher::stop() {
   for (auto& [raw, f] : flows)
     f->release_all();
   for (auto& rc : running_)
-    if (!rc.answered)
-      rc.signal.emit(asio::cancellation_type::terminal); // (a plain function's: nothing bound, nothing happens)
+    rc.signal.emit(asio::cancellation_type::terminal); // (a plain function's: nothing bound, nothing happens)
 }
 
 void dispatcher::join_pool() {

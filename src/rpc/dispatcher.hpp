@@ -94,9 +94,6 @@ public:
   /// coroutine function (the caller's cancel, the deadline, stop()). A
   /// coroutine function's deadline (max: none watched) is watched by the
   /// dispatcher's one timer, which sets `deadline_hit` when it cancels it.
-  /// The entry goes with the call's reply, or, for a coroutine function
-  /// (`spawned`), when its coroutine has ended: the coroutine's cancellation
-  /// is bound to `signal` until then, while the reply leaves from inside it.
   struct running_call {
     const net::connection* conn = nullptr;
     std::uint64_t id = 0;
@@ -104,13 +101,8 @@ public:
     asio::cancellation_signal signal;
     std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
     bool deadline_hit = false;
-    bool spawned = false;  // a coroutine function's: its coroutine's end removes the entry
-    bool answered = false; // its reply was made: nothing is left to cancel
     flight_recorder::handle record = 0; // its "serve" entry, ended with the reply (0: none)
-    std::string fn;                                                       // a coroutine function's name
-    corodist::unique_function<void(payload&&, std::exception_ptr)> reply; // and its reply, for answer()
   };
-  using running_list = std::list<running_call>;
 
   /// Cancels the coroutine functions still running; calls not yet started
   /// (queued for the pool) are answered "shutting down" instead of run; a
@@ -137,14 +129,11 @@ private:
   // `rc`: its entry in running_ (its state is filled in here).
   void start_call(int from, std::string from_name, std::uint64_t id, net::bytes&& frame,
                   std::chrono::steady_clock::time_point arrived, reply_fn reply, std::shared_ptr<peer_flow> flow,
-                  running_list::iterator rc);
-  // `rc`: the call's entry in running_ (running_.end(): a local call, which
-  // makes one for a coroutine function).
+                  running_call* rc);
+  // `rc`: the call's entry in running_ (null: a local call, which makes one
+  // for a coroutine function).
   void run_bound(std::string fn, bound_call b, call_context ctx, reply_fn reply, std::shared_ptr<peer_flow> flow,
-                 std::shared_ptr<call_state> state, running_list::iterator rc);
-  // A coroutine function's outcome, from inside its coroutine: replaces it
-  // with the caller's cancel or deadline if either came first, and replies.
-  void answer(running_list::iterator rc, payload&& p, std::exception_ptr e);
+                 std::shared_ptr<call_state> state, running_call* rc);
   // The flow of the calls arriving on `conn` (made on its first call).
   std::shared_ptr<peer_flow> flow_of(const std::shared_ptr<net::connection>& conn);
   std::function<std::unique_ptr<encoder>()> result_encoder(int to);
@@ -166,7 +155,7 @@ private:
   stream_fn stream_handler_;                                             // immutable once started
   gate serving_{"rpc: the worker"};
   std::atomic<std::uint64_t> received_{0};
-  running_list running_; // loop only
+  std::list<running_call> running_; // loop only
   // Messages that came before start_serving(), in order (loop only).
   struct held_message {
     int from;

@@ -51,9 +51,7 @@ future<rpc::payload> port::run_local(std::string_view fn, const msgpack::object&
         std::make_exception_ptr(remote_error(self().name, "unknown_function", "no function " + std::string(fn))));
   try {
     const int to = ctx.caller_rank();
-    rpc::detail::answer_fn unused; // (coroutine functions are refused below)
-    auto bound =
-        it->second(args, ctx, [this, to] { return std::make_unique<rpc::encoder>(this, rank_, to); }, &unused);
+    auto bound = it->second(args, ctx, [this, to] { return std::make_unique<rpc::encoder>(this, rank_, to); });
     if (!bound.plain)
       throw usage_error("sim: coroutine functions are not simulated");
     return make_ready_future(bound.plain());

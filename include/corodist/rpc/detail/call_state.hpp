@@ -7,30 +7,18 @@
 #include <corodist/core/config.hpp>
 
 #include <corodist/core/timeout.hpp>
-#include <corodist/core/unique_function.hpp>
 #include <corodist/rpc/call_options.hpp>
 
 #include <atomic>
-#include <exception>
-
-namespace corodist::rpc {
-struct payload;
-}
 
 namespace corodist::rpc::detail {
 
-/// Where a coroutine function's coroutine hands its encoded result, or its
-/// error, when the function returns.
-using answer_fn = corodist::unique_function<void(payload&&, std::exception_ptr)>;
-
 /// What a served call's function may learn while it runs; the dispatcher
 /// sets `cancelled` when the caller's cancel arrives (any thread reads it).
-/// `answer`: a coroutine function's, set on the loop before it starts.
 struct call_state {
   corodist::deadline deadline;
   std::atomic<bool> cancelled{false};
   call_metadata metadata;
-  answer_fn answer;
 };
 
 /// The served call whose function runs on this thread now (a plain function

@@ -145,34 +145,24 @@ Tuple decode_args(const msgpack::object& o, std::index_sequence<I...>) {
 /// A registered function, type-erased. `bind` decodes the arguments (throwing
 /// argument_error) and returns the work: for a plain function `plain` (run on
 /// the pool; returns the encoded result), for a coroutine function `coro` (run
-/// on the loop), which hands its encoded result or its error to `*answer`
-/// (set before it starts) from inside the coroutine. `encode` makes the
-/// encoder for the result.
+/// on the loop). `encode` makes the encoder for the result.
 struct bound_call {
   corodist::unique_function<payload()> plain;
-  asio::awaitable<void> coro;
+  asio::awaitable<payload> coro;
 };
 using result_encoder = std::function<std::unique_ptr<encoder>()>;
-using handler =
-    std::function<bound_call(const msgpack::object& args, call_context ctx, result_encoder enc, answer_fn* answer)>;
+using handler = std::function<bound_call(const msgpack::object& args, call_context ctx, result_encoder enc)>;
 
 template <typename F, typename Tuple>
-asio::awaitable<void> run_coroutine_function(std::shared_ptr<F> f, Tuple args, result_encoder enc, answer_fn* answer) {
+asio::awaitable<payload> run_coroutine_function(std::shared_ptr<F> f, Tuple args, result_encoder enc) {
   using T = typename awaitable_value<typename callable_traits<F>::result>::type;
-  payload out;
-  std::exception_ptr err;
-  try {
-    if constexpr (std::is_void_v<T>) {
-      co_await std::apply(*f, std::move(args));
-      out = nil_payload();
-    } else {
-      auto v = co_await std::apply(*f, std::move(args));
-      out = encode_value(*enc(), v);
-    }
-  } catch (...) {
-    err = std::current_exception();
+  if constexpr (std::is_void_v<T>) {
+    co_await std::apply(*f, std::move(args));
+    co_return nil_payload();
+  } else {
+    auto v = co_await std::apply(*f, std::move(args));
+    co_return encode_value(*enc(), v);
   }
-  (*answer)(std::move(out), std::move(err));
 }
 
 /// Builds the handler of callable `f` (shared by every call: a mutable
@@ -193,7 +183,7 @@ handler make_handler(F f) {
                 "pointer) -- it would point into freed memory when sent. Return std::string, std::vector<T> or "
                 "rpc::attachment.");
   auto shared = std::make_shared<F>(std::move(f));
-  return [shared](const msgpack::object& o, call_context ctx, result_encoder enc, answer_fn* answer) -> bound_call {
+  return [shared](const msgpack::object& o, call_context ctx, result_encoder enc) -> bound_call {
     constexpr auto seq = std::make_index_sequence<std::tuple_size_v<args_t>>{};
     auto args = [&] {
       if constexpr (with_context)
@@ -203,9 +193,8 @@ handler make_handler(F f) {
     }();
     bound_call b;
     if constexpr (awaitable_value<typename traits::result>::is_awaitable) {
-      b.coro = run_coroutine_function<F, decltype(args)>(shared, std::move(args), std::move(enc), answer);
+      b.coro = run_coroutine_function<F, decltype(args)>(shared, std::move(args), std::move(enc));
     } else {
-      (void)answer;
       b.plain = [shared, args = std::move(args), enc = std::move(enc)]() mutable -> payload {
         if constexpr (std::is_void_v<result_t>) {
           std::apply(*shared, std::move(args));
