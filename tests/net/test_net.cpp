@@ -94,17 +94,21 @@ void serve(const std::shared_ptr<net::connection>& c) {
 }
 
 // A server on its own event loop thread; `on_accept` (on that thread) sees
-// each connection before it is served.
+// each connection before it is served, by serve() or by `handler` if given.
 struct test_server {
   using accept_observer = std::function<void(const std::shared_ptr<net::connection>&)>;
-  explicit test_server(net::connection_options opts = {}, accept_observer on_accept = {}) {
+  explicit test_server(net::connection_options opts = {}, accept_observer on_accept = {},
+                       net::connection::request_handler handler = {}) {
     std::promise<tcp::endpoint> ready;
     asio::post(loop.get_executor(), [&] {
       auto [ec, l] = net::listener::listen(loop.get_executor(), {asio::ip::make_address("127.0.0.1"), 0}, opts,
-                                           [on_accept](std::shared_ptr<net::connection> c) {
+                                           [on_accept, handler](std::shared_ptr<net::connection> c) {
                                              if (on_accept)
                                                on_accept(c);
-                                             serve(c);
+                                             if (handler)
+                                               c->start(handler);
+                                             else
+                                               serve(c);
                                            });
       BOOST_REQUIRE(!ec);
       listener = l;
@@ -265,30 +269,17 @@ BOOST_AUTO_TEST_CASE(many_frames_in_one_read, *utf::timeout(60)) {
 // (On the uring transport the write is a submission the loop makes later.)
 BOOST_AUTO_TEST_CASE(replies_leave_within_the_read_that_brought_their_requests,
                      *utf::precondition(on_asio) * utf::timeout(60)) {
-  event_loop loop;
-  std::shared_ptr<net::listener> listener;
   std::atomic<int> client_fd{-1};
   std::promise<bool> reply_was_out; // set by the handler posted before the reply was queued
-  std::promise<tcp::endpoint> ready;
-  asio::post(loop.get_executor(), [&] {
-    auto [ec, l] = net::listener::listen(
-        loop.get_executor(), {asio::ip::make_address("127.0.0.1"), 0}, {}, [&](std::shared_ptr<net::connection> c) {
-          c->start([&](const std::shared_ptr<net::connection>& conn, net::message&& m) {
-            asio::post(conn->get_executor(), [&] {
-              pollfd p{client_fd.load(), POLLIN, 0};
-              reply_was_out.set_value(::poll(&p, 1, 10'000) == 1);
-            });
-            conn->respond(m.header.request_id, m.header.kind, std::move(m.payload));
-          });
-        });
-    BOOST_REQUIRE(!ec);
-    listener = l;
-    listener->start();
-    ready.set_value(listener->local_endpoint());
+  test_server srv({}, {}, [&](const std::shared_ptr<net::connection>& conn, net::message&& m) {
+    asio::post(conn->get_executor(), [&] {
+      pollfd p{client_fd.load(), POLLIN, 0};
+      reply_was_out.set_value(::poll(&p, 1, 10'000) == 1);
+    });
+    conn->respond(m.header.request_id, m.header.kind, std::move(m.payload));
   });
-  loop.start();
   asio::io_context ctx;
-  auto s = raw_client(ctx, ready.get_future().get());
+  auto s = raw_client(ctx, srv.endpoint);
   client_fd = s.native_handle();
   asio::write(s, asio::buffer(frame_bytes(kind_echo, 7, make_payload(10, 1))));
   BOOST_TEST(reply_was_out.get_future().get());
@@ -299,8 +290,6 @@ BOOST_AUTO_TEST_CASE(replies_leave_within_the_read_that_brought_their_requests,
   net::bytes back(h.payload_len);
   asio::read(s, asio::buffer(back));
   BOOST_TEST((back == make_payload(10, 1)));
-  asio::post(loop.get_executor(), [l = listener] { l->close(); });
-  loop.stop();
 }
 
 // A turn of the loop that queues many frames sends the first ones while it
